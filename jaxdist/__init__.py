@@ -1,0 +1,25 @@
+"""jaxdist: Launchpad's programming model for JAX reinforcement learning.
+
+    p = jd.Program("name"); h = p.add_node(jd.CourierNode(Cls, ...)); jd.launch(p).wait()
+"""
+
+from jaxdist import courier
+from jaxdist.launch import NodeFailedError, Running, launch, stop, stop_requested, wait_for_stop
+from jaxdist.nodes.courier_node import CourierNode
+from jaxdist.nodes.py_node import PyNode
+from jaxdist.program import Handle, Node, Program
+
+__all__ = [
+    "CourierNode",
+    "Handle",
+    "Node",
+    "NodeFailedError",
+    "Program",
+    "PyNode",
+    "Running",
+    "courier",
+    "launch",
+    "stop",
+    "stop_requested",
+    "wait_for_stop",
+]

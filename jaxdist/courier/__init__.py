@@ -1,0 +1,30 @@
+"""Courier: msgpack over gRPC between nodes. Usable alone: `Server(obj).start()`, `Client(address)`."""
+
+from jaxdist.courier.client import Client
+from jaxdist.courier.codec import CodecError, register
+from jaxdist.courier.errors import (
+    AuthenticationError,
+    CourierError,
+    DeadlineExceededError,
+    MalformedMessageError,
+    MessageTooLargeError,
+    RemoteError,
+    UnavailableError,
+    UnknownMethodError,
+)
+from jaxdist.courier.server import Server
+
+__all__ = [
+    "AuthenticationError",
+    "Client",
+    "CodecError",
+    "CourierError",
+    "DeadlineExceededError",
+    "MalformedMessageError",
+    "MessageTooLargeError",
+    "RemoteError",
+    "Server",
+    "UnavailableError",
+    "UnknownMethodError",
+    "register",
+]

@@ -1,0 +1,306 @@
+"""Courier client: `client.method(x)` blocks, `client.futures.method(x)` returns a Future.
+
+Every call carries a deadline and waits for the server to be ready, so a client may be made
+before its server starts and survives the server restarting on the same address: reconnection
+backoff is capped at one second instead of gRPC's 120 s.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent import futures
+from typing import Any, Callable
+
+import grpc
+
+from jaxdist.courier import codec, wire
+from jaxdist.courier.errors import (
+    AuthenticationError,
+    CourierError,
+    DeadlineExceededError,
+    MalformedMessageError,
+    MessageTooLargeError,
+    RemoteError,
+    UnavailableError,
+    UnknownMethodError,
+    rebuild_exception,
+)
+
+DEFAULT_TIMEOUT = 30.0
+
+_RECONNECT_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
+class Client:
+    """A connection to one courier server."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        token: str | None = None,
+        wait_for_ready: bool = True,
+        max_message_bytes: int = wire.DEFAULT_MAX_MESSAGE_BYTES,
+        inline_limit: int = wire.DEFAULT_INLINE_LIMIT,
+    ) -> None:
+        self.address = address
+        self._timeout = timeout
+        self._connection = _Connection(address, token, wait_for_ready, max_message_bytes, inline_limit)
+        self.futures = _FutureMethods(self)
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        method = _BlockingMethod(self._connection, name, self._timeout)
+        self.__dict__[name] = method  # later lookups skip __getattr__
+        return method
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """`client.call("m", x)` is `client.m(x)`, for method names held in variables."""
+        return self._connection.call(method, args, kwargs, self._timeout)
+
+    def with_timeout(self, timeout: float | None) -> "Client":
+        """A client on the same connection whose calls have another deadline (None: none)."""
+        clone = object.__new__(Client)
+        clone.address = self.address
+        clone._timeout = timeout
+        clone._connection = self._connection
+        clone.futures = _FutureMethods(clone)
+        return clone
+
+    def methods(self) -> list[str]:
+        """The method names the server serves."""
+        return self._connection.list_methods(self._timeout)
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"courier.Client({self.address!r})"
+
+
+class _BlockingMethod:
+    __slots__ = ("_connection", "_name", "_timeout")
+
+    def __init__(self, connection: "_Connection", name: str, timeout: float | None) -> None:
+        self._connection, self._name, self._timeout = connection, name, timeout
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._connection.call(self._name, args, kwargs, self._timeout)
+
+
+class _FutureMethods:
+    """`client.futures.method(...)` -> `concurrent.futures.Future` of the result."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Callable[..., futures.Future]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        connection, timeout = self._client._connection, self._client._timeout
+
+        def submit(*args: Any, **kwargs: Any) -> futures.Future:
+            return connection.call_future(name, args, kwargs, timeout)
+
+        self.__dict__[name] = submit
+        return submit
+
+
+class _Connection:
+    """One gRPC channel and the encoding, staging and error translation around it."""
+
+    def __init__(
+        self, address: str, token: str | None, wait_for_ready: bool, max_message_bytes: int, inline_limit: int
+    ) -> None:
+        self._address = address
+        self._metadata = ((wire.TOKEN_KEY, token),) if token is not None else None
+        self._wait_for_ready = wait_for_ready
+        self._max_message_bytes = max_message_bytes
+        self._inline_limit = inline_limit
+        self._channel = grpc.insecure_channel(
+            address, options=wire.grpc_options(max_message_bytes) + _RECONNECT_OPTIONS
+        )
+        self._unary: dict[str, grpc.UnaryUnaryMultiCallable] = {}
+        self._upload = self._channel.stream_unary(wire.path(wire.UPLOAD))
+        self._download = self._channel.unary_stream(wire.path(wire.DOWNLOAD))
+        self._background: futures.ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def call(self, name: str, args: tuple, kwargs: dict, timeout: float | None) -> Any:
+        deadline = _Deadline(timeout)
+        request = self._request(name, args, kwargs, deadline)
+        try:
+            response = self._stub(name)(
+                request, timeout=deadline.remaining(), metadata=self._metadata, wait_for_ready=self._wait_for_ready
+            )
+        except grpc.RpcError as error:
+            raise self._translate(error, name, timeout) from None
+        return self._result(name, response, deadline)
+
+    def call_future(self, name: str, args: tuple, kwargs: dict, timeout: float | None) -> futures.Future:
+        parts = _encode_call(args, kwargs)
+        if codec.frame_size(parts) > self._inline_limit:
+            return self._executor().submit(self.call, name, args, kwargs, timeout)
+        deadline = _Deadline(timeout)
+        outcome: futures.Future = futures.Future()
+        call = self._stub(name).future(
+            b"".join([wire.INLINE, *parts]),
+            timeout=deadline.remaining(),
+            metadata=self._metadata,
+            wait_for_ready=self._wait_for_ready,
+        )
+        call.add_done_callback(lambda done: self._settle(outcome, done, name, deadline, timeout))
+        return outcome
+
+    def list_methods(self, timeout: float | None) -> list[str]:
+        return self._result(wire.LIST_METHODS, self.call_raw(wire.LIST_METHODS, timeout), _Deadline(timeout))
+
+    def call_raw(self, name: str, timeout: float | None) -> bytes:
+        try:
+            return self._stub(name)(b"", timeout=timeout, metadata=self._metadata, wait_for_ready=self._wait_for_ready)
+        except grpc.RpcError as error:
+            raise self._translate(error, name, timeout) from None
+
+    def close(self) -> None:
+        self._channel.close()
+        if self._background is not None:
+            self._background.shutdown(wait=False)
+
+    def _stub(self, name: str) -> grpc.UnaryUnaryMultiCallable:
+        stub = self._unary.get(name)
+        if stub is None:
+            stub = self._unary[name] = self._channel.unary_unary(wire.path(name))
+        return stub
+
+    def _executor(self) -> futures.ThreadPoolExecutor:
+        with self._lock:
+            if self._background is None:
+                self._background = futures.ThreadPoolExecutor(4, thread_name_prefix="courier-client")
+            return self._background
+
+    def _request(self, name: str, args: tuple, kwargs: dict, deadline: "_Deadline") -> bytes:
+        parts = _encode_call(args, kwargs)
+        size = codec.frame_size(parts)
+        if size <= self._inline_limit:
+            return b"".join([wire.INLINE, *parts])
+        metadata = ((wire.SIZE_KEY, str(size)),) + (self._metadata or ())
+        try:
+            blob_id = self._upload(
+                wire.chunks(parts), timeout=deadline.remaining(), metadata=metadata, wait_for_ready=self._wait_for_ready
+            )
+        except grpc.RpcError as error:
+            raise self._translate(error, name, deadline.timeout) from None
+        return wire.staged_frame(blob_id, size)
+
+    def _settle(
+        self, outcome: futures.Future, call: grpc.Future, name: str, deadline: "_Deadline", timeout: float | None
+    ) -> None:
+        try:
+            response = call.result()
+        except grpc.RpcError as error:
+            outcome.set_exception(self._translate(error, name, timeout))
+            return
+        except futures.CancelledError:
+            outcome.cancel()
+            return
+        if response[:1] == wire.STAGED:  # fetching blocks: not on gRPC's callback thread
+            self._executor().submit(_settle_with, outcome, self._result, name, response, deadline)
+        else:
+            _settle_with(outcome, self._result, name, response, deadline)
+
+    def _result(self, name: str, response: bytes, deadline: "_Deadline") -> Any:
+        frame = memoryview(response)
+        kind = frame[:1]
+        try:
+            if kind == wire.INLINE:
+                return codec.decode(frame[1:])
+            if kind == wire.ERROR:
+                error = rebuild_exception(codec.decode(frame[1:]), name, self._address)
+            elif kind == wire.STAGED:
+                return codec.decode(self._fetch(name, frame, deadline))
+            else:
+                raise ValueError(f"unknown frame kind {bytes(kind)!r}")
+        except ValueError as exc:  # CodecError is a ValueError
+            raise MalformedMessageError(f"{name} on {self._address} answered with a malformed message: {exc}") from None
+        raise error
+
+    def _fetch(self, name: str, frame: memoryview, deadline: "_Deadline") -> bytearray:
+        blob_id, size = wire.parse_staged(frame)
+        if size > self._max_message_bytes:
+            raise MessageTooLargeError(
+                f"{name} on {self._address} answered with {size} bytes, over this client's "
+                f"max_message_bytes={self._max_message_bytes}; raise Client(max_message_bytes=...)"
+            )
+        try:
+            return wire.assemble(
+                self._download(blob_id, timeout=deadline.remaining(), metadata=self._metadata), size
+            )
+        except grpc.RpcError as error:
+            raise self._translate(error, name, deadline.timeout) from None
+
+    def _translate(self, error: grpc.RpcError, name: str, timeout: float | None) -> Exception:
+        code, details = error.code(), error.details()
+        where = f"{name} on {self._address}"
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return DeadlineExceededError(
+                f"{where} got no answer within {timeout} s (the server may be busy, down or not started; "
+                f"use client.with_timeout(...) for longer calls)"
+            )
+        if code == grpc.StatusCode.UNIMPLEMENTED:
+            return UnknownMethodError(f"{where}: {details}{self._listing_hint(details)}")
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            return MalformedMessageError(f"{where}: {details}")
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return MessageTooLargeError(f"{where}: {details}")
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            return AuthenticationError(f"{where}: {details}; pass the program's token to Client(token=...)")
+        if code == grpc.StatusCode.UNAVAILABLE:
+            return UnavailableError(f"{where}: server unavailable ({details})")
+        if code == grpc.StatusCode.CANCELLED:
+            return futures.CancelledError(f"{where}: cancelled ({details})")
+        return RemoteError(f"{where}: {code.name}: {details}")
+
+    def _listing_hint(self, details: str) -> str:
+        if "serves:" in (details or ""):
+            return ""
+        try:
+            return f"; this server serves: {', '.join(self.list_methods(5.0))}"
+        except CourierError:
+            return ""
+
+
+def _encode_call(args: tuple, kwargs: dict) -> list:
+    return codec.encode_parts((list(args), kwargs), root="call")
+
+
+def _settle_with(outcome: futures.Future, result: Callable, *args: Any) -> None:
+    try:
+        outcome.set_result(result(*args))
+    except Exception as exc:
+        outcome.set_exception(exc)
+
+
+class _Deadline:
+    """One deadline shared by the steps of a call (upload, call, download)."""
+
+    __slots__ = ("timeout", "_end")
+
+    def __init__(self, timeout: float | None) -> None:
+        self.timeout = timeout
+        self._end = None if timeout is None else time.monotonic() + timeout
+
+    def remaining(self) -> float | None:
+        return None if self._end is None else max(0.0, self._end - time.monotonic())

@@ -1,0 +1,250 @@
+"""Courier server: serves an object's public methods over gRPC.
+
+The server can bind before its object exists (`Server(None)`, then `attach(obj)`): launchers
+bind every node's port first, publish the address table, and only then build the objects,
+whose constructors may already call other nodes. A call that arrives before `attach` waits for
+it within the call's deadline.
+"""
+
+from __future__ import annotations
+
+import hmac
+import inspect
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from jaxdist.courier import codec, wire
+from jaxdist.courier.errors import describe_exception
+
+log = logging.getLogger(__name__)
+
+_NOT_ATTACHED_WAIT = 60.0
+
+
+class Server:
+    """Serves `obj`'s public methods (names not starting with '_', except `run`)."""
+
+    def __init__(
+        self,
+        obj: Any = None,
+        address: str = "127.0.0.1:0",
+        *,
+        thread_pool_size: int = 16,
+        token: str | None = None,
+        max_message_bytes: int = wire.DEFAULT_MAX_MESSAGE_BYTES,
+        inline_limit: int = wire.DEFAULT_INLINE_LIMIT,
+        staging_ttl: float = 120.0,
+    ) -> None:
+        if thread_pool_size < 1:
+            raise ValueError(f"thread_pool_size must be >= 1, got {thread_pool_size}")
+        self._token = token
+        self._max_message_bytes = max_message_bytes
+        self._inline_limit = inline_limit
+        self._staging = wire.StagingArea(staging_ttl)
+        self._methods: dict[str, Callable[..., Any]] = {}
+        self._handlers: dict[str, grpc.RpcMethodHandler] = {}
+        self._attached = threading.Event()
+        self._executor = futures.ThreadPoolExecutor(thread_pool_size, thread_name_prefix="courier")
+        self._grpc = grpc.server(
+            self._executor,
+            handlers=[_Dispatcher(self)],
+            options=wire.grpc_options(max_message_bytes),
+        )
+        self._health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
+        self._address = self._bind(address)
+        self._started = False
+        if obj is not None:
+            self.attach(obj)
+
+    @property
+    def address(self) -> str:
+        """host:port actually bound (the port is real even when 0 was asked for)."""
+        return self._address
+
+    @property
+    def methods(self) -> list[str]:
+        return sorted(self._methods)
+
+    def attach(self, obj: Any) -> None:
+        """Start serving `obj`; calls that were waiting for it proceed."""
+        if self._attached.is_set():
+            raise RuntimeError(f"server {self._address} already serves an object")
+        self._methods = public_methods(obj)
+        self._attached.set()
+        for service in ("", wire.SERVICE):
+            self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+
+    def start(self) -> "Server":
+        if not self._started:
+            self._grpc.start()
+            self._started = True
+        return self
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        """Stop accepting calls; calls in flight get `grace` seconds to finish."""
+        self._health.enter_graceful_shutdown()
+        self._grpc.stop(grace).wait()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._staging.clear()
+
+    def __enter__(self) -> "Server":
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _bind(self, address: str) -> str:
+        try:
+            port = self._grpc.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise OSError(f"courier cannot bind {address}: {exc}; is the port taken?") from None
+        if port == 0:
+            raise OSError(f"courier cannot bind {address}: the port is taken or the host is not local")
+        host = address.rsplit(":", 1)[0]
+        return f"{host}:{port}"
+
+    # Handlers -------------------------------------------------------------------------------
+
+    def handler(self, name: str, metadata: dict[str, str]) -> grpc.RpcMethodHandler | None:
+        if self._token is not None and not hmac.compare_digest(
+            metadata.get(wire.TOKEN_KEY, "").encode(), self._token.encode()
+        ):
+            return grpc.unary_unary_rpc_method_handler(_refuse_token)
+        if name == wire.UPLOAD:
+            return grpc.stream_unary_rpc_method_handler(self._upload)
+        if name == wire.DOWNLOAD:
+            return grpc.unary_stream_rpc_method_handler(self._download)
+        if name == wire.LIST_METHODS:
+            return grpc.unary_unary_rpc_method_handler(self._list_methods)
+        if self._attached.is_set() and name not in self._methods:
+            return None
+        handler = self._handlers.get(name)
+        if handler is None:
+            handler = grpc.unary_unary_rpc_method_handler(lambda req, ctx: self._call(name, req, ctx))
+            self._handlers[name] = handler
+        return handler
+
+    def _call(self, name: str, request: bytes, context: grpc.ServicerContext) -> bytes:
+        method = self._resolve(name, context)
+        args, kwargs = self._decode_request(name, request, context)
+        try:
+            result = method(*args, **kwargs)
+        except Exception as exc:  # the caller gets it; the server goes on serving
+            return _error_frame(exc)
+        try:
+            parts = codec.encode_parts(result, root="result")
+        except TypeError as exc:
+            return _error_frame(TypeError(f"{name} returned a value courier cannot send: {exc}"))
+        size = codec.frame_size(parts)
+        if size <= self._inline_limit:
+            return b"".join([wire.INLINE, *parts])
+        return wire.staged_frame(self._staging.put(parts), size)
+
+    def _resolve(self, name: str, context: grpc.ServicerContext) -> Callable[..., Any]:
+        if not self._attached.is_set():
+            remaining = context.time_remaining()
+            wait = _NOT_ATTACHED_WAIT if remaining is None else max(0.0, remaining)
+            if not self._attached.wait(wait):
+                context.abort(grpc.StatusCode.UNAVAILABLE, "the node is still being constructed")
+        method = self._methods.get(name)
+        if method is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, _unknown_method_message(name, self.methods))
+        return method
+
+    def _decode_request(
+        self, name: str, request: bytes, context: grpc.ServicerContext
+    ) -> tuple[list[Any], dict[str, Any]]:
+        frame = memoryview(request)
+        try:
+            if frame[:1] == wire.STAGED:
+                blob_id, _ = wire.parse_staged(frame)
+                staged = self._staging.take(blob_id)
+                if not isinstance(staged, bytearray):
+                    raise ValueError("it names an upload this server does not hold (expired?)")
+                frame = memoryview(staged)
+            elif frame[:1] == wire.INLINE:
+                frame = frame[1:]
+            else:
+                raise ValueError(f"unknown frame kind {bytes(frame[:1])!r}")
+            call = codec.decode(frame)
+            if not (
+                isinstance(call, (list, tuple))
+                and len(call) == 2
+                and isinstance(call[0], (list, tuple))
+                and isinstance(call[1], dict)
+                and all(isinstance(key, str) for key in call[1])
+            ):
+                raise ValueError("a request must be [args, kwargs] with string keyword names")
+        except ValueError as exc:  # CodecError is a ValueError
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request to {name}: {exc}")
+        return list(call[0]), call[1]
+
+    def _list_methods(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        return wire.INLINE + codec.encode(self.methods)
+
+    def _upload(self, chunks: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
+        metadata = dict(context.invocation_metadata())
+        try:
+            size = int(metadata.get(wire.SIZE_KEY, ""))
+        except ValueError:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"an upload must announce its size in '{wire.SIZE_KEY}'")
+        if not 0 <= size <= self._max_message_bytes:
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"a message of {size} bytes exceeds this server's max_message_bytes={self._max_message_bytes}",
+            )
+        try:
+            payload = wire.assemble(chunks, size)
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed upload: {exc}")
+        return self._staging.put(payload)
+
+    def _download(self, blob_id: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        parts = self._staging.take(bytes(blob_id))
+        if parts is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, "no such staged response (expired or already fetched)")
+        yield from wire.chunks(parts)
+
+
+class _Dispatcher(grpc.GenericRpcHandler):
+    def __init__(self, server: Server) -> None:
+        self._server = server
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        name = wire.method_name(details.method)
+        if name is None:
+            return None
+        return self._server.handler(name, dict(details.invocation_metadata or ()))
+
+
+def public_methods(obj: Any) -> dict[str, Callable[..., Any]]:
+    """The methods courier serves: public callables, except `run`, which the node itself runs."""
+    methods = {}
+    for name in dir(obj):
+        if name.startswith("_") or name == "run":
+            continue
+        if isinstance(inspect.getattr_static(obj, name, None), property):
+            continue  # reading a property runs user code; it is state, not a method
+        attribute = getattr(obj, name, None)
+        if callable(attribute):
+            methods[name] = attribute
+    return methods
+
+
+def _error_frame(exc: BaseException) -> bytes:
+    return wire.ERROR + codec.encode(describe_exception(exc))
+
+
+def _refuse_token(request: bytes, context: grpc.ServicerContext) -> bytes:
+    context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong courier token")
+
+
+def _unknown_method_message(name: str, methods: list[str]) -> str:
+    return f"no method {name!r}; this server serves: {', '.join(methods) or '(nothing)'}"

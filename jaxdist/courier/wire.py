@@ -1,0 +1,126 @@
+"""Courier's message framing on top of the codec: paths, frame kinds, chunked transfer.
+
+Every call is one gRPC unary round trip (streaming RPCs cost about twice as much per call in
+grpcio). A message too large to travel whole -- parameters of hundreds of MB -- is moved
+through a side stream in chunks instead, and the unary call carries only a reference to it:
+both ends then hold about one copy of the payload instead of the four that a unary message
+makes (serialised bytes, gRPC's slice, the received slice, the Python bytes).
+"""
+
+from __future__ import annotations
+
+import secrets
+import struct
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+
+SERVICE = "jaxdist.Courier"
+LIST_METHODS = "_methods"
+UPLOAD = "_upload"
+DOWNLOAD = "_download"
+
+TOKEN_KEY = "jaxdist-token"
+SIZE_KEY = "jaxdist-size"
+
+# The first byte of every courier frame says what follows.
+INLINE = b"\x00"  # a codec frame
+STAGED = b"\x01"  # a reference to a payload moved by _upload/_download: id + size
+ERROR = b"\x02"  # a codec frame describing a remote exception
+
+CHUNK_BYTES = 4 << 20
+DEFAULT_INLINE_LIMIT = 8 << 20
+DEFAULT_MAX_MESSAGE_BYTES = 4 << 30
+
+_STAGED_FORMAT = struct.Struct("<16sQ")
+
+
+def path(method: str) -> str:
+    return f"/{SERVICE}/{method}"
+
+
+def method_name(grpc_path: str) -> str | None:
+    """The method a gRPC path names, or None when the path is not courier's."""
+    prefix = f"/{SERVICE}/"
+    return grpc_path[len(prefix):] if grpc_path.startswith(prefix) else None
+
+
+def grpc_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    """Options both ends share: a raised message limit and no port sharing."""
+    unary_limit = min(max_message_bytes, 2**31 - 1)
+    return [
+        ("grpc.max_send_message_length", unary_limit),
+        ("grpc.max_receive_message_length", unary_limit),
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+def staged_frame(blob_id: bytes, size: int) -> bytes:
+    return STAGED + _STAGED_FORMAT.pack(blob_id, size)
+
+
+def parse_staged(frame: memoryview) -> tuple[bytes, int]:
+    """(blob id, size) of a STAGED frame; ValueError when it is not one."""
+    if len(frame) != 1 + _STAGED_FORMAT.size:
+        raise ValueError(f"a staged reference is {1 + _STAGED_FORMAT.size} bytes, got {len(frame)}")
+    blob_id, size = _STAGED_FORMAT.unpack(frame[1:])
+    return blob_id, size
+
+
+def as_bytes_view(part: bytes | bytearray | memoryview) -> memoryview:
+    view = memoryview(part)
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
+def chunks(parts: Sequence[bytes | bytearray | memoryview]) -> Iterator[bytes]:
+    """The parts cut into messages of at most CHUNK_BYTES, copying one chunk at a time."""
+    for part in parts:
+        view = as_bytes_view(part)
+        for start in range(0, len(view), CHUNK_BYTES):
+            yield bytes(view[start:start + CHUNK_BYTES])
+
+
+def assemble(pieces: Iterable[bytes], size: int) -> bytearray:
+    """Chunks written into one preallocated buffer of the announced size."""
+    buffer = bytearray(size)
+    filled = 0
+    for piece in pieces:
+        end = filled + len(piece)
+        if end > size:
+            raise ValueError(f"the sender announced {size} bytes but sent more")
+        buffer[filled:end] = piece
+        filled = end
+    if filled != size:
+        raise ValueError(f"the sender announced {size} bytes but sent {filled}")
+    return buffer
+
+
+class StagingArea:
+    """Payloads waiting to be fetched by their one reader, dropped after `ttl` seconds."""
+
+    def __init__(self, ttl: float) -> None:
+        self._ttl = ttl
+        self._entries: dict[bytes, tuple[float, object]] = {}
+        self._lock = threading.Lock()
+
+    def put(self, payload: object) -> bytes:
+        blob_id = secrets.token_bytes(16)
+        now = time.monotonic()
+        with self._lock:
+            self._evict_expired(now)
+            self._entries[blob_id] = (now + self._ttl, payload)
+        return blob_id
+
+    def take(self, blob_id: bytes) -> object | None:
+        with self._lock:
+            entry = self._entries.pop(blob_id, None)
+        return None if entry is None else entry[1]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def _evict_expired(self, now: float) -> None:
+        expired = [key for key, (deadline, _) in self._entries.items() if deadline < now]
+        for key in expired:
+            del self._entries[key]

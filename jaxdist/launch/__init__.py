@@ -1,0 +1,30 @@
+"""`launch(program, launcher=...)`: a launcher is a module `jaxdist.launch.<name>` with a
+`launch(program, **options) -> Running` function, so a new launcher is a new file."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Any
+
+from jaxdist.launch.context import stop, stop_requested, wait_for_stop
+from jaxdist.launch.running import NodeFailedError, Running
+from jaxdist.program import Program
+
+_NOT_LAUNCHERS = {"clients", "context", "output", "preflight", "process_tree", "running", "worker"}
+
+
+def available_launchers() -> list[str]:
+    names = {module.name for module in pkgutil.iter_modules(__path__)}
+    return sorted(names - _NOT_LAUNCHERS)
+
+
+def launch(program: Program, launcher: str = "processes", **options: Any) -> Running:
+    """Start `program` with the named launcher; options go to that launcher's `launch`."""
+    if launcher not in available_launchers():
+        raise ValueError(f"unknown launcher {launcher!r}; available: {', '.join(available_launchers())}")
+    module = importlib.import_module(f"jaxdist.launch.{launcher}")
+    return module.launch(program, **options)
+
+
+__all__ = ["NodeFailedError", "Running", "available_launchers", "launch", "stop", "stop_requested", "wait_for_stop"]

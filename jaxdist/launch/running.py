@@ -1,0 +1,133 @@
+"""`Running`: the handle on a launched program that every launcher returns.
+
+It owns the lifecycle every launcher shares: per-node states, the first failure, and when the
+program is over (every node with work of its own returned, a node failed, or a stop was asked).
+Launchers supply only how to tear their nodes down.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import threading
+from typing import Any
+
+STARTING, RUNNING, FINISHED, FAILED, STOPPED = "starting", "running", "finished", "failed", "stopped"
+
+
+class NodeFailedError(RuntimeError):
+    """A node raised or died; the message names it and carries its traceback."""
+
+    def __init__(self, node_name: str, details: str) -> None:
+        super().__init__(f"node '{node_name}' failed:\n{details}")
+        self.node_name = node_name
+        self.details = details
+
+
+@dataclasses.dataclass
+class NodeStatus:
+    state: str = STARTING
+    has_run: bool = False
+    pid: int | None = None
+    exitcode: int | None = None
+    error: str | None = None
+
+
+class Running(abc.ABC):
+    """A launched program: `wait(timeout)`, `stop()`, `status()`."""
+
+    def __init__(self, program_name: str, node_names: list[str], run_dir: str) -> None:
+        self.program_name = program_name
+        self.run_dir = run_dir
+        self.addresses: dict[str, str] = {}
+        self._statuses = {name: NodeStatus() for name in node_names}
+        self._lock = threading.Lock()
+        self._stop_requested = threading.Event()
+        self._done = threading.Event()
+        self._failure: NodeFailedError | None = None
+        self._stop_reason = ""
+
+    # Called by launchers --------------------------------------------------------------------
+
+    def node_started(self, name: str, has_run: bool, pid: int | None = None) -> None:
+        with self._lock:
+            status = self._statuses[name]
+            status.state, status.has_run, status.pid = RUNNING, has_run, pid
+
+    def node_finished(self, name: str, exitcode: int | None = None) -> None:
+        with self._lock:
+            status = self._statuses[name]
+            if status.state in (STARTING, RUNNING):
+                status.state = FINISHED if not self._stop_requested.is_set() else STOPPED
+            status.exitcode = exitcode
+            all_work_done = any(s.has_run for s in self._statuses.values()) and all(
+                s.state in (FINISHED, STOPPED) for s in self._statuses.values() if s.has_run
+            )
+        if all_work_done:
+            self.request_stop("every node with work of its own has finished")
+
+    def node_failed(self, name: str, details: str, exitcode: int | None = None) -> None:
+        with self._lock:
+            status = self._statuses[name]
+            if self._stop_requested.is_set() and status.state != STARTING:
+                status.state, status.exitcode = STOPPED, exitcode  # death during teardown is not a failure
+                return
+            status.state, status.error, status.exitcode = FAILED, details, exitcode
+            if self._failure is None:
+                self._failure = NodeFailedError(name, details)
+        self.request_stop(f"node '{name}' failed")
+
+    def request_stop(self, reason: str) -> None:
+        """Begin tearing the program down, once, without blocking the caller."""
+        with self._lock:
+            if self._stop_requested.is_set():
+                return
+            self._stop_requested.set()
+            self._stop_reason = reason
+        threading.Thread(target=self._teardown, name="jaxdist-stop", daemon=True).start()
+
+    @abc.abstractmethod
+    def _shut_down(self) -> None:
+        """Stop every node and release everything; returns when nothing is left running."""
+
+    # The user's view ------------------------------------------------------------------------
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once the program is over (False on timeout); raises the first node failure."""
+        try:
+            over = self._done.wait(timeout)
+        except KeyboardInterrupt:
+            self.stop()
+            raise
+        if over and self._failure is not None:
+            raise self._failure
+        return over
+
+    def stop(self) -> None:
+        """Stop every node (SIGTERM, a grace period, then SIGKILL for processes) and wait."""
+        self.request_stop("stopped by the user")
+        self._done.wait()
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {name: dataclasses.asdict(status) for name, status in self._statuses.items()}
+
+    @property
+    def stop_reason(self) -> str:
+        return self._stop_reason
+
+    def __enter__(self) -> "Running":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _teardown(self) -> None:
+        try:
+            self._shut_down()
+        finally:
+            with self._lock:
+                for status in self._statuses.values():
+                    if status.state in (STARTING, RUNNING):
+                        status.state = STOPPED
+            self._done.set()

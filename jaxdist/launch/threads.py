@@ -1,0 +1,135 @@
+"""The threads launcher: every node a thread of this process (debugging, tests).
+
+Python threads cannot be killed: stopping sets the stop event, then after `interrupt_after`
+seconds cancels the nodes' calls in flight and raises KeyboardInterrupt in threads still in
+`run()`; a thread stuck in C code past the grace period is left behind (a daemon) and named.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import time
+import traceback
+from typing import Any
+
+from jaxdist.launch import context, preflight
+from jaxdist.launch.clients import ClientPool
+from jaxdist.launch.output import ThreadOutput
+from jaxdist.launch.running import Running
+from jaxdist.program import Executable, NodeContext, Program
+
+log = logging.getLogger(__name__)
+
+
+def launch(
+    program: Program,
+    *,
+    run_dir: str | None = None,
+    resources: dict[str, dict[str, Any]] | None = None,
+    token: str | None = None,
+    grace: float = 10.0,
+    interrupt_after: float = 2.0,
+    echo: bool = True,
+) -> Running:
+    """Start `program` as threads; returns once every server is bound and every node started."""
+    preflight.check_program(program)
+    preflight.check_resources(program, resources, supported={})
+    run_dir = preflight.prepare_run_dir(program, run_dir)
+    running = _ThreadsRunning(program, run_dir, token or preflight.new_token(), grace, interrupt_after, echo)
+    running.start()
+    return running
+
+
+class _ThreadsRunning(Running):
+    def __init__(
+        self, program: Program, run_dir: str, token: str, grace: float, interrupt_after: float, echo: bool
+    ) -> None:
+        nodes = program.nodes()
+        super().__init__(program.name, [node.name for node in nodes], run_dir)
+        self.token = token
+        self._grace, self._interrupt_after = grace, interrupt_after
+        self._executables: dict[str, Executable] = {
+            node.name: node.executable(NodeContext(node.name, run_dir, token)) for node in nodes
+        }
+        self._threads: dict[str, threading.Thread] = {}
+        self._output = ThreadOutput(run_dir, echo)
+        self._clients: ClientPool | None = None
+        self._stop_event: threading.Event | None = None
+        self._constructed = threading.Barrier(len(nodes))
+
+    def start(self) -> None:
+        for name, executable in self._executables.items():
+            try:
+                self.addresses.update(executable.bind())
+            except Exception:
+                self._shut_down_executables()
+                raise
+        self._clients = ClientPool(self.addresses, self.token)
+        self._stop_event = context.install(lambda: self.request_stop("jd.stop() was called in a node"))
+        self._output.install()
+        for name, executable in self._executables.items():
+            thread = threading.Thread(target=self._node_main, args=(name, executable), name=name, daemon=True)
+            self._threads[name] = thread
+            thread.start()
+
+    def _node_main(self, name: str, executable: Executable) -> None:
+        self._output.route_current_thread(name)
+        try:
+            executable.construct(self.addresses, self._clients)
+            self._constructed.wait()
+        except threading.BrokenBarrierError:
+            return  # another node failed to construct; it reports
+        except BaseException:
+            self._constructed.abort()
+            self.node_failed(name, traceback.format_exc())
+            return
+        self.node_started(name, executable.has_run)
+        if not executable.has_run:
+            return
+        try:
+            executable.run()
+        except KeyboardInterrupt:
+            if not self._stop_event.is_set():
+                self.node_failed(name, traceback.format_exc())
+                return
+        except BaseException:
+            self.node_failed(name, traceback.format_exc())
+            return
+        self.node_finished(name)
+
+    def _shut_down(self) -> None:
+        self._stop_event.set()
+        self._constructed.abort()
+        deadline = time.monotonic() + self._grace
+        busy = self._wait_threads(time.monotonic() + self._interrupt_after)
+        if busy:
+            self._clients.close_all()
+            for thread in busy:
+                _raise_in_thread(thread, KeyboardInterrupt)
+            busy = self._wait_threads(deadline)
+        self._shut_down_executables()
+        self._clients.close_all()
+        self._output.uninstall()
+        context.uninstall()
+        if busy:
+            names = ", ".join(thread.name for thread in busy)
+            log.warning("threads of nodes %s did not stop within %.0f s and were left running", names, self._grace)
+
+    def _wait_threads(self, deadline: float) -> list[threading.Thread]:
+        for thread in self._threads.values():
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return [thread for thread in self._threads.values() if thread.is_alive()]
+
+    def _shut_down_executables(self) -> None:
+        for name, executable in self._executables.items():
+            try:
+                executable.shutdown()
+            except Exception:
+                log.exception("shutting down node %s failed", name)
+
+
+def _raise_in_thread(thread: threading.Thread, exc_type: type[BaseException]) -> None:
+    """Raise `exc_type` in `thread` at its next Python instruction (CPython only)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))

@@ -1,0 +1,138 @@
+"""The entry point of a node's process under the processes launcher.
+
+The node arrives pickled over the pipe its parent made for it (never over a socket). The child
+then follows the parent's two-phase start: bind and report addresses, construct when given the
+address table, run when told. A stop (the parent's message, SIGTERM, or the parent's death)
+sets the stop event first; if `run()` has not returned `interrupt_after` seconds later, its
+calls in flight are cancelled and KeyboardInterrupt is raised in it.
+"""
+
+from __future__ import annotations
+
+import _thread
+import os
+import pickle
+import signal
+import threading
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+from jaxdist.launch import context
+from jaxdist.launch.clients import ClientPool
+from jaxdist.launch.output import capture_process_output, finish_process_output
+from jaxdist.program import NodeContext
+
+ORPHAN_GRACE = 10.0
+
+
+def main(payload: bytes, node_context: NodeContext, conn: Connection, echo: bool, interrupt_after: float) -> None:
+    os.setpgid(0, 0)  # lead a process group, so the parent can signal our whole tree
+    pump = capture_process_output(node_context.node_name, node_context.run_dir, echo)
+    worker = _Worker(conn, node_context, interrupt_after)
+    exitcode = worker.serve(payload)
+    finish_process_output(pump)
+    os._exit(exitcode)
+
+
+class _Worker:
+    def __init__(self, conn: Connection, node_context: NodeContext, interrupt_after: float) -> None:
+        self._conn = conn
+        self._context = node_context
+        self._interrupt_after = interrupt_after
+        self._send_lock = threading.Lock()
+        self._messages: dict[str, Any] = {}
+        self._arrived = threading.Condition()
+        self._clients: ClientPool | None = None
+        self._in_run = False
+        self._stop_event = context.install(self._ask_program_to_stop)
+        self._stop_once = threading.Lock()
+        self._stopping = False
+
+    def serve(self, payload: bytes) -> int:
+        signal.signal(signal.SIGTERM, lambda signum, frame: self._begin_stop())
+        threading.Thread(target=self._listen, name="jaxdist-control", daemon=True).start()
+        executable = None
+        try:
+            node = pickle.loads(payload)
+            executable = node.executable(self._context)
+            self._send("bound", executable.bind(), executable.has_run)
+            addresses = self._wait_for("construct")
+            if addresses is None:
+                return 0
+            self._clients = ClientPool(addresses, self._context.token)
+            executable.construct(addresses, self._clients)
+            self._send("constructed")
+            if self._wait_for("run") is None:
+                return 0
+            if executable.has_run:
+                self._in_run = True
+                executable.run()
+                self._in_run = False
+                self._send("finished")
+            else:
+                self._stop_event.wait()
+            return 0
+        except KeyboardInterrupt:
+            if self._stopping:
+                return 0
+            self._send("failed", traceback.format_exc())
+            return 1
+        except BaseException:
+            details = traceback.format_exc()
+            print(details, flush=True)
+            self._send("failed", details)
+            return 1
+        finally:
+            self._in_run = False
+            if executable is not None:
+                executable.shutdown()
+            if self._clients is not None:
+                self._clients.close_all()
+
+    def _send(self, *message: Any) -> None:
+        with self._send_lock:
+            try:
+                self._conn.send(message)
+            except (OSError, ValueError):
+                pass  # the parent is gone; the listener handles that
+
+    def _wait_for(self, kind: str) -> Any:
+        """The payload of the parent's `kind` message, or None when a stop came first."""
+        with self._arrived:
+            self._arrived.wait_for(lambda: kind in self._messages or self._stop_event.is_set())
+            return self._messages.get(kind) if not self._stop_event.is_set() else None
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                kind, *body = self._conn.recv()
+            except (EOFError, OSError):
+                self._begin_stop()  # the launcher died: stop, and never outlive it for long
+                threading.Timer(ORPHAN_GRACE, lambda: os.killpg(0, signal.SIGKILL)).start()
+                return
+            if kind == "stop":
+                self._begin_stop()
+            else:
+                with self._arrived:
+                    self._messages[kind] = body[0] if body else True
+                    self._arrived.notify_all()
+
+    def _ask_program_to_stop(self) -> None:
+        self._send("stop_program", f"jd.stop() was called in node '{self._context.node_name}'")
+
+    def _begin_stop(self) -> None:
+        with self._stop_once:
+            if self._stopping:
+                return
+            self._stopping = True
+        with self._arrived:
+            self._stop_event.set()
+            self._arrived.notify_all()
+        threading.Timer(self._interrupt_after, self._interrupt_run).start()
+
+    def _interrupt_run(self) -> None:
+        if self._in_run:
+            if self._clients is not None:
+                self._clients.close_all()
+            _thread.interrupt_main()

@@ -1,0 +1,158 @@
+"""The program model: a graph of named nodes in labelled groups, linked by handles.
+
+Building a program has no side effects and is deterministic, so every host of a multi-host run
+can rebuild the same program and compute the same address table.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+AddressTable = dict[str, str]
+"""Node name -> "host:port" of its courier server, complete before any node runs."""
+
+
+class Handle:
+    """A placeholder for a node's client; it becomes a client inside the node that receives it."""
+
+    def __init__(self, node_name: str) -> None:
+        self.node_name = node_name
+
+    def dereference(self, make_client: Callable[[str], Any]) -> Any:
+        return make_client(self.node_name)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise RuntimeError(
+            f"handle of node '{self.node_name}' used before it was dereferenced (.{name}): a handle "
+            f"becomes a client only inside a node; pass it to the constructor of a node that calls it"
+        )
+
+    def __repr__(self) -> str:
+        return f"Handle({self.node_name!r})"
+
+    def __reduce__(self) -> tuple:
+        return (Handle, (self.node_name,))
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeContext:
+    """What a launcher tells a node about where it runs."""
+
+    node_name: str
+    run_dir: str
+    token: str | None = None
+
+
+class Executable(abc.ABC):
+    """A node made ready to run in the thread or process a launcher gives it."""
+
+    has_run: bool = False
+    """Whether the node does work of its own: the program ends when every such node returned."""
+
+    @abc.abstractmethod
+    def bind(self) -> AddressTable:
+        """Bind servers and return the addresses they serve; nothing is constructed yet."""
+
+    @abc.abstractmethod
+    def construct(self, addresses: AddressTable, make_client: Callable[[str], Any]) -> None:
+        """Build the node's objects, its handles made clients through `make_client(node_name)`."""
+
+    def run(self) -> None:
+        """Do the node's own work, if any; services only serve."""
+
+    @abc.abstractmethod
+    def shutdown(self) -> None:
+        """Release servers and resources; called once, after run or on stop."""
+
+
+class Node(abc.ABC):
+    """A deferred node: a description that a launcher turns into an `Executable`."""
+
+    name: str = ""
+
+    @abc.abstractmethod
+    def default_label(self) -> str:
+        """The group label for a node added outside any `with program.group(...)`."""
+
+    @abc.abstractmethod
+    def create_handle(self) -> Handle | None:
+        """The handle `add_node` returns, or None for nodes that serve nothing."""
+
+    @abc.abstractmethod
+    def executable(self, context: NodeContext) -> Executable:
+        """Called where the node will run, after it got there."""
+
+    def shipped_arguments(self) -> dict[str, Any]:
+        """What must travel to a process to build this node there, by argument name."""
+        return {}
+
+
+class Program:
+    """Nodes in groups; a group holds nodes of one type, and resources are given per group."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.groups: dict[str, list[Node]] = {}
+        self._current_group: str | None = None
+
+    @contextlib.contextmanager
+    def group(self, label: str) -> Iterator[None]:
+        if self._current_group is not None:
+            raise ValueError(f"groups do not nest: group '{label}' opened inside '{self._current_group}'")
+        if "/" in label or not label:
+            raise ValueError(f"a group label must be non-empty and free of '/', got {label!r}")
+        self._current_group = label
+        try:
+            yield
+        finally:
+            self._current_group = None
+
+    def add_node(self, node: Node, label: str | None = None) -> Handle | None:
+        if not isinstance(node, Node):
+            raise TypeError(f"add_node takes a node (CourierNode, PyNode, ...), got {type(node).__name__}")
+        if node.name:
+            raise ValueError(f"node '{node.name}' was already added to a program")
+        label = label or self._current_group or node.default_label()
+        members = self.groups.setdefault(label, [])
+        if members and type(members[0]) is not type(node):
+            raise TypeError(
+                f"group '{label}' mixes node types {type(members[0]).__name__} and {type(node).__name__}; "
+                f"put each node type in its own group"
+            )
+        node.name = f"{label}/{len(members)}"
+        members.append(node)
+        return node.create_handle()
+
+    def nodes(self) -> list[Node]:
+        return [node for members in self.groups.values() for node in members]
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{label}: {len(members)}" for label, members in self.groups.items())
+        return f"Program({self.name!r}; {sizes})"
+
+
+def replace_handles(value: Any, make_client: Callable[[str], Any]) -> Any:
+    """`value` with every Handle, at any depth in lists, tuples and dicts, made a client."""
+    if isinstance(value, Handle):
+        return value.dereference(make_client)
+    if isinstance(value, list):
+        return [replace_handles(item, make_client) for item in value]
+    if isinstance(value, tuple):
+        items = [replace_handles(item, make_client) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, dict):
+        return {key: replace_handles(item, make_client) for key, item in value.items()}
+    return value
+
+
+def named_arguments(args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Arguments keyed the way an error should name them: 'args[0]', 'seed='."""
+    named = {f"args[{i}]": arg for i, arg in enumerate(args)}
+    named.update({f"{key}=": value for key, value in kwargs.items()})
+    return named
