@@ -112,11 +112,12 @@ class _ProcessesRunning(Running):
             self._advance_start(start_deadline)
         self._started.set()
 
-    def _receive(self, child: _Child) -> None:
+    def _receive(self, child: _Child) -> bool:
+        """Handle one message; False when the pipe is closed (its sentinel tells how it ended)."""
         try:
             kind, *body = child.conn.recv()
         except (EOFError, OSError):
-            return  # it exited; its sentinel tells how
+            return False
         if kind == "bound":
             addresses, has_run = body
             self.addresses.update(addresses)
@@ -130,10 +131,11 @@ class _ProcessesRunning(Running):
             self.node_failed(child.name, body[0])
         elif kind == "stop_program":
             self.request_stop(body[0])
+        return True
 
     def _reap(self, child: _Child) -> None:
-        while child.conn.poll():  # messages sent just before exiting
-            self._receive(child)
+        while child.conn.poll() and self._receive(child):  # messages sent just before exiting
+            pass
         child.process.join()
         exitcode = child.process.exitcode
         child.stage = "exited"
