@@ -283,7 +283,7 @@ class _Connection:
 
 
 def _encode_call(args: tuple, kwargs: dict) -> list:
-    return codec.encode_parts((list(args), kwargs), root="call")
+    return codec.encode_parts((list(args), kwargs), root=("args", "kwargs"))
 
 
 def _settle_with(outcome: futures.Future, result: Callable, *args: Any) -> None:

@@ -28,7 +28,7 @@ INLINE = b"\x00"  # a codec frame
 STAGED = b"\x01"  # a reference to a payload moved by _upload/_download: id + size
 ERROR = b"\x02"  # a codec frame describing a remote exception
 
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 1 << 20
 DEFAULT_INLINE_LIMIT = 8 << 20
 DEFAULT_MAX_MESSAGE_BYTES = 4 << 30
 

@@ -1,0 +1,34 @@
+# Two commands do all the set-up on a fresh machine with Python 3.11 and pip:
+#   make demo   -- runs the distributed examples across local processes
+#   make test   -- runs the test suite (fast tests, then the slow end-to-end ones)
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+
+.PHONY: demo test test-fast test-slow bench clean
+
+$(INSTALLED): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(INSTALLED)
+
+demo: $(INSTALLED)
+	$(PY) experiments/producer_consumer.py --launcher processes
+	$(PY) experiments/mapreduce_wordcount.py --launcher processes
+	$(PY) experiments/es_futures.py --launcher processes
+
+test: test-fast test-slow
+
+test-fast: $(INSTALLED)
+	$(PY) -m pytest
+
+test-slow: $(INSTALLED)
+	$(PY) -m pytest -m slow
+
+bench: $(INSTALLED)
+	$(PY) experiments/benchmarks/courier.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .hypothesis

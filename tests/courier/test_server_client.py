@@ -1,0 +1,318 @@
+"""Courier's server and client, over real gRPC on loopback: calls, futures and every error path."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from jaxdist import courier
+from jaxdist.courier import codec, wire
+
+
+class Service:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.active = 0
+        self.most_active = 0
+        self._lock = threading.Lock()
+
+    def add(self, a, b=1):
+        self.calls += 1
+        return a + b
+
+    def echo(self, value):
+        self.calls += 1
+        return value
+
+    def fail_builtin(self):
+        raise KeyError("missing key")
+
+    def fail_custom(self):
+        class Custom(Exception):
+            pass
+
+        raise Custom("custom failure")
+
+    def sleep(self, seconds):
+        with self._lock:
+            self.active += 1
+            self.most_active = max(self.most_active, self.active)
+        time.sleep(seconds)
+        with self._lock:
+            self.active -= 1
+        return seconds
+
+    def unsendable(self):
+        return {"ok": [1, object()]}
+
+    def run(self):
+        raise AssertionError("run is the node's own work, never served")
+
+
+@pytest.fixture
+def service():
+    return Service()
+
+
+@pytest.fixture
+def server(service):
+    server = courier.Server(service).start()
+    yield server
+    server.stop(grace=0)
+
+
+@pytest.fixture
+def client(server):
+    client = courier.Client(server.address, timeout=10)
+    yield client
+    client.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_blocking_call_with_args_and_kwargs(client):
+    assert client.add(2, b=3) == 5
+    assert client.call("add", 1) == 2
+
+
+def test_futures_return_concurrent_futures(client):
+    futures = [client.futures.add(i, b=i) for i in range(20)]
+    assert [future.result(timeout=10) for future in futures] == [2 * i for i in range(20)]
+
+
+def test_methods_listing_excludes_private_and_run(client):
+    assert client.methods() == ["add", "echo", "fail_builtin", "fail_custom", "sleep", "unsendable"]
+
+
+def test_builtin_exception_keeps_its_type_and_remote_traceback(client):
+    with pytest.raises(KeyError) as raised:
+        client.fail_builtin()
+    message = str(raised.value)
+    assert "missing key" in message and "Remote traceback" in message and "fail_builtin" in message
+    assert client.add(1) == 2
+
+
+def test_custom_exception_becomes_remote_error(client):
+    with pytest.raises(courier.RemoteError, match="Custom: custom failure"):
+        client.fail_custom()
+    with pytest.raises(courier.RemoteError):
+        client.futures.fail_custom().result(timeout=10)
+
+
+def test_unknown_method_names_what_is_served(client):
+    with pytest.raises(courier.UnknownMethodError, match="serves: add, echo"):
+        client.no_such_method()
+    with pytest.raises(AttributeError):
+        client.futures.no_such_method().result(timeout=10)
+    assert client.add(1) == 2
+
+
+def test_unsendable_argument_fails_at_the_sender_naming_its_path(client, service):
+    class Foo:
+        pass
+
+    with pytest.raises(TypeError, match=r"args\[1\]\['opt'\]\[0\]: cannot send <class '.*Foo'>"):
+        client.echo(1, {"opt": [Foo()]})
+    assert service.calls == 0
+
+
+def test_unsendable_result_reaches_the_caller_as_type_error(client):
+    with pytest.raises(TypeError, match=r"result\['ok'\]\[1\]: cannot send <class 'object'>"):
+        client.unsendable()
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b"",
+        b"\x07garbage",
+        wire.INLINE + b"\xff\xff\xff\xff",
+        wire.INLINE + codec.encode("not a call"),
+        wire.INLINE + codec.encode(([1], {2: "non-string keyword"})),
+        wire.staged_frame(b"0" * 16, 10),
+        wire.STAGED + b"short",
+    ],
+    ids=["empty", "unknown-kind", "bad-header", "not-a-call", "bad-kwargs", "unknown-upload", "short-ref"],
+)
+def test_malformed_frames_from_a_raw_grpc_channel_are_refused(server, service, frame):
+    with grpc.insecure_channel(server.address) as channel:
+        with pytest.raises(grpc.RpcError) as raised:
+            channel.unary_unary(wire.path("add"))(frame, timeout=5)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "malformed request" in raised.value.details()
+    assert service.calls == 0
+    assert courier.Client(server.address).add(1) == 2
+
+
+def test_malformed_response_is_a_clear_client_error():
+    def garbage(request, context):
+        return b"\x00\xff\xff"
+
+    handler = grpc.method_handlers_generic_handler(wire.SERVICE, {"add": grpc.unary_unary_rpc_method_handler(garbage)})
+    raw = grpc.server(__import__("concurrent.futures").futures.ThreadPoolExecutor(2), handlers=[handler])
+    port = raw.add_insecure_port("127.0.0.1:0")
+    raw.start()
+    try:
+        with pytest.raises(courier.MalformedMessageError, match="malformed message"):
+            courier.Client(f"127.0.0.1:{port}", timeout=5).add(1)
+    finally:
+        raw.stop(0)
+
+
+def test_oversized_raw_frame_is_refused_and_server_keeps_serving(service):
+    server = courier.Server(service, max_message_bytes=1 << 20).start()
+    try:
+        with grpc.insecure_channel(server.address, options=[("grpc.max_send_message_length", 8 << 20)]) as channel:
+            with pytest.raises(grpc.RpcError) as raised:
+                channel.unary_unary(wire.path("echo"))(b"\x00" * (2 << 20), timeout=5)
+        assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        client = courier.Client(server.address, timeout=10, inline_limit=64 << 10)
+        with pytest.raises(courier.MessageTooLargeError, match="max_message_bytes"):
+            client.echo(np.zeros(1 << 20, np.float32))  # 4 MiB, staged, over the server's 1 MiB
+        assert client.add(1) == 2
+        assert service.calls == 1
+    finally:
+        server.stop(grace=0)
+
+
+def test_deadline_exceeded_is_a_timeout_error_and_server_keeps_serving(client):
+    with pytest.raises(courier.DeadlineExceededError, match="within 0.2 s"):
+        client.with_timeout(0.2).sleep(1.0)
+    with pytest.raises(TimeoutError):
+        client.with_timeout(0.2).futures.sleep(1.0).result(timeout=10)
+    assert client.add(1) == 2
+
+
+def test_client_made_before_its_server_waits_for_it(service):
+    address = f"127.0.0.1:{free_port()}"
+    client = courier.Client(address, timeout=20)
+    result = client.futures.add(40, b=2)
+    time.sleep(1.0)
+    assert not result.done()
+    server = courier.Server(service, address).start()
+    try:
+        assert result.result(timeout=20) == 42
+    finally:
+        server.stop(grace=0)
+
+
+def test_client_reconnects_after_server_restarts_on_same_address(service):
+    server = courier.Server(service).start()
+    address = server.address
+    client = courier.Client(address, timeout=20)
+    assert client.add(1) == 2
+    server.stop(grace=0)
+    time.sleep(2.0)  # long enough for gRPC to back off; our ceiling is 1 s
+    restarted = courier.Server(Service(), address).start()
+    try:
+        began = time.monotonic()
+        assert client.add(2) == 3
+        assert time.monotonic() - began < 3.0
+    finally:
+        restarted.stop(grace=0)
+
+
+def test_unreachable_server_raises_after_deadline():
+    client = courier.Client(f"127.0.0.1:{free_port()}", timeout=0.5)
+    with pytest.raises(courier.DeadlineExceededError, match="no answer within 0.5 s"):
+        client.add(1)
+    fail_fast = courier.Client(f"127.0.0.1:{free_port()}", timeout=5, wait_for_ready=False)
+    with pytest.raises(courier.UnavailableError):
+        fail_fast.add(1)
+
+
+def test_second_server_on_taken_port_fails_loudly(server, service):
+    with pytest.raises(OSError, match="cannot bind"):
+        courier.Server(service, server.address)
+
+
+def test_thread_pool_size_bounds_concurrent_calls():
+    service = Service()
+    server = courier.Server(service, thread_pool_size=2).start()
+    try:
+        client = courier.Client(server.address, timeout=20)
+        futures = [client.futures.sleep(0.3) for _ in range(6)]
+        for future in futures:
+            future.result(timeout=20)
+        assert service.most_active == 2
+    finally:
+        server.stop(grace=0)
+
+
+def test_token_guards_every_method(service):
+    server = courier.Server(service, token="s3cret").start()
+    try:
+        assert courier.Client(server.address, token="s3cret").add(1) == 2
+        with pytest.raises(courier.AuthenticationError, match="token"):
+            courier.Client(server.address, token="wrong").add(1)
+        with pytest.raises(PermissionError):
+            courier.Client(server.address).add(1)
+        assert service.calls == 1
+    finally:
+        server.stop(grace=0)
+
+
+def test_health_service_reports_serving(server):
+    with grpc.insecure_channel(server.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for service_name in ("", wire.SERVICE):
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=service_name), timeout=5)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_calls_before_attach_wait_for_the_object():
+    server = courier.Server(None).start()
+    try:
+        client = courier.Client(server.address, timeout=20)
+        pending = client.futures.add(1)
+        time.sleep(0.5)
+        assert not pending.done()
+        server.attach(Service())
+        assert pending.result(timeout=20) == 2
+    finally:
+        server.stop(grace=0)
+
+
+def test_server_binds_loopback_by_default(server):
+    assert server.address.startswith("127.0.0.1:")
+
+
+@pytest.mark.parametrize("size_mb", [1, 16, 64])
+def test_large_arrays_round_trip_both_ways(client, size_mb):
+    array = np.arange(size_mb * (1 << 18), dtype=np.float32)
+    echoed = client.echo(array)
+    np.testing.assert_array_equal(echoed, array)
+    echoed = client.futures.echo({"params": array, "step": 3}).result(timeout=60)
+    assert echoed["step"] == 3
+    np.testing.assert_array_equal(echoed["params"], array)
+
+
+def test_256mb_array_round_trip_keeps_memory_near_payload_size():
+    """Each side holds about one copy of the payload beyond what it already had, not four."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    probe = os.path.join(os.path.dirname(__file__), "memory_probe.py")
+    server = subprocess.Popen([sys.executable, probe, "server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        address = server.stdout.readline().strip()
+        out = subprocess.run([sys.executable, probe, "client", address, "256"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        growth = json.loads(out.stdout)
+    finally:
+        server.stdin.close()
+        server.wait(timeout=30)
+    assert growth["client_mb"] < 1.25 * 256, growth  # the result: one payload, plus chunks
+    assert growth["server_mb"] < 1.25 * 256, growth  # the request it holds, plus chunks
