@@ -33,7 +33,7 @@ def launch(
     interrupt_after: float = 2.0,
     echo: bool = True,
 ) -> Running:
-    """Start `program` as threads; returns once every server is bound and every node started."""
+    """Start `program` as threads; returns once every node is built and running (or one failed)."""
     preflight.check_program(program)
     preflight.check_resources(program, resources, supported={})
     run_dir = preflight.prepare_run_dir(program, run_dir)
@@ -57,7 +57,7 @@ class _ThreadsRunning(Running):
         self._output = ThreadOutput(run_dir, echo)
         self._clients: ClientPool | None = None
         self._stop_event: threading.Event | None = None
-        self._constructed = threading.Barrier(len(nodes))
+        self._constructed = threading.Barrier(len(nodes) + 1)  # the nodes and `start`
 
     def start(self) -> None:
         for name, executable in self._executables.items():
@@ -67,25 +67,34 @@ class _ThreadsRunning(Running):
                 self._shut_down_executables()
                 raise
         self._clients = ClientPool(self.addresses, self.token)
-        self._stop_event = context.install(lambda: self.request_stop("jd.stop() was called in a node"))
+        self._stop_event = context.install(self._stop_from_node)
         self._output.install()
-        for name, executable in self._executables.items():
-            thread = threading.Thread(target=self._node_main, args=(name, executable), name=name, daemon=True)
-            self._threads[name] = thread
+        self._threads = {
+            name: threading.Thread(target=self._node_main, args=(name, executable), name=name, daemon=True)
+            for name, executable in self._executables.items()
+        }
+        for thread in self._threads.values():
             thread.start()
+        try:
+            self._constructed.wait()
+        except threading.BrokenBarrierError:
+            pass  # a node failed to construct: wait() reports it
+
+    def _stop_from_node(self) -> None:
+        self.request_stop(f"jd.stop() was called in node '{threading.current_thread().name}'")
 
     def _node_main(self, name: str, executable: Executable) -> None:
         self._output.route_current_thread(name)
         try:
             executable.construct(self.addresses, self._clients)
+            self.node_started(name, executable.has_run)
             self._constructed.wait()
         except threading.BrokenBarrierError:
             return  # another node failed to construct; it reports
         except BaseException:
-            self._constructed.abort()
             self.node_failed(name, traceback.format_exc())
+            self._constructed.abort()
             return
-        self.node_started(name, executable.has_run)
         if not executable.has_run:
             return
         try:

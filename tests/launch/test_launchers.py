@@ -1,0 +1,213 @@
+"""Both local launchers, with real servers, threads and processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+import jaxdist as jd
+import launch_nodes as nodes
+from jaxdist import courier
+
+LAUNCHERS = ["threads", "processes"]
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def processes_with_marker(marker: str) -> list[int]:
+    """Pids of live processes whose environment carries `marker` (children inherit it)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as environ:
+                    if marker.encode() in environ.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.parametrize(
+    "script, expected",
+    [
+        ("producer_consumer.py", "Results: [0, 1, 4, 9]"),
+        ("mapreduce_wordcount.py", "matches a single-process count: True"),
+        ("es_futures.py", "final fitness -0.0"),
+    ],
+)
+def test_examples_run_and_leave_no_process_behind(tmp_path, launcher, script, expected):
+    marker = f"JAXDIST_TEST_MARKER={uuid.uuid4().hex}"
+    env = dict(os.environ, JAXDIST_TEST_MARKER=marker.split("=", 1)[1])
+    out = subprocess.run(
+        [sys.executable, os.path.join(REPO, "experiments", script), "--launcher", launcher, "--run-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert expected in out.stdout
+    time.sleep(0.2)
+    assert processes_with_marker(marker) == []
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_node_failure_is_reported_with_name_and_traceback(tmp_path, launcher):
+    program = jd.Program("failing")
+    with program.group("service"):
+        program.add_node(jd.CourierNode(nodes.Counter))
+    with program.group("bad"):
+        program.add_node(jd.CourierNode(nodes.Failing))
+    running = jd.launch(program, launcher=launcher, run_dir=str(tmp_path), echo=False)
+    with pytest.raises(jd.NodeFailedError, match="node 'bad/0' failed") as raised:
+        running.wait(timeout=60)
+    assert "ValueError: deliberate failure in run" in raised.value.details
+    assert "launch_nodes.py" in raised.value.details
+    status = running.status()
+    assert status["bad/0"]["state"] == "failed"
+    assert status["service/0"]["state"] == "stopped"
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_constructor_failure_is_reported_and_nothing_runs(tmp_path, launcher):
+    program = jd.Program("bad-init")
+    program.add_node(jd.CourierNode(nodes.FailingConstructor), label="bad")
+    program.add_node(jd.CourierNode(nodes.UntilStopped), label="worker")
+    running = jd.launch(program, launcher=launcher, run_dir=str(tmp_path), echo=False)
+    with pytest.raises(jd.NodeFailedError, match="RuntimeError: deliberate failure in __init__"):
+        running.wait(timeout=60)
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_constructors_may_call_nodes_added_later(tmp_path, launcher, capfd):
+    program = jd.Program("two-phase")
+    peer = jd.Handle("counter/0")  # refers to the node added below
+    program.add_node(jd.CourierNode(nodes.CallsPeerInConstructor, peer), label="caller")
+    assert program.add_node(jd.CourierNode(nodes.Counter)).node_name == "counter/0"
+    running = jd.launch(program, launcher=launcher, run_dir=str(tmp_path))
+    assert running.wait(timeout=60)
+    assert "[caller/0] peer replied pong" in capfd.readouterr().out
+    assert running.stop_reason == "jd.stop() was called in node 'caller/0'"
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_program_ends_when_every_node_with_run_returns(tmp_path, launcher, capfd):
+    program = jd.Program("counting")
+    counter = program.add_node(jd.CourierNode(nodes.Counter))
+    with program.group("caller"):
+        program.add_node(jd.PyNode(nodes.call_counter, counter, 5))
+    running = jd.launch(program, launcher=launcher, run_dir=str(tmp_path))
+    assert running.wait(timeout=60)
+    assert "[caller/0] counter at 6" in capfd.readouterr().out
+    status = running.status()
+    assert status["caller/0"]["state"] == "finished"
+    assert status["counter/0"]["state"] == "stopped"
+    assert running.stop_reason == "every node with work of its own has finished"
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_each_node_has_a_log_file_and_prefixed_console(tmp_path, launcher, capfd):
+    program = jd.Program("chatty")
+    program.add_node(jd.CourierNode(nodes.Chatty))
+    assert jd.launch(program, launcher=launcher, run_dir=str(tmp_path)).wait(timeout=60)
+    log = (tmp_path / "logs" / "chatty-0.log").read_text()
+    assert "hello from stdout" in log and "hello from stderr" in log
+    captured = capfd.readouterr()
+    assert "[chatty/0] hello from stdout" in captured.out + captured.err
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_stop_ends_cooperative_and_services_and_reports_status(tmp_path, launcher):
+    program = jd.Program("stoppable")
+    program.add_node(jd.CourierNode(nodes.UntilStopped), label="loop")
+    counter = program.add_node(jd.CourierNode(nodes.Counter))
+    running = jd.launch(program, launcher=launcher, run_dir=str(tmp_path), echo=False)
+    assert set(running.addresses) == {"counter/0", "loop/0"}  # a node with run() serves too
+    assert running.status()["loop/0"]["state"] == "running"
+    assert courier.Client(running.addresses["counter/0"], token=running.token).increment() == 1
+    began = time.monotonic()
+    running.stop()
+    assert time.monotonic() - began < 5
+    assert running.wait(timeout=0)
+    assert {s["state"] for s in running.status().values()} == {"stopped"}
+    assert counter.node_name == "counter/0"
+
+
+def test_threads_stop_interrupts_a_node_that_ignores_the_stop_event(tmp_path):
+    program = jd.Program("stubborn-thread")
+    program.add_node(jd.PyNode(nodes.call_counter_forever_uncooperative), label="loop")
+    running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False, interrupt_after=0.2)
+    began = time.monotonic()
+    running.stop()
+    assert time.monotonic() - began < 3
+
+
+def test_processes_stop_kills_stubborn_nodes_and_grandchildren(tmp_path):
+    program = jd.Program("stubborn")
+    program.add_node(jd.CourierNode(nodes.Stubborn))
+    tree = program.add_node(jd.CourierNode(nodes.WithGrandchild))
+    running = jd.launch(program, launcher="processes", run_dir=str(tmp_path), echo=False, grace=1.0)
+    grandchild = courier.Client(running.addresses[tree.node_name], token=running.token).grandchild_pid()
+    assert alive(grandchild)
+    began = time.monotonic()
+    running.stop()
+    assert time.monotonic() - began < 4
+    time.sleep(0.2)
+    assert not alive(grandchild)
+    for status in running.status().values():
+        assert not alive(status["pid"])
+
+
+def test_processes_report_a_node_killed_by_a_signal(tmp_path):
+    program = jd.Program("killed")
+    program.add_node(jd.CourierNode(nodes.SelfKilling))
+    program.add_node(jd.CourierNode(nodes.Counter))
+    running = jd.launch(program, launcher="processes", run_dir=str(tmp_path), echo=False)
+    with pytest.raises(jd.NodeFailedError, match="node 'selfkilling/0' failed:\nprocess was killed by SIGKILL"):
+        running.wait(timeout=60)
+
+
+def test_processes_set_group_environment(tmp_path, capfd):
+    program = jd.Program("env")
+    with program.group("reader"):
+        program.add_node(jd.PyNode(nodes.print_env, "JAXDIST_GROUP_VALUE"))
+    running = jd.launch(
+        program, launcher="processes", run_dir=str(tmp_path), resources={"reader": {"env": {"JAXDIST_GROUP_VALUE": 42}}}
+    )
+    assert running.wait(timeout=60)
+    assert "[reader/0] JAXDIST_GROUP_VALUE=42" in capfd.readouterr().out
+    assert "JAXDIST_GROUP_VALUE" not in os.environ
+
+
+def test_nodes_exit_when_the_launcher_is_killed(tmp_path):
+    marker = uuid.uuid4().hex
+    script = (
+        "import sys, time; sys.path.insert(0, %r)\n"
+        "import jaxdist as jd, launch_nodes as nodes\n"
+        "if __name__ == '__main__':\n"
+        "    p = jd.Program('orphans'); p.add_node(jd.CourierNode(nodes.UntilStopped)); p.add_node(jd.CourierNode(nodes.Counter))\n"
+        "    jd.launch(p, launcher='processes', run_dir=%r, echo=False); print('started', flush=True); time.sleep(600)\n"
+    ) % (os.path.join(REPO, "tests", "support"), str(tmp_path))
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=dict(os.environ, JAXDIST_TEST_MARKER=marker)
+    )
+    assert launcher.stdout.readline().strip() == "started"
+    assert len(processes_with_marker(marker)) >= 3  # the launcher, two nodes (and a resource tracker)
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait()
+    deadline = time.monotonic() + 15
+    while processes_with_marker(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [pid for pid in processes_with_marker(marker) if alive(pid)] == []

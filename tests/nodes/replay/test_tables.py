@@ -1,0 +1,324 @@
+import collections
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from jaxdist.nodes.replay import (Fifo, MinSize, Prioritized, SampleToInsertRatio, TableClosedError,
+                                  Uniform)
+
+Step = collections.namedtuple("Step", "obs reward")
+
+
+def item(writer: int, seq: int) -> dict:
+    """A small trajectory-like pytree whose contents identify it."""
+    return {"id": np.array([writer, seq]), "step": Step(np.full((2, 3), seq, np.float32), float(writer))}
+
+
+def run_threads(*targets, join_timeout: float = 15.0) -> None:
+    """Runs the targets concurrently, re-raises the first failure, and fails if any thread hangs."""
+    errors = []
+
+    def guarded(target):
+        try:
+            target()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(t,), daemon=True) for t in targets]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + join_timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    assert not any(thread.is_alive() for thread in threads), "a thread is still blocked"
+    if errors:
+        raise errors[0]
+
+
+def start_later(delay: float, fn) -> threading.Thread:
+    thread = threading.Thread(target=lambda: (time.sleep(delay), fn()), daemon=True)
+    thread.start()
+    return thread
+
+
+# --- Fifo ---------------------------------------------------------------------------------------
+
+def test_fifo_delivers_each_item_once_in_insertion_order_stacked():
+    queue = Fifo(max_size=8)
+    keys = [queue.insert(item(0, i)) for i in range(5)]
+    assert keys == list(range(5))
+    first, second = queue.sample(3), queue.sample(2)
+    np.testing.assert_array_equal(first.keys, [0, 1, 2])
+    assert first.keys.dtype == np.int64 and first.probabilities is None
+    np.testing.assert_array_equal(first.data["id"], [[0, 0], [0, 1], [0, 2]])
+    assert isinstance(first.data["step"], Step) and first.data["step"].obs.shape == (3, 2, 3)
+    np.testing.assert_array_equal(second.data["step"].reward, [0.0, 0.0])
+    assert queue.size() == 0 and queue.stats()["samples"] == 5
+
+
+def test_fifo_insert_blocks_while_full_until_a_sample_frees_space():
+    queue = Fifo(max_size=2)
+    queue.insert(item(0, 0))
+    queue.insert(item(0, 1))
+    with pytest.raises(TimeoutError, match=r"Fifo is full \(2 items\).*sample faster"):
+        queue.insert(item(0, 2), timeout=0.05)
+    start_later(0.05, lambda: queue.sample(1))
+    assert queue.insert(item(0, 2), timeout=5) == 2
+    assert queue.stats()["insert_waits"] == 2 and queue.stats()["timeouts"] == 1
+
+
+def test_fifo_sample_waits_for_exactly_batch_size_items():
+    queue = Fifo(max_size=4)
+    queue.insert(item(0, 0))
+    with pytest.raises(TimeoutError, match="Fifo holds 1 of the 2 items"):
+        queue.sample(2, timeout=0.05)
+    start_later(0.05, lambda: queue.insert(item(0, 1)))
+    np.testing.assert_array_equal(queue.sample(2, timeout=5).keys, [0, 1])
+
+
+def test_fifo_refuses_a_batch_it_could_never_fill_instead_of_hanging():
+    queue = Fifo(max_size=64)
+    with pytest.raises(ValueError, match="batch_size 100 exceeds Fifo max_size 64; a Fifo sample removes"):
+        queue.sample(100)
+
+
+def test_fifo_under_concurrent_writers_and_samplers_loses_and_repeats_nothing():
+    writers, per_writer, batch = 4, 150, 5
+    queue = Fifo(max_size=16)
+    acknowledged, delivered = {}, []  # key -> (writer, seq); batches of keys
+    done = threading.Event()
+
+    def writer(w):
+        for seq in range(per_writer):
+            acknowledged[queue.insert(item(w, seq), timeout=10)] = (w, seq)
+
+    def sampler():
+        while not (done.is_set() and queue.size() < batch):
+            try:
+                sample = queue.sample(batch, timeout=0.05)
+            except TimeoutError:
+                continue
+            delivered.append(sample)
+
+    def writers_then_done():
+        run_threads(*[lambda w=w: writer(w) for w in range(writers)])
+        done.set()
+
+    run_threads(writers_then_done, sampler, sampler)
+    remaining = queue.sample(queue.size()) if queue.size() else None
+    keys = np.concatenate([s.keys for s in delivered] + ([remaining.keys] if remaining else []))
+    assert sorted(keys.tolist()) == sorted(acknowledged) == list(range(writers * per_writer))
+    for sample in delivered:  # a batch is a contiguous run of the queue, its data that of its keys
+        np.testing.assert_array_equal(np.diff(sample.keys), 1)
+        np.testing.assert_array_equal(sample.data["id"], [acknowledged[k] for k in sample.keys.tolist()])
+    for w in range(writers):  # each writer's items come out in the order it wrote them
+        seqs = [acknowledged[k][1] for k in sorted(acknowledged) if acknowledged[k][0] == w]
+        assert seqs == list(range(per_writer))
+
+
+# --- Uniform and Prioritized ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("max_size", [1000, 64], ids=["no-eviction", "eviction"])
+@pytest.mark.parametrize("kind", [Uniform, Prioritized])
+def test_concurrent_inserts_samples_and_updates_keep_every_item_intact(kind, max_size):
+    table, writers, per_writer = kind(max_size, seed=0), 3, 150
+    acknowledged = {}
+    done = threading.Event()
+
+    def writer(w):
+        for seq in range(per_writer):
+            acknowledged[table.insert(item(w, seq), timeout=10)] = (w, seq)
+
+    def sampler():
+        while not done.is_set():
+            sample = table.sample(8, timeout=10)
+            for key, ident in zip(sample.keys.tolist(), sample.data["id"].tolist()):
+                assert tuple(ident) == acknowledged.get(key, tuple(ident))  # a key being acked may race
+            if kind is Prioritized:
+                table.update_priorities(sample.keys, sample.data["step"].obs[:, 0, 0] + 0.5)
+
+    def writers_then_done():
+        run_threads(*[lambda w=w: writer(w) for w in range(writers)])
+        done.set()
+
+    run_threads(writers_then_done, sampler, sampler)
+    total = writers * per_writer
+    assert sorted(acknowledged) == list(range(total))
+    state, stats = table.state(), table.stats()
+    assert (state["first_key"], state["next_key"]) == (max(0, total - max_size), total)  # the newest survive
+    keys = np.arange(state["first_key"], state["next_key"])
+    np.testing.assert_array_equal(state["items"]["id"], [acknowledged[k] for k in keys.tolist()])
+    assert stats["evictions"] == state["first_key"] and stats["samples"] > 0
+
+
+def test_full_tables_evict_the_oldest_items_first():
+    table = Uniform(max_size=3, seed=0)
+    for seq in range(5):
+        table.insert(item(0, seq))
+    sample = table.sample(200)
+    assert set(sample.keys.tolist()) == {2, 3, 4}
+    np.testing.assert_array_equal(sample.data["id"][:, 1], sample.keys)
+    np.testing.assert_allclose(sample.probabilities, 1 / 3)
+    assert table.stats()["evictions"] == 2 and table.size() == 3
+
+
+def test_prioritized_samples_in_proportion_to_priority_to_the_exponent():
+    table = Prioritized(max_size=4, priority_exponent=0.5, seed=1)
+    priorities = np.array([1.0, 4.0, 9.0, 16.0])
+    for seq, p in enumerate(priorities):
+        table.insert(item(0, seq), priority=p)
+    expected = np.sqrt(priorities) / np.sqrt(priorities).sum()
+    draws = 20_000
+    sample = table.sample(draws)
+    counts = np.bincount(sample.keys, minlength=4)
+    assert ((counts - draws * expected) ** 2 / (draws * expected)).sum() < 3 + 5 * np.sqrt(6)
+    np.testing.assert_allclose(sample.probabilities, expected[sample.keys])
+
+
+def test_update_priorities_by_key_skips_evicted_keys_and_last_duplicate_wins():
+    table = Prioritized(max_size=2, priority_exponent=1.0, seed=0)
+    for seq in range(3):  # key 0 is evicted
+        table.insert(item(0, seq), priority=1.0)
+    table.update_priorities(np.array([0, 1, 2, 2]), np.array([50.0, 0.0, 7.0, 3.0]))
+    assert table.stats()["stale_priority_updates"] == 1
+    np.testing.assert_array_equal(table.state()["priorities"], [0.0, 3.0])
+    assert set(table.sample(50).keys.tolist()) == {2}
+
+
+def test_prioritized_insert_without_priority_takes_the_largest_so_far():
+    table = Prioritized(max_size=4, priority_exponent=1.0, seed=0)
+    table.insert(item(0, 0))
+    table.insert(item(0, 1), priority=5.0)
+    table.insert(item(0, 2))
+    np.testing.assert_array_equal(table.state()["priorities"], [1.0, 5.0, 5.0])
+
+
+def test_rate_limited_inserters_and_samplers_never_deadlock():
+    limiter = SampleToInsertRatio(samples_per_insert=2.0, min_size=8, error_buffer=6.0)
+    table = Uniform(max_size=32, rate_limiter=limiter, seed=0)
+    progress = collections.Counter()
+
+    def loop(name, call):
+        while True:
+            try:
+                call()
+            except TimeoutError:
+                continue
+            except TableClosedError:
+                return
+            progress[name] += 1
+
+    inserters = [lambda i=i: loop(f"insert{i}", lambda: table.insert(item(i, 0), timeout=0.02)) for i in range(3)]
+    samplers = [lambda i=i: loop(f"sample{i}", lambda: table.sample(4, timeout=0.02)) for i in range(2)]
+    start_later(1.0, table.close)
+    run_threads(*inserters, *samplers)
+    stats = table.stats()
+    assert all(progress[f"insert{i}"] > 0 for i in range(3)) and all(progress[f"sample{i}"] > 0 for i in range(2))
+    assert stats["inserts"] > 50 and stats["insert_waits"] > 0 and stats["sample_waits"] > 0
+    diff = stats["inserts"] * 2.0 - stats["samples"]
+    assert limiter.min_diff <= diff <= limiter.max_diff
+
+
+def test_rate_limiter_refuses_batches_and_sizes_that_could_only_hang():
+    with pytest.raises(ValueError, match="can never be sampled at once"):
+        Uniform(100, rate_limiter=SampleToInsertRatio(1.0, 10, 5.0)).sample(20)
+    with pytest.raises(ValueError, match=r"MinSize\(10\) waits for 10 items but max_size is 5"):
+        Prioritized(5, rate_limiter=MinSize(10))
+
+
+def test_min_size_limiter_holds_samplers_with_a_clear_timeout():
+    table = Uniform(10, rate_limiter=MinSize(2))
+    table.insert(item(0, 0))
+    with pytest.raises(TimeoutError, match=r"Uniform holds 1 items and MinSize\(2\) waits for 2"):
+        table.sample(1, timeout=0.02)
+
+
+# --- all tables -----------------------------------------------------------------------------------
+
+TABLES = {
+    "fifo": lambda: Fifo(max_size=6),
+    "uniform": lambda: Uniform(max_size=6, seed=3),
+    "prioritized": lambda: Prioritized(max_size=6, priority_exponent=0.7, seed=3),
+}
+
+
+@pytest.mark.parametrize("kind", TABLES)
+def test_state_round_trip_gives_an_identical_table(kind):
+    table = TABLES[kind]()
+    priority = (lambda seq: {"priority": seq + 1.0}) if kind == "prioritized" else (lambda seq: {})
+    for seq in range(9 if kind != "fifo" else 6):  # the sampled tables evict 3
+        table.insert(item(1, seq), **priority(seq))
+    table.sample(2)
+    state = table.state()
+    restored = TABLES[kind]()
+    restored.load_state(state)
+    assert restored.stats() == table.stats()
+    assert table.insert(item(2, 0)) == restored.insert(item(2, 0)) == state["next_key"]
+    for _ in range(2):
+        a, b = table.sample(2), restored.sample(2)
+        np.testing.assert_array_equal(a.keys, b.keys)
+        np.testing.assert_array_equal(a.data["step"].obs, b.data["step"].obs)
+        np.testing.assert_array_equal(a.probabilities, b.probabilities)
+    assert state["next_key"] == (9 if kind != "fifo" else 6)  # the snapshot did not move with the table
+
+
+@pytest.mark.parametrize("kind", TABLES)
+def test_close_wakes_blocked_waiters_and_keeps_state_readable(kind):
+    table = TABLES[kind]()
+    outcomes = []
+
+    def wait_for_sample():
+        try:
+            table.sample(2)
+        except TableClosedError as e:
+            outcomes.append(str(e))
+
+    start_later(0.1, table.close)
+    run_threads(wait_for_sample, wait_for_sample, join_timeout=5)
+    assert len(outcomes) == 2 and "is closed" in outcomes[0]
+    with pytest.raises(TableClosedError):
+        table.insert(item(0, 0))
+    assert table.stats()["closed"] and table.state()["next_key"] == 0
+
+
+def test_close_wakes_a_blocked_inserter():
+    queue = Fifo(max_size=1)
+    queue.insert(item(0, 0))
+    start_later(0.1, queue.close)
+    with pytest.raises(TableClosedError):
+        queue.insert(item(0, 1))
+
+
+def test_items_that_differ_from_the_first_are_refused_naming_both_structures():
+    table = Uniform(4)
+    table.insert(item(0, 0))
+    with pytest.raises(ValueError, match=r"item structure \{'id': \*\} differs from the table's "
+                                         r"\{'id': \*, 'step': Step\(\*, \*\)\}"):
+        table.insert({"id": np.array([0, 0])})
+    with pytest.raises(ValueError, match=r"item\['step'\]\[0\] has shape \(2, 4\) float32 but the table stores "
+                                         r"\(2, 3\) float32"):
+        table.insert({"id": np.array([0, 0]), "step": Step(np.zeros((2, 4), np.float32), 0.0)})
+    with pytest.raises(TypeError, match=r"item\['id'\] is a NoneType, not a numeric array"):
+        table.insert({"id": None, "step": Step(np.zeros((2, 3), np.float32), 0.0)})
+    assert table.size() == 1
+
+
+def test_bad_arguments_are_refused_with_clear_errors():
+    with pytest.raises(ValueError, match=r"priority must be finite and >= 0, got -1.0"):
+        Prioritized(4).insert(item(0, 0), priority=-1.0)
+    with pytest.raises(ValueError, match="Uniform has no priorities"):
+        Uniform(4).insert(item(0, 0), priority=1.0)
+    with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
+        Fifo(4).sample(0)
+    with pytest.raises(ValueError, match="timeout must be None or >= 0"):
+        Fifo(4).insert(item(0, 0), timeout=-1)
+    with pytest.raises(ValueError, match="max_size must be an int >= 1"):
+        Uniform(0)
+    with pytest.raises(ValueError, match="1-D and the same length"):
+        Prioritized(4).update_priorities(np.array([0, 1]), np.array([1.0]))
+    table = Prioritized(4)
+    table.insert(item(0, 0), priority=0.0)
+    with pytest.raises(ValueError, match="every priority is 0"):
+        table.sample(1)

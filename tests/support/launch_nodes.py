@@ -1,0 +1,111 @@
+"""Node classes for launcher tests; a module of its own so spawned processes can import it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import jaxdist as jd
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.value = 0
+
+    def increment(self) -> int:
+        self.value += 1
+        return self.value
+
+    def ping(self) -> str:
+        return "pong"
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class CallsPeerInConstructor:
+    """Calls a node that may be added (and constructed) after it: the two-phase start allows it."""
+
+    def __init__(self, peer) -> None:
+        self.reply = peer.ping()
+
+    def run(self) -> None:
+        print(f"peer replied {self.reply}", flush=True)
+        jd.stop()
+
+
+class Failing:
+    def run(self) -> None:
+        print("about to fail", flush=True)
+        raise ValueError("deliberate failure in run")
+
+
+class FailingConstructor:
+    def __init__(self) -> None:
+        raise RuntimeError("deliberate failure in __init__")
+
+
+class Chatty:
+    def run(self) -> None:
+        print("hello from stdout", flush=True)
+        print("hello from stderr", file=sys.stderr, flush=True)
+
+
+class UntilStopped:
+    """Cooperative: checks jd.stop_requested()."""
+
+    def run(self) -> None:
+        while not jd.wait_for_stop(0.05):
+            pass
+
+
+class Stubborn:
+    """Ignores the stop event and SIGTERM, swallowing KeyboardInterrupt: only SIGKILL ends it."""
+
+    def run(self) -> None:
+        import signal
+
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while True:
+            try:
+                time.sleep(0.05)
+            except KeyboardInterrupt:
+                pass
+
+
+class WithGrandchild:
+    """Starts a long-lived subprocess of its own, so a stop must reach its whole tree."""
+
+    def __init__(self) -> None:
+        self._child = subprocess.Popen(["sleep", "600"])
+
+    def grandchild_pid(self) -> int:
+        return self._child.pid
+
+
+class SelfKilling:
+    def run(self) -> None:
+        time.sleep(0.2)
+        os.kill(os.getpid(), 9)
+
+
+def stop_after(seconds: float) -> None:
+    time.sleep(seconds)
+    jd.stop()
+
+
+def call_counter(counter, times: int) -> None:
+    for _ in range(times):
+        counter.increment()
+    print(f"counter at {counter.increment()}", flush=True)
+
+
+def call_counter_forever_uncooperative() -> None:
+    while True:
+        time.sleep(0.01)
+
+
+def print_env(name: str) -> None:
+    print(f"{name}={os.environ.get(name)}", flush=True)

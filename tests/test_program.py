@@ -1,0 +1,105 @@
+"""The program model: groups, handles and the errors a user meets first."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+import jaxdist as jd
+from jaxdist.launch import preflight
+from jaxdist.program import replace_handles
+
+
+class Service:
+    def ping(self) -> str:
+        return "pong"
+
+
+def work() -> None:
+    pass
+
+
+def test_add_node_names_nodes_by_group_and_index():
+    program = jd.Program("p")
+    with program.group("actor"):
+        handles = [program.add_node(jd.CourierNode(Service)) for _ in range(3)]
+    assert [h.node_name for h in handles] == ["actor/0", "actor/1", "actor/2"]
+    assert program.add_node(jd.PyNode(work)) is None
+    assert list(program.groups) == ["actor", "work"]
+
+
+def test_group_rejects_mixed_node_types():
+    program = jd.Program("p")
+    with program.group("actor"):
+        program.add_node(jd.CourierNode(Service))
+        with pytest.raises(TypeError, match="group 'actor' mixes node types CourierNode and PyNode"):
+            program.add_node(jd.PyNode(work))
+
+
+def test_groups_do_not_nest_and_nodes_are_added_once():
+    program = jd.Program("p")
+    with program.group("a"):
+        with pytest.raises(ValueError, match="groups do not nest"):
+            with program.group("b"):
+                pass
+    node = jd.CourierNode(Service)
+    program.add_node(node)
+    with pytest.raises(ValueError, match="already added"):
+        program.add_node(node)
+
+
+def test_handle_used_before_dereference_says_what_to_do():
+    program = jd.Program("p")
+    handle = program.add_node(jd.CourierNode(Service))
+    with pytest.raises(RuntimeError, match=r"handle of node 'service/0' used before it was dereferenced \(.ping\)"):
+        handle.ping()
+
+
+def test_handles_at_any_depth_become_clients():
+    Pair = collections.namedtuple("Pair", "left right")
+    handle = jd.Handle("learner/0")
+    value = {"a": [handle, (1, handle)], "b": Pair(handle, 2), "c": "text"}
+    replaced = replace_handles(value, lambda name: f"client of {name}")
+    assert replaced == {
+        "a": ["client of learner/0", (1, "client of learner/0")],
+        "b": Pair("client of learner/0", 2),
+        "c": "text",
+    }
+    assert isinstance(replaced["b"], Pair)
+
+
+def test_unknown_group_in_resources_lists_the_groups():
+    program = jd.Program("p")
+    with program.group("learner"):
+        program.add_node(jd.CourierNode(Service))
+    with pytest.raises(ValueError, match="resources name group 'lerner'.*groups: learner"):
+        jd.launch(program, launcher="processes", resources={"lerner": {}})
+    with pytest.raises(ValueError, match=r"unknown keys \['cpus'\].*env"):
+        jd.launch(program, launcher="processes", resources={"learner": {"cpus": 4}})
+
+
+def test_unshippable_argument_is_named_before_anything_starts():
+    program = jd.Program("p")
+    with program.group("actor"):
+        program.add_node(jd.CourierNode(Service))
+        program.add_node(jd.CourierNode(Service, 1, env_fn=lambda: None))
+    with pytest.raises(TypeError, match=r"node 'actor/1': env_fn= .* cannot be sent to a process"):
+        preflight.check_shippable(program)
+
+
+def test_unknown_launcher_lists_available_ones():
+    program = jd.Program("p")
+    program.add_node(jd.PyNode(work))
+    with pytest.raises(ValueError, match="unknown launcher 'ray'; available: processes, threads"):
+        jd.launch(program, launcher="ray")
+
+
+def test_empty_program_is_refused():
+    with pytest.raises(ValueError, match="has no nodes"):
+        jd.launch(jd.Program("empty"), launcher="threads")
+
+
+def test_stop_outside_a_program_is_an_error():
+    with pytest.raises(RuntimeError, match="outside a launched program"):
+        jd.stop()
