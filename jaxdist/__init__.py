@@ -5,11 +5,13 @@
 
 from jaxdist import courier
 from jaxdist.launch import NodeFailedError, Running, launch, stop, stop_requested, wait_for_stop
+from jaxdist.nodes.colocation import ColocationNode
 from jaxdist.nodes.courier_node import CourierNode
 from jaxdist.nodes.py_node import PyNode
 from jaxdist.program import Handle, Node, Program
 
 __all__ = [
+    "ColocationNode",
     "CourierNode",
     "Handle",
     "Node",

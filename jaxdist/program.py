@@ -81,7 +81,7 @@ class Node(abc.ABC):
         """The group label for a node added outside any `with program.group(...)`."""
 
     @abc.abstractmethod
-    def create_handle(self) -> Handle | None:
+    def create_handle(self) -> Any:
         """The handle `add_node` returns, or None for nodes that serve nothing."""
 
     @abc.abstractmethod
@@ -91,6 +91,14 @@ class Node(abc.ABC):
     def shipped_arguments(self) -> dict[str, Any]:
         """What must travel to a process to build this node there, by argument name."""
         return {}
+
+    def assign_name(self, name: str) -> None:
+        """Called once by `Program.add_node`; composite nodes name their parts here too."""
+        self.name = name
+
+    def units(self) -> list["Node"]:
+        """The pieces a launcher runs separately, each in its own thread or process."""
+        return [self]
 
 
 class Program:
@@ -113,7 +121,8 @@ class Program:
         finally:
             self._current_group = None
 
-    def add_node(self, node: Node, label: str | None = None) -> Handle | None:
+    def add_node(self, node: Node, label: str | None = None) -> Any:
+        """Add `node`; returns its handle (None for nodes that serve nothing; a list for colocations)."""
         if not isinstance(node, Node):
             raise TypeError(f"add_node takes a node (CourierNode, PyNode, ...), got {type(node).__name__}")
         if node.name:
@@ -125,12 +134,16 @@ class Program:
                 f"group '{label}' mixes node types {type(members[0]).__name__} and {type(node).__name__}; "
                 f"put each node type in its own group"
             )
-        node.name = f"{label}/{len(members)}"
+        node.assign_name(f"{label}/{len(members)}")
         members.append(node)
         return node.create_handle()
 
     def nodes(self) -> list[Node]:
         return [node for members in self.groups.values() for node in members]
+
+    def units(self) -> list[tuple[str, Node]]:
+        """(group label, unit) for every piece a launcher runs separately."""
+        return [(label, unit) for label, members in self.groups.items() for node in members for unit in node.units()]
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{label}: {len(members)}" for label, members in self.groups.items())

@@ -50,14 +50,19 @@ def serve(addresses: "multiprocessing.connection.Connection") -> None:
     raw.stop(0)
 
 
-def latencies(call: Callable[[], object], count: int) -> list[float]:
+def paired_latencies(
+    baseline: Callable[[], object], candidate: Callable[[], object], count: int
+) -> tuple[list[float], list[float]]:
+    """Latencies of the two calls taken alternately, so both see the same machine load."""
     for _ in range(min(200, count)):
-        call()
-    samples = []
+        baseline()
+        candidate()
+    samples: tuple[list[float], list[float]] = ([], [])
     for _ in range(count):
-        began = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - began)
+        for call, into in ((baseline, samples[0]), (candidate, samples[1])):
+            began = time.perf_counter()
+            call()
+            into.append(time.perf_counter() - began)
     return samples
 
 
@@ -104,8 +109,7 @@ def main() -> None:
 
     rows = []
     tiny = np.float32(1.0)
-    raw_lat = latencies(lambda: raw_echo(b"\x00" * 8), calls)
-    jd_lat = latencies(lambda: client.echo(tiny), calls)
+    raw_lat, jd_lat = paired_latencies(lambda: raw_echo(b"\x00" * 8), lambda: client.echo(tiny), calls)
     for name, pick in [("tiny call p50 (us)", 0.5), ("tiny call p99 (us)", 0.99)]:
         raw_value = np.quantile(raw_lat, pick) * 1e6
         jd_value = np.quantile(jd_lat, pick) * 1e6

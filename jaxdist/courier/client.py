@@ -141,7 +141,7 @@ class _Connection:
 
     def call(self, name: str, args: tuple, kwargs: dict, timeout: float | None) -> Any:
         deadline = _Deadline(timeout)
-        request = self._request(name, args, kwargs, deadline)
+        request = self._request(name, _encode_call(args, kwargs), deadline)
         try:
             response = self._stub(name)(
                 request, timeout=deadline.remaining(), metadata=self._metadata, wait_for_ready=self._wait_for_ready
@@ -157,7 +157,7 @@ class _Connection:
         deadline = _Deadline(timeout)
         outcome: futures.Future = futures.Future()
         call = self._stub(name).future(
-            b"".join([wire.INLINE, *parts]),
+            self._request(name, parts, deadline),
             timeout=deadline.remaining(),
             metadata=self._metadata,
             wait_for_ready=self._wait_for_ready,
@@ -191,8 +191,9 @@ class _Connection:
                 self._background = futures.ThreadPoolExecutor(4, thread_name_prefix="courier-client")
             return self._background
 
-    def _request(self, name: str, args: tuple, kwargs: dict, deadline: "_Deadline") -> bytes:
-        parts = _encode_call(args, kwargs)
+    def _request(self, name: str, parts: list, deadline: "_Deadline") -> bytes:
+        if len(parts) == 1 and len(parts[0]) <= self._inline_limit:
+            return wire.INLINE + parts[0]
         size = codec.frame_size(parts)
         if size <= self._inline_limit:
             return b"".join([wire.INLINE, *parts])
@@ -283,7 +284,7 @@ class _Connection:
 
 
 def _encode_call(args: tuple, kwargs: dict) -> list:
-    return codec.encode_parts((list(args), kwargs), root=("args", "kwargs"))
+    return codec.encode_parts([list(args), kwargs], root=("args", "kwargs"))
 
 
 def _settle_with(outcome: futures.Future, result: Callable, *args: Any) -> None:

@@ -8,6 +8,7 @@ it within the call's deadline.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import inspect
 import logging
@@ -112,27 +113,33 @@ class Server:
 
     # Handlers -------------------------------------------------------------------------------
 
-    def handler(self, name: str, metadata: dict[str, str]) -> grpc.RpcMethodHandler | None:
-        if self._token is not None and not hmac.compare_digest(
-            metadata.get(wire.TOKEN_KEY, "").encode(), self._token.encode()
-        ):
-            return grpc.unary_unary_rpc_method_handler(_refuse_token)
-        if name == wire.UPLOAD:
-            return grpc.stream_unary_rpc_method_handler(self._upload)
-        if name == wire.DOWNLOAD:
-            return grpc.unary_stream_rpc_method_handler(self._download)
-        if name == wire.LIST_METHODS:
-            return grpc.unary_unary_rpc_method_handler(self._list_methods)
-        if self._attached.is_set() and name not in self._methods:
+    def handler(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        """The handler of one incoming call; the common case is two dict lookups."""
+        if self._token is not None and not self._token_matches(details.invocation_metadata):
+            return _REFUSE_TOKEN
+        handler = self._handlers.get(details.method)
+        if handler is not None:
+            return handler
+        name = wire.method_name(details.method)
+        if name is None or (self._attached.is_set() and name not in self._methods and name not in _INTERNAL):
             return None
-        handler = self._handlers.get(name)
-        if handler is None:
-            handler = grpc.unary_unary_rpc_method_handler(lambda req, ctx: self._call(name, req, ctx))
-            self._handlers[name] = handler
+        if name == wire.UPLOAD:
+            handler = grpc.stream_unary_rpc_method_handler(self._upload)
+        elif name == wire.DOWNLOAD:
+            handler = grpc.unary_stream_rpc_method_handler(self._download)
+        elif name == wire.LIST_METHODS:
+            handler = grpc.unary_unary_rpc_method_handler(self._list_methods)
+        else:
+            handler = grpc.unary_unary_rpc_method_handler(functools.partial(self._call, name))
+        self._handlers[details.method] = handler
         return handler
 
+    def _token_matches(self, metadata: tuple | None) -> bool:
+        sent = next((value for key, value in metadata or () if key == wire.TOKEN_KEY), "")
+        return hmac.compare_digest(sent.encode(), self._token.encode())
+
     def _call(self, name: str, request: bytes, context: grpc.ServicerContext) -> bytes:
-        method = self._resolve(name, context)
+        method = self._methods.get(name) or self._resolve(name, context)
         args, kwargs = self._decode_request(name, request, context)
         try:
             result = method(*args, **kwargs)
@@ -142,12 +149,15 @@ class Server:
             parts = codec.encode_parts(result, root="result")
         except TypeError as exc:
             return _error_frame(TypeError(f"{name} returned a value courier cannot send: {exc}"))
+        if len(parts) == 1 and len(parts[0]) <= self._inline_limit:
+            return wire.INLINE + parts[0]
         size = codec.frame_size(parts)
         if size <= self._inline_limit:
             return b"".join([wire.INLINE, *parts])
         return wire.staged_frame(self._staging.put(parts), size)
 
     def _resolve(self, name: str, context: grpc.ServicerContext) -> Callable[..., Any]:
+        """The method, once the object is attached (waiting for it within the deadline)."""
         if not self._attached.is_set():
             remaining = context.time_remaining()
             wait = _NOT_ATTACHED_WAIT if remaining is None else max(0.0, remaining)
@@ -161,30 +171,33 @@ class Server:
     def _decode_request(
         self, name: str, request: bytes, context: grpc.ServicerContext
     ) -> tuple[list[Any], dict[str, Any]]:
-        frame = memoryview(request)
         try:
-            if frame[:1] == wire.STAGED:
-                blob_id, _ = wire.parse_staged(frame)
-                staged = self._staging.take(blob_id)
-                if not isinstance(staged, bytearray):
-                    raise ValueError("it names an upload this server does not hold (expired?)")
-                frame = memoryview(staged)
-            elif frame[:1] == wire.INLINE:
-                frame = frame[1:]
-            else:
-                raise ValueError(f"unknown frame kind {bytes(frame[:1])!r}")
-            call = codec.decode(frame)
+            call = codec.decode(self._request_frame(request))
             if not (
-                isinstance(call, (list, tuple))
+                type(call) is list
                 and len(call) == 2
-                and isinstance(call[0], (list, tuple))
-                and isinstance(call[1], dict)
-                and all(isinstance(key, str) for key in call[1])
+                and type(call[0]) is list
+                and type(call[1]) is dict
+                and all(type(key) is str for key in call[1])
             ):
                 raise ValueError("a request must be [args, kwargs] with string keyword names")
         except ValueError as exc:  # CodecError is a ValueError
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request to {name}: {exc}")
-        return list(call[0]), call[1]
+        return call[0], call[1]
+
+    def _request_frame(self, request: bytes) -> memoryview:
+        """The codec frame a request carries inline, or the upload it refers to."""
+        frame = memoryview(request)
+        kind = frame[:1]
+        if kind == wire.INLINE:
+            return frame[1:]
+        if kind == wire.STAGED:
+            blob_id, _ = wire.parse_staged(frame)
+            staged = self._staging.take(blob_id)
+            if not isinstance(staged, bytearray):
+                raise ValueError("it names an upload this server does not hold (expired?)")
+            return memoryview(staged)
+        raise ValueError(f"unknown frame kind {bytes(kind)!r}")
 
     def _list_methods(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         return wire.INLINE + codec.encode(self.methods)
@@ -218,10 +231,7 @@ class _Dispatcher(grpc.GenericRpcHandler):
         self._server = server
 
     def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
-        name = wire.method_name(details.method)
-        if name is None:
-            return None
-        return self._server.handler(name, dict(details.invocation_metadata or ()))
+        return self._server.handler(details)
 
 
 def public_methods(obj: Any) -> dict[str, Callable[..., Any]]:
@@ -244,6 +254,10 @@ def _error_frame(exc: BaseException) -> bytes:
 
 def _refuse_token(request: bytes, context: grpc.ServicerContext) -> bytes:
     context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong courier token")
+
+
+_REFUSE_TOKEN = grpc.unary_unary_rpc_method_handler(_refuse_token)
+_INTERNAL = frozenset({wire.UPLOAD, wire.DOWNLOAD, wire.LIST_METHODS})
 
 
 def _unknown_method_message(name: str, methods: list[str]) -> str:

@@ -1,5 +1,5 @@
-"""`launch(program, launcher=...)`: a launcher is a module `jaxdist.launch.<name>` with a
-`launch(program, **options) -> Running` function, so a new launcher is a new file."""
+"""`launch(program, launcher=...)`: a launcher is a module `jaxdist.launch.launchers.<name>` with a
+`launch(program, **options) -> Running` function, so a new launcher is a new file there."""
 
 from __future__ import annotations
 
@@ -9,21 +9,19 @@ from typing import Any
 
 from jaxdist.launch.context import stop, stop_requested, wait_for_stop
 from jaxdist.launch.running import NodeFailedError, Running
+from jaxdist.launch import launchers
 from jaxdist.program import Program
-
-_NOT_LAUNCHERS = {"clients", "context", "output", "preflight", "process_tree", "running", "worker"}
 
 
 def available_launchers() -> list[str]:
-    names = {module.name for module in pkgutil.iter_modules(__path__)}
-    return sorted(names - _NOT_LAUNCHERS)
+    return sorted(module.name for module in pkgutil.iter_modules(launchers.__path__))
 
 
 def launch(program: Program, launcher: str = "processes", **options: Any) -> Running:
     """Start `program` with the named launcher; options go to that launcher's `launch`."""
     if launcher not in available_launchers():
         raise ValueError(f"unknown launcher {launcher!r}; available: {', '.join(available_launchers())}")
-    module = importlib.import_module(f"jaxdist.launch.{launcher}")
+    module = importlib.import_module(f"jaxdist.launch.launchers.{launcher}")
     return module.launch(program, **options)
 
 

@@ -1,12 +1,18 @@
-"""What code inside a launched node can ask of its program: `jd.stop()` and stop checks."""
+"""What code inside a launched node can ask of its program: `jd.stop()`, stop checks, and
+`current_node()` (its name and run directory)."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+
+from jaxdist.program import NodeContext
 
 _stop_event = threading.Event()
 _request_stop: Callable[[], None] | None = None
+_current_node: contextvars.ContextVar[NodeContext | None] = contextvars.ContextVar("current_node", default=None)
 
 
 def install(request_stop: Callable[[], None]) -> threading.Event:
@@ -37,3 +43,22 @@ def stop_requested() -> bool:
 def wait_for_stop(timeout: float | None = None) -> bool:
     """Block until the program is stopping (True) or `timeout` passes (False)."""
     return _stop_event.wait(timeout)
+
+
+def current_node() -> NodeContext | None:
+    """The node being constructed or run in this thread (name, run_dir), or None outside one.
+
+    Set by node executables around the node's constructor and `run()` (today: CourierNode), so
+    an object can find `<run_dir>/checkpoints/<node name>` without being told.
+    """
+    return _current_node.get()
+
+
+@contextlib.contextmanager
+def node_context(node: NodeContext) -> Iterator[None]:
+    """`current_node()` is `node` inside this block, in this thread only."""
+    token = _current_node.set(node)
+    try:
+        yield
+    finally:
+        _current_node.reset(token)

@@ -37,7 +37,7 @@ def check_resources(
 
 def check_shippable(program: Program) -> None:
     """Every argument of every node must pickle to reach its process; name the first that won't."""
-    for node in program.nodes():
+    for _, node in program.units():
         for name, value in node.shipped_arguments().items():
             try:
                 pickle.dumps(value)

@@ -109,3 +109,14 @@ def call_counter_forever_uncooperative() -> None:
 
 def print_env(name: str) -> None:
     print(f"{name}={os.environ.get(name)}", flush=True)
+
+
+class Pinger:
+    """Calls its colocated peer from its constructor and in run()."""
+
+    def __init__(self, peer) -> None:
+        self._peer = peer
+        self.first = peer.increment()
+
+    def run(self) -> None:
+        print(f"pinger pid {os.getpid()} peer pid {self._peer.pid()} first {self.first}", flush=True)

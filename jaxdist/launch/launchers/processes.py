@@ -62,7 +62,7 @@ class _ProcessesRunning(Running):
     def __init__(
         self, program: Program, run_dir: str, token: str, resources: dict[str, dict[str, Any]], grace: float
     ) -> None:
-        super().__init__(program.name, [node.name for node in program.nodes()], run_dir)
+        super().__init__(program.name, [unit.name for _, unit in program.units()], run_dir)
         self.token = token
         self._program = program
         self._resources = resources
@@ -74,20 +74,19 @@ class _ProcessesRunning(Running):
 
     def start(self, echo: bool, interrupt_after: float, start_timeout: float) -> None:
         spawn = multiprocessing.get_context("spawn")
-        for label, nodes in self._program.groups.items():
+        for label, node in self._program.units():
             env = {key: str(value) for key, value in self._resources.get(label, {}).get("env", {}).items()}
-            for node in nodes:
-                parent_end, child_end = spawn.Pipe()
-                node_context = NodeContext(node.name, self.run_dir, self.token)
-                process = spawn.Process(
-                    target=worker.main,
-                    args=(pickle.dumps(node), node_context, child_end, echo, interrupt_after),
-                    name=node.name,
-                )
-                with _environment(env):
-                    process.start()
-                child_end.close()
-                self._children[node.name] = _Child(node.name, process, parent_end)
+            parent_end, child_end = spawn.Pipe()
+            node_context = NodeContext(node.name, self.run_dir, self.token)
+            process = spawn.Process(
+                target=worker.main,
+                args=(pickle.dumps(node), node_context, child_end, echo, interrupt_after),
+                name=node.name,
+            )
+            with _environment(env):
+                process.start()
+            child_end.close()
+            self._children[node.name] = _Child(node.name, process, parent_end)
         _live.add(self)
         self._monitor = threading.Thread(target=self._watch, args=(start_timeout,), name="jaxdist-monitor", daemon=True)
         self._monitor.start()

@@ -7,7 +7,6 @@ seconds cancels the nodes' calls in flight and raises KeyboardInterrupt in threa
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import threading
 import time
@@ -16,6 +15,7 @@ from typing import Any
 
 from jaxdist.launch import context, preflight
 from jaxdist.launch.clients import ClientPool
+from jaxdist.launch.interrupt import raise_in_thread
 from jaxdist.launch.output import ThreadOutput
 from jaxdist.launch.running import Running
 from jaxdist.program import Executable, NodeContext, Program
@@ -46,7 +46,7 @@ class _ThreadsRunning(Running):
     def __init__(
         self, program: Program, run_dir: str, token: str, grace: float, interrupt_after: float, echo: bool
     ) -> None:
-        nodes = program.nodes()
+        nodes = [unit for _, unit in program.units()]
         super().__init__(program.name, [node.name for node in nodes], run_dir)
         self.token = token
         self._grace, self._interrupt_after = grace, interrupt_after
@@ -116,7 +116,7 @@ class _ThreadsRunning(Running):
         if busy:
             self._clients.close_all()
             for thread in busy:
-                _raise_in_thread(thread, KeyboardInterrupt)
+                raise_in_thread(thread, KeyboardInterrupt)
             busy = self._wait_threads(deadline)
         self._shut_down_executables()
         self._clients.close_all()
@@ -137,8 +137,3 @@ class _ThreadsRunning(Running):
                 executable.shutdown()
             except Exception:
                 log.exception("shutting down node %s failed", name)
-
-
-def _raise_in_thread(thread: threading.Thread, exc_type: type[BaseException]) -> None:
-    """Raise `exc_type` in `thread` at its next Python instruction (CPython only)."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))

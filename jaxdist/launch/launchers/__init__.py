@@ -1,0 +1,1 @@
+"""One module per launcher, each with `launch(program, **options) -> Running`."""

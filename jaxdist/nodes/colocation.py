@@ -1,0 +1,109 @@
+"""ColocationNode: several nodes kept together, in one process or on one machine.
+
+`mode="threads"` runs the nodes as threads of one process (one unit for the launcher: cheap
+calls between them, one Python heap). `mode="processes"` gives each its own process but keeps
+them on the same host: launchers on one machine run them like any other nodes, and a
+multi-host launcher places them together.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from jaxdist.launch.interrupt import raise_in_thread
+from jaxdist.program import AddressTable, Executable, Node, NodeContext
+
+MODES = ("threads", "processes")
+
+
+class ColocationNode(Node):
+    """`ColocationNode([node, ...], mode="threads"|"processes")`; `add_node` returns their handles."""
+
+    def __init__(self, nodes: Sequence[Node], mode: str = "threads") -> None:
+        if mode not in MODES:
+            raise ValueError(f"ColocationNode mode must be one of {MODES}, got {mode!r}")
+        if not nodes:
+            raise ValueError("ColocationNode needs at least one node")
+        for node in nodes:
+            if not isinstance(node, Node) or isinstance(node, ColocationNode):
+                raise TypeError(f"ColocationNode takes plain nodes (CourierNode, PyNode, ...), got {node!r}")
+            if node.name:
+                raise ValueError(f"node '{node.name}' was already added to a program; colocate it instead")
+        self.nodes = list(nodes)
+        self.mode = mode
+
+    def default_label(self) -> str:
+        return "colocation"
+
+    def assign_name(self, name: str) -> None:
+        self.name = name
+        for index, node in enumerate(self.nodes):
+            node.assign_name(f"{name}/{index}")
+
+    def create_handle(self) -> list[Any]:
+        return [node.create_handle() for node in self.nodes]
+
+    def units(self) -> list[Node]:
+        return list(self.nodes) if self.mode == "processes" else [self]
+
+    def executable(self, context: NodeContext) -> Executable:
+        return _ThreadsExecutable(
+            [node.executable(NodeContext(node.name, context.run_dir, context.token)) for node in self.nodes]
+        )
+
+    def shipped_arguments(self) -> dict[str, Any]:
+        return {
+            f"{node.name}: {name}": value for node in self.nodes for name, value in node.shipped_arguments().items()
+        }
+
+
+class _ThreadsExecutable(Executable):
+    """The colocated nodes' executables driven together, each in a thread of this process."""
+
+    def __init__(self, parts: list[Executable]) -> None:
+        self._parts = parts
+        self.has_run = any(part.has_run for part in parts)
+
+    def bind(self) -> AddressTable:
+        addresses: AddressTable = {}
+        for part in self._parts:
+            addresses.update(part.bind())
+        return addresses
+
+    def construct(self, addresses: AddressTable, make_client: Callable[[str], Any]) -> None:
+        # Together, not in turn: one part's constructor may call another part.
+        _all_in_threads([lambda part=part: part.construct(addresses, make_client) for part in self._parts])
+
+    def run(self) -> None:
+        _all_in_threads([part.run for part in self._parts if part.has_run])
+
+    def shutdown(self) -> None:
+        for part in self._parts:
+            part.shutdown()
+
+
+def _all_in_threads(calls: list[Callable[[], None]]) -> None:
+    """Run the calls in threads and wait for all; re-raise the first error. An interrupt of this
+    thread (a stop) is passed on to the others."""
+    errors: list[BaseException] = []
+
+    def guarded(call: Callable[[], None]) -> None:
+        try:
+            call()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(call,), daemon=True) for call in calls]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            thread.join()
+    except KeyboardInterrupt:
+        for thread in threads:
+            raise_in_thread(thread, KeyboardInterrupt)
+        raise
+    if errors:
+        raise errors[0]
