@@ -24,8 +24,9 @@ test: test-fast test-slow
 test-fast: $(INSTALLED)
 	$(PY) -m pytest
 
+# pytest exits 5 when the marker selects no test; that is not a failure.
 test-slow: $(INSTALLED)
-	$(PY) -m pytest -m slow
+	$(PY) -m pytest -m slow || [ $$? -eq 5 ]
 
 bench: $(INSTALLED)
 	$(PY) experiments/benchmarks/courier.py
