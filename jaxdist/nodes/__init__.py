@@ -1,0 +1,1 @@
+"""Node types: each module here is one kind of node that plugs into the program model."""

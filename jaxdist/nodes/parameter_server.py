@@ -1,0 +1,255 @@
+"""Versioned parameters: a `ParameterServer` the learner pushes to, a `VariableClient` actors read.
+
+    server = p.add_node(jd.CourierNode(jd.ParameterServer))
+    learner: server.push(params, step)            # older or equal versions are ignored
+    actor:   variables = jd.VariableClient(server, refresh_every_seconds=1.0)
+             act(variables.params); variables.update()   # once per step; never blocks
+
+A version is the learner's step. `get(min_version)` sends the parameters only when the server
+holds a newer version than the caller's, so an up-to-date actor costs the network a few bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+MAX_WAIT = 60.0
+"""Longest long-poll `get(..., wait=...)` honoured; each waiting call holds a server thread."""
+
+
+class ParameterServer:
+    """Holds the newest (version, params) pushed to it; thread-safe. Serve it with `jd.CourierNode`.
+
+    Versions only move forward: a push whose version is not newer than the held one is ignored
+    (it returns False), so a late push from a restarted or lagging learner cannot roll actors back.
+    A server that restarts without state holds version -1 again, and accepts any version.
+    """
+
+    def __init__(self, params: Any = None, version: int = 0) -> None:
+        self._changed = threading.Condition()
+        self._params = params
+        self._version = _check_version(version) if params is not None else -1
+        self._counts = {"pushes": 0, "ignored_pushes": 0, "gets": 0, "transfers": 0}
+
+    def push(self, params: Any, version: int) -> bool:
+        """Hold `params` as `version`; False (and nothing changes) when `version` <= the held one."""
+        version = _check_version(version)
+        if params is None:
+            raise ValueError("push(params=None, ...): None means 'nothing newer' to get(); push real parameters")
+        with self._changed:
+            if version <= self._version:
+                self._counts["ignored_pushes"] += 1
+                return False
+            self._params, self._version = params, version
+            self._counts["pushes"] += 1
+            self._changed.notify_all()
+        return True
+
+    def get(self, min_version: int = -1, wait: float = 0.0) -> dict[str, Any]:
+        """`{"version": v, "params": p}` when the held v > `min_version`, else params None.
+
+        v is -1 while nothing was pushed. With `wait` > 0 (a long poll, at most `MAX_WAIT` s) the
+        call returns as soon as a newer version arrives, or after `wait` seconds with params None.
+        """
+        min_version = _check_version(min_version)
+        with self._changed:
+            if wait > 0:
+                self._changed.wait_for(lambda: self._version > min_version, timeout=min(float(wait), MAX_WAIT))
+            self._counts["gets"] += 1
+            if self._version > min_version:
+                self._counts["transfers"] += 1
+                return {"version": self._version, "params": self._params}
+            return {"version": self._version, "params": None}
+
+    def version(self) -> int:
+        with self._changed:
+            return self._version
+
+    def stats(self) -> dict[str, int]:
+        """Calls served so far: pushes, ignored_pushes, gets, transfers (gets that sent params)."""
+        with self._changed:
+            return dict(self._counts, version=self._version)
+
+
+def _check_version(version: Any) -> int:
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise TypeError(f"a version is an int (the learner's step), got {type(version).__name__} {version!r}")
+    return version
+
+
+class VariableClient:
+    """An actor's view of a `ParameterServer` (or a `CacherNode` in front of one).
+
+    `source` is anything with the server's `get(min_version)`: a courier client (a handle inside a
+    node) or the server object itself. One background thread fetches: first as soon as the client
+    is made, retrying until the server holds a version, then every `refresh_every_seconds`
+    (its own clock) and/or on every `refresh_every_calls`-th `update()`; with neither given it
+    refreshes every second. Reading `params` blocks only until the first fetch arrives.
+
+    While the server is away, fetches fail in the background (counted in `stats`, logged once per
+    outage) and the client keeps its last parameters and version; when the server is back (on the
+    same address, e.g. restarted by the launcher) the next refresh picks the new version up. If
+    the server reports a version lower than the one held (it restarted from an older checkpoint),
+    the client adopts the server's parameters: it follows the learner, not the highest number.
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        refresh_every_seconds: float | None = None,
+        refresh_every_calls: int | None = None,
+        *,
+        first_fetch_timeout: float = 60.0,
+        call_timeout: float = 10.0,
+    ) -> None:
+        if refresh_every_seconds is None and refresh_every_calls is None:
+            refresh_every_seconds = 1.0
+        if refresh_every_seconds is not None and refresh_every_seconds <= 0:
+            raise ValueError(f"refresh_every_seconds must be > 0, got {refresh_every_seconds}")
+        if refresh_every_calls is not None and refresh_every_calls < 1:
+            raise ValueError(f"refresh_every_calls must be >= 1, got {refresh_every_calls}")
+        with_timeout = getattr(source, "with_timeout", None)
+        self._source = with_timeout(call_timeout) if callable(with_timeout) else source
+        self._every_seconds = refresh_every_seconds
+        self._every_calls = refresh_every_calls
+        self._first_fetch_timeout = first_fetch_timeout
+        self._held: tuple[int, Any] = (-1, None)  # swapped as one tuple: version and params agree
+        self._calls = 0
+        self._due = threading.Event()
+        self._closed = threading.Event()
+        self._fetched = threading.Condition()
+        self._counts = {"fetches": 0, "transfers": 0, "errors": 0}
+        self._last_error: str | None = None
+        self._failing = False
+        self._in_flight = False
+        self._thread = threading.Thread(target=self._loop, name="variable-client", daemon=True)
+        self._thread.start()
+
+    @property
+    def params(self) -> Any:
+        """The newest parameters fetched; blocks (up to `first_fetch_timeout`) only for the first."""
+        version, params = self._held
+        if version >= 0:
+            return params
+        return self.latest()[1]
+
+    @property
+    def version(self) -> int:
+        """The version of `params` (-1 before the first fetch)."""
+        return self._held[0]
+
+    def latest(self) -> tuple[int, Any]:
+        """(version, params) read together; blocks like `params` before the first fetch."""
+        held = self._held
+        if held[0] >= 0:
+            return held
+        with self._fetched:
+            arrived = self._fetched.wait_for(
+                lambda: self._held[0] >= 0 or self._closed.is_set(), timeout=self._first_fetch_timeout
+            )
+        if not arrived or self._held[0] < 0:
+            reason = f"last error: {self._last_error}" if self._last_error else "the server holds no version yet"
+            raise TimeoutError(
+                f"VariableClient got no parameters within {self._first_fetch_timeout} s ({reason}); is the "
+                f"learner pushing? raise first_fetch_timeout for slow starts"
+            )
+        return self._held
+
+    def update(self) -> None:
+        """Count one actor step; every `refresh_every_calls`-th call asks for a background refresh.
+
+        Never blocks. Call it from one thread (the acting loop).
+        """
+        if self._every_calls is not None:
+            self._calls += 1
+            if self._calls >= self._every_calls:
+                self._calls = 0
+                self._due.set()
+
+    def refresh(self, timeout: float | None = None) -> bool:
+        """Ask for a fetch now and wait for it to finish; True when it completed within `timeout`."""
+        with self._fetched:
+            done = self._counts["fetches"] + self._counts["errors"]
+            target = done + (2 if self._in_flight else 1)  # one in flight may predate this call
+            self._due.set()
+            return self._fetched.wait_for(
+                lambda: self._counts["fetches"] + self._counts["errors"] >= target or self._closed.is_set(),
+                timeout=timeout,
+            ) and not self._closed.is_set()
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """fetches (calls answered), transfers (answers with params), errors, last_error, version."""
+        with self._fetched:
+            return dict(self._counts, last_error=self._last_error, version=self._held[0])
+
+    def close(self) -> None:
+        """Stop refreshing (the source client is the caller's to close)."""
+        self._closed.set()
+        self._due.set()
+        with self._fetched:
+            self._fetched.notify_all()
+        self._thread.join(timeout=1.0)
+
+    def __enter__(self) -> "VariableClient":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # The background thread ------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        retry = 0.05
+        while not self._closed.is_set():
+            if self._held[0] < 0:  # no parameters yet: keep asking, backing off to 1 s
+                if not self._fetch():
+                    self._due.wait(retry)
+                    retry = min(1.0, retry * 2)
+                self._due.clear()
+                continue
+            self._due.wait(self._every_seconds)
+            self._due.clear()
+            if not self._closed.is_set():
+                self._fetch()
+
+    def _fetch(self) -> bool:
+        """One refresh; True when the client holds a version afterwards."""
+        held_version = self._held[0]
+        with self._fetched:
+            self._in_flight = True
+        try:
+            reply = self._source.get(held_version)
+            if 0 <= reply["version"] < held_version:  # the server went back (an older checkpoint)
+                reply = self._source.get(-1)
+            version, params = int(reply["version"]), reply["params"]
+        except Exception as exc:  # the server is away: keep what we hold
+            self._record_error(exc)
+            return held_version >= 0
+        with self._fetched:
+            self._in_flight = False
+            self._counts["fetches"] += 1
+            if params is not None:
+                self._held = (version, params)
+                self._counts["transfers"] += 1
+            if self._failing:
+                self._failing = False
+                log.info("parameter server is back; holding version %d", self._held[0])
+            self._fetched.notify_all()
+        return self._held[0] >= 0
+
+    def _record_error(self, exc: Exception) -> None:
+        with self._fetched:
+            self._in_flight = False
+            self._counts["errors"] += 1
+            self._last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            first = not self._failing
+            self._failing = True
+            self._fetched.notify_all()
+        if first:
+            log.warning("parameter fetch failed (keeping version %d): %s", self._held[0], self._last_error)

@@ -1,0 +1,202 @@
+"""ParameterServer and VariableClient, over real courier servers."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from jaxdist import courier
+from jaxdist.nodes.parameter_server import ParameterServer, VariableClient
+import parameter_server_nodes as nodes
+
+
+def params_at(version: int) -> dict:
+    return {"w": np.full(4, float(version), np.float32), "b": np.arange(3) + version}
+
+
+@pytest.fixture
+def served():
+    """A ParameterServer behind a courier server, and a client of it."""
+    server = courier.Server(nodes.SlowParameterServer()).start()
+    client = courier.Client(server.address, timeout=5.0)
+    yield server, client
+    client.close()
+    server.stop(grace=0)
+
+
+def wait_until(condition, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
+
+
+def test_get_sends_params_only_when_the_server_holds_a_newer_version(served):
+    _, client = served
+    assert client.get() == {"version": -1, "params": None}
+    assert client.push(params_at(3), 3) is True
+    reply = client.get(-1)
+    assert reply["version"] == 3 and np.array_equal(reply["params"]["w"], params_at(3)["w"])
+    assert client.get(2)["params"] is not None
+    assert client.get(3) == {"version": 3, "params": None}
+    assert client.get(7) == {"version": 3, "params": None}
+    stats = client.stats()
+    assert (stats["gets"], stats["transfers"]) == (5, 2)
+
+
+def test_a_push_that_is_not_newer_is_ignored(served):
+    _, client = served
+    assert client.push(params_at(5), 5)
+    assert client.push(params_at(5), 5) is False
+    assert client.push(params_at(4), 4) is False
+    assert client.version() == 5
+    assert np.array_equal(client.get()["params"]["w"], params_at(5)["w"])
+    with pytest.raises(TypeError, match="version is an int"):
+        client.push(params_at(6), 6.0)
+    with pytest.raises(ValueError, match="None"):
+        client.push(None, 6)
+
+
+def test_concurrent_pushes_and_gets_stay_consistent(served):
+    _, client = served
+    errors: list[str] = []
+
+    def pusher(first: int) -> None:
+        for version in range(first, 120, 4):
+            client.push(params_at(version), version)
+
+    def getter() -> None:
+        last = -1
+        for _ in range(60):
+            reply = client.get(-1)
+            version, params = reply["version"], reply["params"]
+            if version < last:
+                errors.append(f"version went back from {last} to {version}")
+            if params is not None and params["w"][0] != version:
+                errors.append(f"params of version {params['w'][0]} served as version {version}")
+            last = version
+
+    threads = [threading.Thread(target=pusher, args=(i,)) for i in range(4)]
+    threads += [threading.Thread(target=getter) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert client.version() == 119
+
+
+def test_long_poll_returns_as_soon_as_a_newer_version_arrives(served):
+    _, client = served
+    client.push(params_at(1), 1)
+    threading.Timer(0.2, lambda: client.push(params_at(2), 2)).start()
+    began = time.monotonic()
+    reply = client.get(1, wait=5.0)
+    assert reply["version"] == 2 and reply["params"] is not None
+    assert 0.1 < time.monotonic() - began < 2.0
+    assert client.get(2, wait=0.1)["params"] is None
+
+
+def test_first_read_blocks_until_the_first_push_then_never_again(served):
+    _, client = served
+    variables = VariableClient(client, refresh_every_calls=1)
+    threading.Timer(0.3, lambda: client.push(params_at(1), 1)).start()
+    began = time.monotonic()
+    assert variables.params["w"][0] == 1.0
+    assert time.monotonic() - began >= 0.2
+    assert variables.version == 1
+
+    client.set_get_delay(2.0)  # every later fetch takes 2 s
+    slowest = 0.0
+    for _ in range(50):
+        began = time.perf_counter()
+        variables.update()
+        params = variables.params
+        slowest = max(slowest, time.perf_counter() - began)
+    assert slowest < 0.010
+    assert params["w"][0] == 1.0
+    client.set_get_delay(0.0)
+    variables.close()
+
+
+def test_first_read_times_out_with_a_clear_error(served):
+    _, client = served
+    variables = VariableClient(client, first_fetch_timeout=0.3)
+    with pytest.raises(TimeoutError, match="no parameters within 0.3 s.*no version yet"):
+        variables.params
+    variables.close()
+
+
+def test_refreshes_on_its_own_clock(served):
+    _, client = served
+    client.push(params_at(1), 1)
+    variables = VariableClient(client, refresh_every_seconds=0.1)
+    assert variables.params["w"][0] == 1.0
+    client.push(params_at(2), 2)
+    assert wait_until(lambda: variables.version == 2, timeout=2.0)  # no update() calls needed
+    assert variables.params["w"][0] == 2.0
+    variables.close()
+
+
+def test_refreshes_every_n_calls(served):
+    _, client = served
+    client.push(params_at(1), 1)
+    variables = VariableClient(client, refresh_every_calls=5)
+    assert variables.params["w"][0] == 1.0
+    fetches = variables.stats["fetches"]
+    client.push(params_at(2), 2)
+    for _ in range(4):
+        variables.update()
+    time.sleep(0.3)
+    assert variables.version == 1 and variables.stats["fetches"] == fetches
+    variables.update()  # the fifth
+    assert wait_until(lambda: variables.version == 2, timeout=2.0)
+    assert variables.stats["transfers"] == 2
+    variables.close()
+
+
+def test_keeps_its_params_while_the_server_is_away_and_follows_it_after_a_restart():
+    first = courier.Server(ParameterServer(params_at(1), version=1)).start()
+    address = first.address
+    client = courier.Client(address, timeout=5.0)
+    variables = VariableClient(client, refresh_every_seconds=0.05, call_timeout=0.3)
+    assert variables.params["w"][0] == 1.0
+
+    first.stop(grace=0)
+    errors = variables.stats["errors"]
+    assert wait_until(lambda: variables.stats["errors"] >= errors + 2, timeout=5.0)
+    assert variables.version == 1 and variables.params["w"][0] == 1.0
+    assert variables.stats["last_error"]
+
+    restarted = courier.Server(ParameterServer(), address=address).start()  # a fresh process would hold nothing
+    try:
+        restarted_client = courier.Client(address, timeout=5.0)
+        assert restarted_client.push(params_at(2), 2)
+        assert wait_until(lambda: variables.version == 2, timeout=5.0)
+        assert variables.params["w"][0] == 2.0
+    finally:
+        variables.close()
+        client.close()
+        restarted.stop(grace=0)
+
+
+def test_follows_a_server_that_went_back_to_an_older_version():
+    class Swappable:
+        def __init__(self, server: ParameterServer) -> None:
+            self.server = server
+
+        def get(self, min_version: int = -1) -> dict:
+            return self.server.get(min_version)
+
+    source = Swappable(ParameterServer(params_at(10), version=10))
+    variables = VariableClient(source, refresh_every_seconds=30)
+    assert variables.latest()[0] == 10
+    source.server = ParameterServer(params_at(7), version=7)  # restored from an older checkpoint
+    assert variables.refresh(timeout=2.0)
+    assert variables.version == 7 and variables.params["w"][0] == 7.0
+    variables.close()
