@@ -1,7 +1,12 @@
-"""In-process replay tables and rate limiters, served over RPC by a ReplayNode."""
+"""Replay: in-process tables and rate limiters, and the ReplayNode that serves them over RPC."""
 
+from jaxdist.nodes.replay.client import (ReplayClient, SampleTimeoutError, sample_many, try_again_kind,
+                                         update_priorities_many)
+from jaxdist.nodes.replay.node import ReplayNode
 from jaxdist.nodes.replay.rate_limiters import MinSize, RateLimiter, SampleToInsertRatio
-from jaxdist.nodes.replay.tables import Fifo, Prioritized, Sample, TableClosedError, Uniform
+from jaxdist.nodes.replay.tables import (Fifo, Prioritized, Sample, Table, TableClosedError, TableSpec,
+                                         Uniform)
 
-__all__ = ["Fifo", "MinSize", "Prioritized", "RateLimiter", "Sample", "SampleToInsertRatio", "TableClosedError",
-           "Uniform"]
+__all__ = ["Fifo", "MinSize", "Prioritized", "RateLimiter", "ReplayClient", "ReplayNode", "Sample",
+           "SampleTimeoutError", "SampleToInsertRatio", "Table", "TableClosedError", "TableSpec", "Uniform",
+           "sample_many", "try_again_kind", "update_priorities_many"]

@@ -9,6 +9,13 @@ Keys are consecutive ints and key k lives in slot ``k % max_size``: every table 
 items first (``Fifo`` by delivering them, the others by eviction), so the live keys are always
 ``[first_key, next_key)``.
 
+``insert_many`` stores a batch atomically: it waits until the whole batch is admitted, then
+writes it with consecutive keys, so a caller never has to guess which part of a batch got in.
+
+A table remembers the arguments it was built with (``table.spec``); a fresh table pickles as
+them, so a program can ship ``Fifo(64)`` to a node's process. A used table refuses to pickle
+rather than silently arrive empty: its contents travel through ``state()`` / ``load_state()``.
+
 Threads: one Condition guards a table. Blocking calls wait with an optional timeout (None waits
 until ready or closed) and raise ``TimeoutError`` saying what blocked them. ``close()`` wakes every
 waiter with ``TableClosedError``; ``size``, ``stats`` and ``state`` keep working after it, so a
@@ -18,7 +25,7 @@ server can checkpoint while shutting down.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -113,8 +120,37 @@ class _Columns:
         return None if self.treedef is None else _unflatten(self.treedef, (a[slots] for a in self.arrays))
 
 
+class TableSpec(NamedTuple):
+    """A table's class and constructor arguments: what a program ships instead of a live table."""
+
+    cls: type
+    args: tuple
+    kwargs: dict
+
+    def build(self) -> "_Table":
+        """A fresh, empty table built as the original was."""
+        return self.cls(*self.args, **self.kwargs)
+
+
+def _build(spec: TableSpec) -> "_Table":
+    return spec.build()
+
+
 class _Table:
     """Storage, keys, waiting, closing and snapshots; subclasses decide who waits and who is drawn."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "_Table":
+        table = super().__new__(cls)
+        table.spec = TableSpec(cls, args, kwargs)
+        return table
+
+    def __reduce__(self) -> tuple:
+        stats = self.stats()
+        if stats["inserts"] or stats["samples"] or stats["closed"]:
+            raise TypeError(f"{self!r} has been used ({stats['inserts']} inserts, {stats['samples']} samples"
+                            f"{', closed' if stats['closed'] else ''}); only a fresh table pickles (as its "
+                            "constructor arguments); move contents with state() and load_state()")
+        return (_build, (self.spec,))
 
     def __init__(self, max_size: int) -> None:
         if not isinstance(max_size, (int, np.integer)) or isinstance(max_size, bool) or max_size < 1:
@@ -129,22 +165,52 @@ class _Table:
 
     def insert(self, item: Any, priority: float | None = None, timeout: float | None = None) -> int:
         """Stores a copy of ``item`` and returns its key; blocks while the table refuses inserts."""
-        priority = self._check_priority(priority)
+        priorities = None if priority is None else [priority]
+        priorities = self._check_priorities(priorities, 1)
         treedef, leaves, paths = _flatten(item)
         rows = [leaf[None] for leaf in leaves]
+        return int(self._insert_rows(1, treedef, rows, paths, priorities, timeout)[0])
+
+    def insert_many(self, items: Sequence[Any], priorities: Sequence[float] | None = None,
+                    timeout: float | None = None) -> np.ndarray:
+        """Stores copies of ``items`` all at once (or none of them) and returns their keys, int64.
+
+        Waits until the whole batch is admitted; a batch that could never be admitted at once (more
+        than ``max_size`` items, or more than the rate limiter's window allows) is refused at once.
+        """
+        items = list(items)
+        n = len(items)
+        priorities = self._check_priorities(priorities, n)
+        if n == 0:
+            return np.empty(0, np.int64)
+        self._check_insert_batch(n)
+        flat = [_flatten(item) for item in items]
+        treedef, first, paths = flat[0]
+        for i, (other, leaves, _) in enumerate(flat[1:], 1):
+            if other != treedef:
+                raise ValueError(f"items[{i}] has structure {_describe(other)} but items[0] has {_describe(treedef)}")
+            for path, a, b in zip(paths, first, leaves):
+                if a.shape != b.shape or a.dtype != b.dtype:
+                    raise ValueError(f"items[{i}]: {path} has shape {b.shape} {b.dtype} but in items[0] it has "
+                                     f"{a.shape} {a.dtype}")
+        columns = [np.stack(column) for column in zip(*(leaves for _, leaves, _ in flat))]
+        return self._insert_rows(n, treedef, columns, paths, priorities, timeout)
+
+    def _insert_rows(self, n: int, treedef: Any, rows: list[np.ndarray], paths: list[str],
+                     priorities: np.ndarray | None, timeout: float | None) -> np.ndarray:
         with self._cond:
-            self._wait(self._can_insert, timeout, "insert_waits", self._insert_blocked)
-            key = self._next_key
-            slot = np.array([key % self.max_size])
-            self._columns.write(slot, treedef, rows, paths)
-            if self._size() == self.max_size:  # only tables that evict get here
-                self._first_key += 1
-                self._counts["evictions"] += 1
-            self._next_key += 1
-            self._counts["inserts"] += 1
-            self._on_insert(slot, priority)
+            self._wait(lambda: self._can_insert(n), timeout, "insert_waits", lambda: self._insert_blocked(n))
+            keys = np.arange(self._next_key, self._next_key + n, dtype=np.int64)
+            slots = keys % self.max_size
+            self._columns.write(slots, treedef, rows, paths)
+            overflow = max(0, self._size() + n - self.max_size)  # only tables that evict get here
+            self._first_key += overflow
+            self._counts["evictions"] += overflow
+            self._next_key += n
+            self._counts["inserts"] += n
+            self._on_insert(slots, priorities)
             self._cond.notify_all()
-        return key
+        return keys
 
     def sample(self, batch_size: int, timeout: float | None = None) -> Sample:
         """Returns ``batch_size`` items stacked; blocks while the table cannot provide them."""
@@ -223,12 +289,16 @@ class _Table:
             raise TimeoutError(f"{blocked()} (gave up after {timeout} s)")
         self._check_open()
 
-    def _check_priority(self, priority: float | None) -> float | None:
-        if priority is not None:
+    def _check_priorities(self, priorities: Sequence[float] | None, n: int) -> np.ndarray | None:
+        if priorities is not None:
             raise ValueError(f"{type(self).__name__} has no priorities; pass priority=None or use Prioritized")
         return None
 
-    def _on_insert(self, slot: np.ndarray, priority: float | None) -> None:
+    def _check_insert_batch(self, n: int) -> None:
+        if n > self.max_size:
+            raise ValueError(f"a batch of {n} items exceeds {self!r}'s max_size; insert fewer items per call")
+
+    def _on_insert(self, slots: np.ndarray, priorities: np.ndarray | None) -> None:
         pass
 
     def _extra_state(self, slots: np.ndarray) -> dict[str, Any]:
@@ -249,8 +319,8 @@ class Fifo(_Table):
     def __repr__(self) -> str:
         return f"Fifo(max_size={self.max_size})"
 
-    def _can_insert(self) -> bool:
-        return self._size() < self.max_size
+    def _can_insert(self, n: int) -> bool:
+        return self._size() + n <= self.max_size
 
     def _can_sample(self, batch_size: int) -> bool:
         return self._size() >= batch_size
@@ -265,8 +335,10 @@ class Fifo(_Table):
         self._first_key += batch_size
         return keys, None
 
-    def _insert_blocked(self) -> str:
-        return (f"Fifo is full ({self.max_size} items) and no sampler took any; "
+    def _insert_blocked(self, n: int) -> str:
+        room = self.max_size - self._size()
+        state = f"full ({self.max_size} items)" if room == 0 else f"short of room ({room} free, {n} to insert)"
+        return (f"Fifo is {state} and no sampler took any; "
                 "sample faster, raise max_size, or pass a longer timeout")
 
     def _sample_blocked(self, batch_size: int) -> str:
@@ -311,8 +383,18 @@ class _SampledTable(_Table):
     def _counters(self) -> dict[str, int]:
         return dict(size=self._size(), inserts=self._counts["inserts"], samples=self._counts["samples"])
 
-    def _can_insert(self) -> bool:
-        return self.rate_limiter.can_insert(1, **self._counters())
+    def _can_insert(self, n: int) -> bool:
+        return self.rate_limiter.can_insert(n, **self._counters())
+
+    def _check_insert_batch(self, n: int) -> None:
+        super()._check_insert_batch(n)
+        limiter = self.rate_limiter
+        spi = limiter.samples_per_insert
+        if n * spi > limiter.max_diff - limiter.min_diff - max(1.0, spi):
+            raise ValueError(f"a batch of {n} inserts can never be admitted at once under {limiter!r}: its window "
+                             f"max_diff - min_diff = {limiter.max_diff - limiter.min_diff} leaves room for at most "
+                             f"{int((limiter.max_diff - limiter.min_diff - max(1.0, spi)) // spi)}; insert fewer "
+                             "items per call or widen error_buffer")
 
     def _can_sample(self, batch_size: int) -> bool:
         return self.rate_limiter.can_sample(batch_size, **self._counters())
@@ -320,8 +402,8 @@ class _SampledTable(_Table):
     def _check_batch_size(self, batch_size: int) -> None:
         self.rate_limiter.check_sample_batch(batch_size)
 
-    def _insert_blocked(self) -> str:
-        return (f"insert blocked by {self.rate_limiter!r}: samplers are behind ({self._counters()}); "
+    def _insert_blocked(self, n: int) -> str:
+        return (f"insert of {n} blocked by {self.rate_limiter!r}: samplers are behind ({self._counters()}); "
                 "sample more, widen error_buffer, or pass a longer timeout")
 
     def _sample_blocked(self, batch_size: int) -> str:
@@ -379,12 +461,18 @@ class Prioritized(_SampledTable):
             self._counts["stale_priority_updates"] += int(np.count_nonzero(~live))
             self._set(*last_write_wins(keys[live].astype(np.int64) % self.max_size, priorities[live]))
 
-    def _check_priority(self, priority: float | None) -> float | None:
-        return None if priority is None else float(check_priorities(priority))
+    def _check_priorities(self, priorities: Sequence[float] | None, n: int) -> np.ndarray | None:
+        if priorities is None:
+            return None
+        priorities = check_priorities(priorities)
+        if priorities.shape != (n,):
+            raise ValueError(f"got {priorities.shape} priorities for {n} items; pass one per item")
+        return priorities
 
-    def _on_insert(self, slot: np.ndarray, priority: float | None) -> None:
-        default = self._max_priority if self._max_priority > 0 else 1.0
-        self._set(slot, np.array([default if priority is None else priority]))
+    def _on_insert(self, slots: np.ndarray, priorities: np.ndarray | None) -> None:
+        if priorities is None:
+            priorities = np.full(len(slots), self._max_priority if self._max_priority > 0 else 1.0)
+        self._set(slots, priorities)
 
     def _set(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         """Slots must be unique (NumPy gives no order to repeated fancy writes)."""
@@ -411,3 +499,7 @@ class Prioritized(_SampledTable):
         self._max_priority = 0.0
         self._set(slots, priorities)
         self._max_priority = float(state["max_priority"])
+
+
+Table = _Table
+"""The base class of every table, for ``isinstance`` checks and type hints."""
