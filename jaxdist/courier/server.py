@@ -8,6 +8,7 @@ it within the call's deadline.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hmac
 import inspect
@@ -41,6 +42,7 @@ class Server:
         max_message_bytes: int = wire.DEFAULT_MAX_MESSAGE_BYTES,
         inline_limit: int = wire.DEFAULT_INLINE_LIMIT,
         staging_ttl: float = 120.0,
+        transfer_timeout: float = 120.0,
     ) -> None:
         if thread_pool_size < 1:
             raise ValueError(f"thread_pool_size must be >= 1, got {thread_pool_size}")
@@ -48,6 +50,7 @@ class Server:
         self._max_message_bytes = max_message_bytes
         self._inline_limit = inline_limit
         self._staging = wire.StagingArea(staging_ttl)
+        self._transfer_timeout = transfer_timeout
         self._methods: dict[str, Callable[..., Any]] = {}
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
         self._attached = threading.Event()
@@ -213,17 +216,30 @@ class Server:
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"a message of {size} bytes exceeds this server's max_message_bytes={self._max_message_bytes}",
             )
-        try:
-            payload = wire.assemble(chunks, size)
-        except ValueError as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed upload: {exc}")
+        with self._cut_off_after_timeout(context):
+            try:
+                payload = wire.assemble(chunks, size)
+            except ValueError as exc:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed upload: {exc}")
         return self._staging.put(payload)
 
     def _download(self, blob_id: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
         parts = self._staging.take(bytes(blob_id))
         if parts is None:
             context.abort(grpc.StatusCode.NOT_FOUND, "no such staged response (expired or already fetched)")
-        yield from wire.chunks(parts)
+        with self._cut_off_after_timeout(context):
+            yield from wire.chunks(parts)
+
+    @contextlib.contextmanager
+    def _cut_off_after_timeout(self, context: grpc.ServicerContext) -> Iterator[None]:
+        """A peer that stops reading or sending must not hold a server thread for ever."""
+        timer = threading.Timer(self._transfer_timeout, context.cancel)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
 
 
 class _Dispatcher(grpc.GenericRpcHandler):

@@ -316,3 +316,29 @@ def test_256mb_array_round_trip_keeps_memory_near_payload_size():
         server.wait(timeout=30)
     assert growth["client_mb"] < 1.25 * 256, growth  # the result: one payload, plus chunks
     assert growth["server_mb"] < 1.25 * 256, growth  # the request it holds, plus chunks
+
+
+def test_a_peer_that_stops_reading_a_large_answer_is_cut_off():
+    class Big:
+        def big(self):
+            return np.ones(64 << 20, np.uint8)
+
+        def ping(self):
+            return "pong"
+
+    server = courier.Server(Big(), thread_pool_size=2, transfer_timeout=1.0).start()
+    channels = []
+    try:
+        for _ in range(2):  # two stalled downloads: as many as the server has threads
+            channel = grpc.insecure_channel(server.address)
+            channels.append(channel)
+            answer = channel.unary_unary(wire.path("big"))(wire.INLINE + codec.encode([[], {}]), timeout=10)
+            blob_id, _ = wire.parse_staged(memoryview(answer))
+            stream = channel.unary_stream(wire.path(wire.DOWNLOAD))(blob_id)
+            next(stream)  # take the first chunk, then stop reading
+            channels.append(stream)
+        assert courier.Client(server.address, timeout=10).ping() == "pong"
+    finally:
+        for channel in channels[::2]:
+            channel.close()
+        server.stop(grace=0)
