@@ -41,6 +41,7 @@ def alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 @pytest.mark.parametrize(
     "script, expected",
@@ -191,6 +192,7 @@ def test_processes_set_group_environment(tmp_path, capfd):
     assert "JAXDIST_GROUP_VALUE" not in os.environ
 
 
+@pytest.mark.slow
 def test_nodes_exit_when_the_launcher_is_killed(tmp_path):
     marker = uuid.uuid4().hex
     script = (
