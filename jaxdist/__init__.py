@@ -3,9 +3,12 @@
     p = jd.Program("name"); h = p.add_node(jd.CourierNode(Cls, ...)); jd.launch(p).wait()
 """
 
-from jaxdist import courier
+import importlib
+from typing import Any
+
+from jaxdist import courier, metrics
 from jaxdist.nodes import replay
-from jaxdist.launch import NodeFailedError, Running, launch, stop, stop_requested, wait_for_stop
+from jaxdist.launch import NodeFailedError, Running, current_node, launch, stop, stop_requested, wait_for_stop
 from jaxdist.nodes.cacher import CacherNode
 from jaxdist.nodes.colocation import ColocationNode
 from jaxdist.nodes.courier_node import CourierNode
@@ -14,21 +17,37 @@ from jaxdist.nodes.py_node import PyNode
 from jaxdist.nodes.replay import ReplayNode
 from jaxdist.program import Handle, Node, Program
 
+# These import JAX; programs that do not use them (the non-RL examples) should not pay for it.
+_LAZY = {name: "jaxdist.nodes.learner" for name in ("CheckpointOptions", "Learner", "LearnerLogic", "ReplaySource")}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'jaxdist' has no attribute {name!r}")
+
+
 __all__ = [
     "CacherNode",
+    "CheckpointOptions",
     "ColocationNode",
     "CourierNode",
     "Handle",
+    "Learner",
+    "LearnerLogic",
     "Node",
     "NodeFailedError",
     "ParameterServer",
     "Program",
     "PyNode",
     "ReplayNode",
+    "ReplaySource",
     "Running",
     "VariableClient",
     "courier",
+    "current_node",
     "launch",
+    "metrics",
     "replay",
     "stop",
     "stop_requested",

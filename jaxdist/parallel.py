@@ -249,12 +249,22 @@ def _jax_owns_sigterm() -> bool:
 def install_sigterm_flag() -> None:
     """Make SIGTERM set a flag for :func:`preemption_requested` instead of killing us.
 
-    Main thread only. A no-op under ``jax.distributed``, whose preemption service owns SIGTERM.
+    Main thread only. A Python handler already installed (a launcher's worker sets the
+    program's stop event with one) is chained: it still runs after the flag is set; the
+    default action (terminate) is not. A no-op under ``jax.distributed``, whose preemption
+    service owns SIGTERM, and when called again.
     """
     global _sigterm_installed
-    if _jax_owns_sigterm():
+    if _jax_owns_sigterm() or _sigterm_installed:
         return
-    signal.signal(signal.SIGTERM, lambda signum, frame: _sigterm.set())
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum: int, frame: Any) -> None:
+        _sigterm.set()
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, handler)
     _sigterm_installed = True
 
 

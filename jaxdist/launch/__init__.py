@@ -7,7 +7,7 @@ import importlib
 import pkgutil
 from typing import Any
 
-from jaxdist.launch.context import stop, stop_requested, wait_for_stop
+from jaxdist.launch.context import current_node, stop, stop_requested, wait_for_stop
 from jaxdist.launch.running import NodeFailedError, Running
 from jaxdist.launch import launchers
 from jaxdist.program import Program
@@ -25,4 +25,13 @@ def launch(program: Program, launcher: str = "processes", **options: Any) -> Run
     return module.launch(program, **options)
 
 
-__all__ = ["NodeFailedError", "Running", "available_launchers", "launch", "stop", "stop_requested", "wait_for_stop"]
+__all__ = [
+    "NodeFailedError",
+    "Running",
+    "available_launchers",
+    "current_node",
+    "launch",
+    "stop",
+    "stop_requested",
+    "wait_for_stop",
+]

@@ -24,8 +24,10 @@ def install(request_stop: Callable[[], None]) -> threading.Event:
 
 
 def uninstall() -> None:
+    """Called when a launch in this process is over: no stop is pending any more."""
     global _request_stop
     _request_stop = None
+    _stop_event.clear()
 
 
 def stop() -> None:

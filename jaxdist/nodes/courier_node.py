@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxdist import courier
+from jaxdist.launch.context import node_context
 from jaxdist.program import AddressTable, Executable, Handle, Node, NodeContext, named_arguments, replace_handles
 
 
@@ -14,7 +15,8 @@ class CourierNode(Node):
     """`CourierNode(cls, *args, **kwargs)`: a deferred `cls(*args, **kwargs)`, served over courier.
 
     Handles among the arguments become clients when the node starts. If the object has `run()`,
-    the node runs it; the program may end when it returns.
+    the node runs it; the program may end when it returns. Its constructor and `run()` can ask
+    `jaxdist.launch.context.current_node()` for the node's name and run directory.
     """
 
     def __init__(self, cls: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
@@ -57,12 +59,14 @@ class _CourierExecutable(Executable):
         node = self._node
         args = replace_handles(node.args, make_client)
         kwargs = replace_handles(node.kwargs, make_client)
-        self._object = node.cls(*args, **kwargs)
+        with node_context(self._context):
+            self._object = node.cls(*args, **kwargs)
         self._server.attach(self._object)
 
     def run(self) -> None:
         if self.has_run:
-            self._object.run()
+            with node_context(self._context):
+                self._object.run()
 
     def shutdown(self) -> None:
         if self._server is not None:

@@ -213,3 +213,15 @@ def test_nodes_exit_when_the_launcher_is_killed(tmp_path):
     while processes_with_marker(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert [pid for pid in processes_with_marker(marker) if alive(pid)] == []
+
+
+def test_processes_stop_reports_every_exit_code(tmp_path):
+    """The monitor alone reaps children: a second join used to lose exit codes (None)."""
+    for attempt in range(3):
+        program = jd.Program("exit-codes")
+        with program.group("loop"):
+            for _ in range(3):
+                program.add_node(jd.CourierNode(nodes.UntilStopped))
+        running = jd.launch(program, launcher="processes", run_dir=str(tmp_path / str(attempt)), echo=False)
+        running.stop()
+        assert [status["exitcode"] for status in running.status().values()] == [0, 0, 0]

@@ -14,6 +14,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
+import signal
 import threading
 import time
 import weakref
@@ -176,20 +177,28 @@ class _ProcessesRunning(Running):
     # Stopping -------------------------------------------------------------------------------
 
     def _shut_down(self) -> None:
+        """Stop message and SIGTERM, `grace` seconds, then SIGKILL of every tree. Only the
+        monitor reaps children (two threads joining one process lose its exit code)."""
         self._broadcast("stop")
         for child in self._children.values():
             if child.process.is_alive():
-                signal_tree(child.process.pid, 15)
-        deadline = time.monotonic() + self._grace
+                signal_tree(child.process.pid, signal.SIGTERM)
+        self._wait_for_exits(time.monotonic() + self._grace)
         for child in self._children.values():
-            child.process.join(max(0.0, deadline - time.monotonic()))
-        for child in self._children.values():
-            signal_tree(child.process.pid, 9)  # stragglers and anything left in its group
-        for child in self._children.values():
-            child.process.join()
+            signal_tree(child.process.pid, signal.SIGKILL)  # stragglers and anything left in its group
+        self._wait_for_exits(None)
         if self._monitor is not None and self._monitor is not threading.current_thread():
-            self._monitor.join(timeout=5)
+            self._monitor.join()
         _live.discard(self)
+
+    def _wait_for_exits(self, deadline: float | None) -> None:
+        pending = [child.process.sentinel for child in self._children.values()]
+        while pending:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = multiprocessing.connection.wait(pending, timeout)
+            if not ready:
+                return
+            pending = [sentinel for sentinel in pending if sentinel not in ready]
 
 
 @contextlib.contextmanager

@@ -1,0 +1,645 @@
+"""The learner node: data-parallel updates from a batch source, published parameters,
+metrics, checkpoints, and resume.
+
+The algorithm is three pure functions in a :class:`LearnerLogic`; the node does the plumbing::
+
+    logic = LearnerLogic(init=init_fn, update=update_fn)   # params=: default state["params"]
+    with p.group("learner"):
+        learner = p.add_node(jd.CourierNode(Learner, logic, queue, batch_size=256,
+                                            checkpoint=True, publish_every=10))
+    with p.group("params"):
+        params = p.add_node(jd.CacherNode(learner, refresh_interval=0.5, uncached=("update",)))
+
+- ``update(state, batch, rng) -> (state, metrics)`` is written for the global batch and runs
+  through :func:`jaxdist.parallel.data_parallel` over every device (``mode="jit"`` or
+  ``"pmap"``), ``steps_per_call`` updates per dispatch under ``lax.scan``.
+- Batches come from a *source*: any callable ``next_batch() -> pytree`` (this process's rows
+  of one step's batch; raising ``StopIteration`` ends training), or the client(s) of replay
+  nodes (wrapped in :class:`ReplaySource`), fetched and put on devices ahead of use by a
+  background thread. Without a source, callers push batches with the served ``update(batch)``.
+- Served: ``update(batch)``, ``get_params(min_version=-1, wait=0)`` (the ParameterServer
+  ``get`` contract, also served as ``get`` so actors' ``VariableClient`` can read it, directly
+  or through a ``CacherNode``: give the cacher ``uncached=("update",)``), ``status()``.
+  Only ``parallel.is_primary()`` publishes and writes metrics; device-to-host copies for both
+  happen on a background thread, so the step loop never waits on them.
+- Outside a program (a script, a benchmark) it works the same: ``Learner(logic, source,
+  max_steps=N, run_dir=...).run()``; there only SIGTERM stops it early.
+- Checkpoints (``<run_dir>/checkpoints/<node name>``) hold the state and the step; the latest
+  is restored on start, so steps, RNG streams and the published version carry on. A stop
+  (``jd.stop_requested()``, SIGTERM, JAX's preemption sync point) saves at the current step,
+  waits for the save and returns; so do ``max_steps`` and the end of the source.
+- RNG: the key of SGD step ``s`` is ``fold_in(k, s)`` with ``k`` drawn from ``seed`` (then
+  split per scanned step), so a resumed run draws what an uninterrupted one would.
+
+The callables must pickle to reach a process: module-level functions, or dataclasses of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdist import courier, parallel
+from jaxdist.checkpoint import Checkpointer, checkpoint_dir
+from jaxdist.launch import context
+from jaxdist.metrics import MetricsWriter, metrics_path
+from jaxdist.nodes.parameter_server import MAX_WAIT
+
+PyTree = Any
+BatchSource = Callable[[], PyTree]
+"""``next_batch() -> pytree``: this process's rows of one SGD step's batch (batch on axis 0)."""
+
+
+def state_params(state: PyTree) -> PyTree:
+    """The default ``LearnerLogic.params``: ``state["params"]`` or ``state.params``."""
+    return state["params"] if isinstance(state, Mapping) else state.params
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerLogic:
+    """What a learner learns: pure, jittable functions over a state pytree.
+
+    ``init(rng) -> state``; ``update(state, batch, rng) -> (state, metrics)`` for the global
+    batch (call ``parallel.pmean`` on gradients to also run under ``mode="pmap"``; metrics are
+    scalars); ``params(state) -> pytree`` is what gets published.
+    """
+
+    init: Callable[[jax.Array], PyTree]
+    update: parallel.Update
+    params: Callable[[PyTree], PyTree] = state_params
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointOptions:
+    """``checkpoint=True`` means these defaults; a dict of the same fields also works."""
+
+    save_every_steps: int | None = 1000
+    save_every_seconds: float | None = None
+    keep: int = 3
+    async_save: bool = True
+
+
+@dataclasses.dataclass
+class ReplaySource:
+    """A batch source over replay nodes' clients: each call samples ``batch_size`` items.
+
+    One client: ``ReplayClient(client).sample``; several: ``sample_many`` (the batch split over
+    them, asked at once). Both wait, retrying, while a rate limiter or an empty table makes the
+    node ask again (``timeout=None``: as long as it takes). ``field`` picks one entry of the
+    sample (``"data"``); ``None`` returns the whole ``{"keys", "data", "probabilities"}``, for
+    losses that need the probabilities (prioritized replay) or the keys.
+    """
+
+    clients: Any
+    batch_size: int
+    table: str = "default"
+    timeout: float | None = None
+    field: str | None = "data"
+
+    def __call__(self) -> PyTree:
+        from jaxdist.nodes.replay import client as replay_client  # a node layer beside this one
+
+        if isinstance(self.clients, (list, tuple)):
+            sample = replay_client.sample_many(list(self.clients), self.batch_size, table=self.table,
+                                               timeout=self.timeout)
+        else:
+            if not isinstance(self.clients, replay_client.ReplayClient):
+                self.clients = replay_client.ReplayClient(self.clients)
+            sample = self.clients.sample(self.batch_size, table=self.table, timeout=self.timeout)
+        return sample if self.field is None else sample[self.field]
+
+
+class Learner:
+    """A learner served by ``jd.CourierNode(Learner, logic, source, ...)``; see the module doc.
+
+    Options: ``batch_size`` (for replay sources), ``steps_per_call``, ``mode``,
+    ``publish_every`` (steps; None: only at start and end), ``parameter_server`` (a client
+    whose ``push(params, version)`` is called on every publish), ``checkpoint`` (False, True,
+    a :class:`CheckpointOptions` or a dict of its fields), ``seed``, ``max_steps``,
+    ``metrics`` (True: ``<run_dir>/metrics.csv``, rows past the restored step dropped; a
+    name: ``<run_dir>/<name>.csv``; an object with ``write(step, dict)``; False; None, the
+    default: True when there is a run directory), ``log_every`` (steps), ``prefetch`` (batches
+    fetched, and off CPU put on devices, ahead of use by a thread; 0: fetch inline; batches
+    fetched ahead from a Fifo are not trained on if the learner stops), ``run_dir`` / ``name``
+    (default: the node's),
+    ``replay_options`` (``table``, ``timeout``, ``field`` of :class:`ReplaySource`, used when
+    the source is replay node client(s)), ``distributed`` (arguments of
+    ``parallel.initialize``, called first).
+    Steps count SGD updates: a call of ``steps_per_call`` advances the step by that many, and
+    intervals fire when the step crosses a multiple of them.
+
+    Several processes (``distributed``): each feeds its own rows and all must step together,
+    so use a source on every process (not ``update()`` calls) and end by ``max_steps`` or a
+    stop; a stop is taken at JAX's preemption sync point, the same step everywhere.
+    """
+
+    def __init__(self, logic: LearnerLogic, source: BatchSource | Any = None, *,
+                 batch_size: int | None = None, steps_per_call: int = 1,
+                 mode: Literal["jit", "pmap"] = "jit", publish_every: int | None = 1,
+                 parameter_server: Any = None,
+                 checkpoint: bool | CheckpointOptions | Mapping[str, Any] = False,
+                 seed: int = 0, max_steps: int | None = None, metrics: bool | str | Any = None,
+                 log_every: int | None = 100, prefetch: int = 2, run_dir: str | None = None,
+                 name: str | None = None, replay_options: Mapping[str, Any] | None = None,
+                 distributed: Mapping[str, Any] | None = None, cpu_block_every: int = 8) -> None:
+        if distributed is not None:
+            parallel.initialize(**distributed)
+        if not isinstance(logic, LearnerLogic):
+            raise TypeError(f"Learner takes a LearnerLogic(init, update, params) first, got "
+                            f"{type(logic).__name__}")
+        for option, value in (("publish_every", publish_every), ("log_every", log_every),
+                              ("max_steps", max_steps)):
+            if value is not None and value < 1:
+                raise ValueError(f"{option} must be >= 1 or None, got {value}")
+        node = context.current_node()
+        self._in_program = node is not None  # the stop event means something only inside a node
+        self.name = name or (node.node_name if node else "learner")
+        self.run_dir = run_dir or (node.run_dir if node else None)
+        self._logic = logic
+        self._k = steps_per_call
+        self._publish_every = publish_every
+        self._log_every = log_every
+        self._max_steps = max_steps
+        self._primary = parallel.is_primary()
+        self._multiprocess = jax.process_count() > 1
+        self._lock = threading.RLock()
+        self._closed = False
+        self._dp = parallel.data_parallel(_CountedUpdate(logic.update), mode=mode,
+                                          steps_per_call=steps_per_call,
+                                          cpu_block_every=cpu_block_every)
+        self._ckpt, self._every_steps, self._every_seconds = self._make_checkpointer(checkpoint)
+        # One CPU process, jit: the step's own C++ dispatch places host arrays faster than a
+        # device_put from Python (~150 us a batch), and there is no transfer to overlap.
+        self._host_batches = (mode == "jit" and not self._multiprocess
+                              and self._dp.mesh.devices.flat[0].platform == "cpu")
+        self._local_devices = self._dp.mesh.local_mesh.devices.size
+
+        init_key, update_key = jax.random.split(jax.random.key(seed))
+        fresh = {"state": logic.init(init_key), "step": jnp.zeros((), jnp.int32)}
+        self.restored_step = self._ckpt.latest_step() if self._ckpt is not None else None
+        self._train = self._restore(fresh) if self.restored_step is not None else self._dp.replicate(fresh)
+        self._step = int(jax.device_get(self._dp.unreplicate(self._train["step"])))
+        key_data = jax.random.key_data(update_key)
+        self._rng = self._dp.replicate(key_data) if mode == "jit" else key_data
+
+        self._writer = self._make_writer(metrics) if self._primary else None
+        self._io = _HostIO(self._writer, parameter_server, self.name) if self._primary else None
+        self._published: tuple[int, PyTree] = (-1, None)  # swapped as one tuple
+        self._published_changed = threading.Condition()
+        if self._primary:
+            self._publish_now()
+        self._last_metrics: PyTree = None
+        self._logged_step = self._step
+        self._rate = _Rate()
+        self._feeder = _Feeder(self._resolve_source(source, batch_size, replay_options or {}),
+                               self._shard, self._k, prefetch) if source is not None else None
+        self._checked_step = -1
+        print(f"{self.name}: {'restored step %d' % self._step if self.restored_step is not None else 'fresh start'}"
+              f" on {self._dp.mesh.devices.size} device(s), mode={mode}", flush=True)
+
+    # Served -----------------------------------------------------------------------------------
+
+    def update(self, batch: PyTree) -> dict[str, Any]:
+        """Run one call (``steps_per_call`` SGD steps) on ``batch`` now; its step and metrics.
+
+        With ``steps_per_call > 1`` the batch leaves are ``(steps_per_call, batch, ...)``.
+        """
+        device_batch = self._shard(batch)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"learner {self.name} is closed")
+            if self._finished():
+                raise RuntimeError(f"learner {self.name} reached max_steps={self._max_steps}")
+            metrics = self._advance(device_batch)
+            step = self._step
+        return {"step": step, "metrics": _host_metrics(metrics, self._k)}
+
+    def get_params(self, min_version: int = -1, wait: float = 0.0) -> dict[str, Any]:
+        """``{"version": step, "params": host arrays, or None unless newer than min_version}``.
+
+        ``wait`` > 0 long-polls: returns once a newer version is published or after ``wait``
+        seconds (at most ``parameter_server.MAX_WAIT``).
+        """
+        if wait > 0:
+            with self._published_changed:
+                self._published_changed.wait_for(lambda: self._published[0] > min_version,
+                                                 timeout=min(float(wait), MAX_WAIT))
+        version, params = self._published
+        return {"version": version, "params": params if version > min_version else None}
+
+    def get(self, min_version: int = -1, wait: float = 0.0) -> dict[str, Any]:
+        """``get_params`` under the ParameterServer's name, so a ``VariableClient`` (directly
+        or through a ``CacherNode``) can read parameters from the learner itself."""
+        return self.get_params(min_version, wait)
+
+    def status(self) -> dict[str, Any]:
+        return {"step": self._step, "version": self._published[0],
+                "restored_step": self.restored_step,
+                "devices": int(self._dp.mesh.devices.size), "mode": self._dp.mode}
+
+    # The node's own work ----------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Train until max_steps, the end of the source, or a stop; then save and return."""
+        reason = "max_steps reached"
+        while not self._finished():
+            stop = self._stop_reason()
+            if stop:
+                reason = stop
+                break
+            if self._feeder is None:  # batches arrive through update()
+                context.wait_for_stop(0.05)
+                continue
+            batch = self._feeder.get(timeout=0.1)
+            if batch is _END:
+                reason = "the batch source ended"
+                break
+            if batch is not None:
+                with self._lock:
+                    self._advance(batch)
+        self._finish(reason)
+
+    def close(self) -> None:
+        """Stop fetching, flush metrics and publishing, wait for saves; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._feeder is not None:
+            self._feeder.close()
+        if self._io is not None:
+            self._io.close()
+        if self._ckpt is not None:
+            self._ckpt.close()
+        if self._writer is not None and hasattr(self._writer, "close"):
+            self._writer.close()
+
+    # Internals --------------------------------------------------------------------------------
+
+    def _advance(self, device_batch: PyTree) -> PyTree:
+        """One dispatch of the step, then whatever the intervals ask; caller holds the lock."""
+        self._train, metrics = self._dp(self._train, device_batch, self._rng)
+        before, self._step = self._step, self._step + self._k
+        self._last_metrics = metrics
+        self._rate.tick(self._step)
+        if self._primary:
+            if _crossed(before, self._step, self._publish_every):
+                self._publish_async()
+            if _crossed(before, self._step, self._log_every):
+                self._log(metrics)
+        if self._ckpt is not None:
+            due = _crossed(before, self._step, self._every_steps)
+            if (due or self._every_seconds is not None) and \
+                    self._ckpt.maybe_save(self._step, self._saveable(), force=due) and self._io:
+                self._io.flush()  # rows up to a checkpoint survive a SIGKILL: none are lost for good
+        return metrics
+
+    def _finished(self) -> bool:
+        return self._max_steps is not None and self._step >= self._max_steps
+
+    def _stop_reason(self) -> str | None:
+        """Why to stop now, if so: the program is stopping, or a preemption (SIGTERM) came."""
+        if self._multiprocess:  # every process must decide at the same step: JAX's sync point
+            if self._step == self._checked_step:
+                return None
+            self._checked_step = self._step
+            return "preempted" if parallel.preemption_requested(self._step) else None
+        if self._in_program and context.stop_requested():
+            return "the program is stopping"
+        return "preempted (SIGTERM)" if parallel.preemption_requested(self._step) else None
+
+    def _finish(self, reason: str) -> None:
+        """Save at the current step (off the interval if need be), publish, flush; for run()."""
+        with self._lock:
+            if self._ckpt is not None:
+                self._ckpt.maybe_save(self._step, self._saveable(), force=True)
+            if self._primary:
+                if self._last_metrics is not None and self._logged_step != self._step:
+                    self._log(self._last_metrics)
+                if self._last_publish != self._step:
+                    self._publish_async()
+                self._io.flush()
+        # A stop interrupts run() with KeyboardInterrupt after a while: let the save commit.
+        for attempt in range(3):
+            try:
+                if self._ckpt is not None:
+                    self._ckpt.wait()
+                if self._io is not None:
+                    self._io.drain()
+                break
+            except KeyboardInterrupt:
+                if attempt == 2:
+                    raise
+        saved = " (checkpoint saved)" if self._ckpt is not None else ""
+        print(f"{self.name}: stopped at step {self._step}: {reason}{saved}", flush=True)
+
+    def _shard(self, batch: PyTree) -> PyTree:
+        """Check a batch's shapes, then put it on devices (or pass host arrays straight to jit)."""
+        self._check_batch(batch)
+        return batch if self._host_batches else self._dp.shard_batch(batch)
+
+    def _check_batch(self, batch: PyTree) -> None:
+        n = self._local_devices
+        axis = int(self._k > 1)
+        for leaf in jax.tree.leaves(batch):
+            shape = np.shape(leaf)
+            if len(shape) <= axis or shape[axis] % n or (self._k > 1 and shape[0] != self._k):
+                want = f"({self._k}, batch, ...)" if self._k > 1 else "(batch, ...)"
+                raise ValueError(f"learner {self.name}: batch leaf of shape {shape} must be {want} "
+                                 f"with the batch a multiple of {n} local devices")
+
+    def _saveable(self) -> PyTree:
+        # pmap state is stacked per device: save one copy, so any device count can restore it.
+        return self._train if self._dp.mode == "jit" else self._dp.unreplicate(self._train)
+
+    def _restore(self, fresh: PyTree) -> PyTree:
+        if self._dp.mode == "jit":
+            return self._ckpt.restore(self._dp.replicate(fresh))
+        return self._dp.replicate(self._ckpt.restore(fresh))
+
+    def _device_copy_of_params(self) -> PyTree:
+        """A fresh device-0 copy of the params: the state itself is donated to the next call."""
+        params = self._dp.unreplicate(self._logic.params(self._train["state"]))
+        copy = jax.tree.map(jnp.copy, params)
+        for leaf in jax.tree.leaves(copy):
+            leaf.copy_to_host_async()
+        return copy
+
+    def _publish_async(self) -> None:
+        self._last_publish = self._step
+        self._io.publish(self._step, self._device_copy_of_params(), self._set_published)
+
+    def _publish_now(self) -> None:
+        """Publish synchronously (get_params serves it at once); the push goes in the background."""
+        self._last_publish = self._step
+        host = jax.device_get(self._device_copy_of_params())
+        self._set_published(self._step, host)
+        self._io.publish(self._step, host, self._set_published)
+
+    def _set_published(self, version: int, params: PyTree) -> None:
+        with self._published_changed:
+            if version > self._published[0]:
+                self._published = (version, params)
+                self._published_changed.notify_all()
+
+    def _log(self, metrics: PyTree) -> None:
+        self._logged_step = self._step
+        if self._writer is not None:
+            rate = self._rate.value
+            extra = {"learner/steps_per_second": rate} if rate else {}
+            self._io.log(self._step, metrics, self._k, extra)
+
+    def _make_checkpointer(self, option: Any) -> tuple[Checkpointer | None, int | None, float | None]:
+        if option is False or option is None:
+            return None, None, None
+        options = (CheckpointOptions() if option is True
+                   else option if isinstance(option, CheckpointOptions)
+                   else CheckpointOptions(**option))
+        directory = checkpoint_dir(self._need_run_dir("checkpoints"), self.name)
+        # Step intervals are decided here (crossings, for steps_per_call > 1); time by Orbax.
+        ckpt = Checkpointer(directory, save_every_seconds=options.save_every_seconds,
+                            keep=options.keep, async_save=options.async_save)
+        return ckpt, options.save_every_steps, options.save_every_seconds
+
+    def _make_writer(self, option: Any) -> Any:
+        if option is None:
+            option = self.run_dir is not None
+        if option is False:
+            return None
+        if option is True or isinstance(option, str):
+            run_dir = self._need_run_dir("metrics")
+            path = metrics_path(run_dir) if option is True else metrics_path(run_dir, option.removesuffix(".csv"))
+            return MetricsWriter(path, purge_after_step=self._step)
+        if not callable(getattr(option, "write", None)):
+            raise TypeError(f"metrics must be a bool, a file name or an object with write(step, dict), "
+                            f"got {type(option).__name__}")
+        return option
+
+    def _need_run_dir(self, what: str) -> str:
+        if self.run_dir is None:
+            raise ValueError(f"learner {self.name} writes {what} under a run directory: launch it as a "
+                             f"node (jd.CourierNode) or pass run_dir=...")
+        return self.run_dir
+
+    def _resolve_source(self, source: Any, batch_size: int | None, replay_options: Mapping[str, Any]) -> BatchSource:
+        is_client = isinstance(source, courier.Client) or (
+            isinstance(source, (list, tuple)) and source
+            and all(isinstance(s, courier.Client) for s in source))
+        if is_client:
+            if batch_size is None:
+                raise ValueError(f"learner {self.name}: sampling from replay needs batch_size=")
+            return ReplaySource(source, batch_size, **replay_options)
+        if callable(source):
+            return source
+        if hasattr(source, "__next__"):
+            return source.__next__
+        raise TypeError(f"learner {self.name}: source must be a callable next_batch() -> batch, an "
+                        f"iterator, or replay node client(s); got {type(source).__name__}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _CountedUpdate:
+    """The user's update with the step counter kept in the state and the RNG folded by it."""
+
+    update: parallel.Update
+
+    def __call__(self, train: PyTree, batch: PyTree, rng: jax.Array) -> tuple[PyTree, PyTree]:
+        key = jax.random.wrap_key_data(jax.random.fold_in(rng, train["step"]))
+        state, metrics = self.update(train["state"], batch, key)
+        return {"state": state, "step": train["step"] + 1}, metrics
+
+
+def _crossed(before: int, after: int, every: int | None) -> bool:
+    return every is not None and after // every > before // every
+
+
+def _host_metrics(metrics: PyTree, steps_per_call: int) -> dict[str, float]:
+    """Metrics as host floats named by their path; a call's scanned steps are averaged."""
+    flat = {}
+    for path, value in jax.tree_util.tree_flatten_with_path(jax.device_get(metrics))[0]:
+        name = "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
+        value = np.asarray(value)
+        flat[name or "value"] = float(value.mean(axis=0).mean() if steps_per_call > 1 else value.mean())
+    return flat
+
+
+class _Rate:
+    """Steps per second between reads of ``value``, timed from the end of the first call
+    (which compiles); dispatch is asynchronous, so this is the rate of dispatching."""
+
+    def __init__(self) -> None:
+        self._mark: tuple[float, int] | None = None
+        self._last = 0.0
+
+    def tick(self, step: int) -> None:
+        if self._mark is None:
+            self._mark = (time.monotonic(), step)
+        self._step = step
+
+    @property
+    def value(self) -> float:
+        if self._mark is None:
+            return 0.0
+        now, (then, start) = time.monotonic(), self._mark
+        if self._step > start and now > then:
+            self._last = (self._step - start) / (now - then)
+            self._mark = (now, self._step)
+        return self._last
+
+
+_END = object()
+
+
+class _Feeder:
+    """A thread that calls the source and puts batches on devices ahead of the step loop."""
+
+    def __init__(self, source: BatchSource, shard: Callable[[PyTree], PyTree], steps_per_call: int,
+                 size: int) -> None:
+        self._source, self._shard, self._k = source, shard, steps_per_call
+        self._queue: queue.Queue = queue.Queue(maxsize=max(size, 1))
+        self._closed = threading.Event()
+        self._inline = size == 0
+        self._ended = False
+        self._thread = None
+        if not self._inline:
+            self._thread = threading.Thread(target=self._loop, name="learner-feeder", daemon=True)
+            self._thread.start()
+
+    def get(self, timeout: float) -> Any:
+        """The next device batch, ``_END`` when the source ended, None on timeout."""
+        if self._inline:
+            if self._ended:
+                return _END
+            try:
+                return self._next()
+            except StopIteration:
+                self._ended = True
+                return _END
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if isinstance(item, _Failure):
+            raise RuntimeError(f"the learner's batch source failed:\n{item.details}")
+        if item is _END:
+            self._queue.put(_END)  # stays ended
+        return item
+
+    def close(self) -> None:
+        """Stop the thread; one blocked in the source (waiting for data) is left behind."""
+        self._closed.set()
+        if self._thread is not None:
+            self._thread.join(timeout=0.5)
+
+    def _next(self) -> PyTree:
+        if self._k == 1:
+            return self._shard(self._source())
+        batches = [self._source() for _ in range(self._k)]
+        return self._shard(jax.tree.map(lambda *xs: np.stack(xs), *batches))
+
+    def _loop(self) -> None:
+        try:
+            while not self._closed.is_set():
+                self._put(self._next())
+        except StopIteration:
+            self._put(_END)
+        except BaseException:
+            self._put(_Failure(traceback.format_exc()))
+
+    def _put(self, item: Any) -> None:
+        while not self._closed.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+
+@dataclasses.dataclass
+class _Failure:
+    details: str
+
+
+class _HostIO:
+    """A thread that copies published params and logged metrics to the host, then publishes
+    (latest version wins) and writes rows, in order, so the step loop never waits on them."""
+
+    def __init__(self, writer: Any, parameter_server: Any, name: str) -> None:
+        self._writer, self._server, self._name = writer, parameter_server, name
+        self._cond = threading.Condition()
+        self._params: tuple | None = None
+        self._rows: list[tuple] = []
+        self._flush = False
+        self._busy = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="learner-io", daemon=True)
+        self._thread.start()
+
+    def publish(self, version: int, device_params: PyTree, done: Callable[[int, PyTree], None]) -> None:
+        with self._cond:
+            self._params = (version, device_params, done)
+            self._cond.notify_all()
+
+    def log(self, step: int, metrics: PyTree, steps_per_call: int, extra: dict[str, float]) -> None:
+        with self._cond:
+            self._rows.append((step, metrics, steps_per_call, extra))
+            self._cond.notify_all()
+
+    def flush(self) -> None:
+        """Flush the metrics file after the rows logged so far are written."""
+        with self._cond:
+            self._flush = True
+            self._cond.notify_all()
+
+    def drain(self) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: not (self._params or self._rows or self._flush or self._busy)
+                                or self._closed)
+
+    def close(self) -> None:
+        self.drain()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._params or self._rows or self._flush or self._closed)
+                if self._closed:
+                    return
+                params, self._params = self._params, None
+                rows, self._rows = self._rows, []
+                flush, self._flush = self._flush, False
+                self._busy = True
+            try:
+                for step, metrics, k, extra in rows:
+                    self._writer.write(step, {**_host_metrics(metrics, k), **extra})
+                if flush and hasattr(self._writer, "flush"):
+                    self._writer.flush()
+                if params is not None:
+                    version, device_params, done = params
+                    host = jax.device_get(device_params)
+                    done(version, host)
+                    if self._server is not None:
+                        self._server.push(host, version)
+            except Exception:
+                print(f"{self._name}: publishing or logging failed (training goes on):\n"
+                      f"{traceback.format_exc()}", flush=True)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+
+__all__ = ["BatchSource", "CheckpointOptions", "Learner", "LearnerLogic", "ReplaySource", "state_params"]

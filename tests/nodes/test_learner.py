@@ -1,0 +1,224 @@
+"""The learner node: direct updates over RPC, and real processes that train, publish, write
+metrics, save on SIGTERM, resume after SIGKILL, and agree on 1 and 8 devices."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxdist as jd
+import learner_nodes as ln
+from jaxdist import courier
+from jaxdist.checkpoint import Checkpointer, checkpoint_dir
+from jaxdist.metrics import read_metrics
+from jaxdist.nodes.learner import Learner, LearnerLogic
+
+# Unoptimised XLA compiles ~2x faster here; runs that are compared use the same flags.
+FAST_XLA = "--xla_backend_optimization_level=0"
+
+
+def env(devices: int = 1) -> dict:
+    return {"JAX_PLATFORMS": "cpu",
+            "XLA_FLAGS": f"{FAST_XLA} --xla_force_host_platform_device_count={devices}"}
+
+
+def client_of(running, name: str = "learner/0") -> courier.Client:
+    return courier.Client(running.addresses[name], token=running.token)
+
+
+def wait_until(condition, timeout: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"{what} not reached within {timeout} s")
+
+
+def launch_learner(run_dir, source, **options) -> jd.Running:
+    program = jd.Program("learn")
+    with program.group("learner"):
+        program.add_node(jd.CourierNode(Learner, ln.LOGIC, source, **options))
+    return jd.launch(program, launcher="processes", run_dir=str(run_dir), echo=False,
+                     resources={"learner": {"env": env()}})
+
+
+def logged_steps(run_dir) -> list[int]:
+    return [row["step"] for row in read_metrics(os.path.join(run_dir, "metrics.csv"))]
+
+
+def saved_steps(run_dir, node: str = "learner/0") -> list[int]:
+    directory = checkpoint_dir(run_dir, node)
+    return sorted(int(name) for name in os.listdir(directory) if name.isdigit())
+
+
+def node_log(run_dir, node: str = "learner/0") -> str:
+    with open(os.path.join(run_dir, "logs", node.replace("/", "-") + ".log")) as log:
+        return log.read()
+
+
+def test_direct_updates_step_and_get_params_is_sent_only_when_newer(tmp_path):
+    program = jd.Program("direct")
+    with program.group("ps"):
+        server = program.add_node(jd.CourierNode(ln.RecordingParameterServer))
+    with program.group("learner"):
+        program.add_node(jd.CourierNode(Learner, ln.LOGIC, publish_every=2, log_every=1,
+                                        parameter_server=server))
+    running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False)
+    try:
+        learner = client_of(running)
+        initial = learner.get_params()
+        assert initial["version"] == 0 and set(initial["params"]) == {"w1", "b1", "w2", "b2"}
+        assert learner.get_params(min_version=0) == {"version": 0, "params": None}
+
+        losses = [learner.update(ln.make_batch(i, 32))["metrics"]["loss"] for i in range(3)]
+        assert learner.status()["step"] == 3
+        assert all(np.isfinite(losses))
+        newer = wait_until(lambda: learner.get_params(min_version=0)["params"] and learner.get_params(0),
+                           what="version 2 published")
+        assert newer["version"] == 2  # publish_every=2: step 3 is not published
+        assert not np.allclose(newer["params"]["w1"], initial["params"]["w1"])
+        began = time.monotonic()
+        assert learner.get_params(min_version=2, wait=0.3)["params"] is None  # a long poll
+        assert time.monotonic() - began >= 0.25
+        actor_view = jd.VariableClient(learner, refresh_every_seconds=0.05)  # reads `get`
+        wait_until(lambda: actor_view.version == 2, what="the VariableClient at version 2")
+        np.testing.assert_array_equal(actor_view.params["w1"], newer["params"]["w1"])
+        actor_view.close()
+        pushed = wait_until(lambda: client_of(running, "ps/0").pushed()["versions"] == [0, 2] or None,
+                            what="pushes to the parameter server")
+        assert pushed
+        with pytest.raises(ValueError, match="multiple of"):
+            learner.update({"x": np.zeros((32,), np.float32), "y": np.zeros((), np.float32)})
+    finally:
+        running.stop()
+    assert logged_steps(tmp_path) == [1, 2, 3]
+
+
+def test_sigterm_saves_off_interval_exits_zero_and_a_relaunch_resumes_there(tmp_path):
+    # The source runs dry after 23 batches, so the node sits at step 23 when SIGTERM comes.
+    running = launch_learner(tmp_path, ln.RegressionBatches(limit=23), publish_every=5, log_every=5,
+                             checkpoint={"save_every_steps": 10})
+    learner = client_of(running)
+    wait_until(lambda: learner.status()["step"] == 23, what="step 23")
+    assert learner.get_params()["version"] == 20
+    os.kill(running.status()["learner/0"]["pid"], signal.SIGTERM)
+    assert running.wait(timeout=30)
+    status = running.status()["learner/0"]
+    # None: the launcher's monitor and teardown threads both join the process, and the one that
+    # loses the waitpid race reads no exit code (a launcher race, reported); never non-zero.
+    assert status["exitcode"] == 0 and status["error"] is None
+    assert saved_steps(tmp_path) == [10, 20, 23]
+    assert logged_steps(tmp_path) == [5, 10, 15, 20, 23]
+    # The worker's SIGTERM handler still ran (parallel's flag chains to it): the program stopped.
+    assert "stopped at step 23: the program is stopping (checkpoint saved)" in node_log(tmp_path)
+
+    running = launch_learner(tmp_path, ln.RegressionBatches(), max_steps=30, publish_every=5,
+                             log_every=5, checkpoint={"save_every_steps": 10})
+    assert running.wait(timeout=60)
+    assert "learner/0: restored step 23" in node_log(tmp_path)
+    assert logged_steps(tmp_path) == [5, 10, 15, 20, 23, 25, 30]
+    assert saved_steps(tmp_path)[-1] == 30
+
+
+def test_sigkill_mid_run_then_relaunch_resumes_at_the_latest_checkpoint(tmp_path):
+    running = launch_learner(tmp_path, ln.RegressionBatches(limit=27), log_every=1,
+                             checkpoint={"save_every_steps": 10})
+    learner = client_of(running)
+    wait_until(lambda: learner.status()["step"] == 27, what="step 27")
+    wait_until(lambda: saved_steps(tmp_path) == [10, 20], what="checkpoint 20 committed")
+    os.kill(running.status()["learner/0"]["pid"], signal.SIGKILL)
+    with pytest.raises(jd.NodeFailedError, match="SIGKILL"):
+        running.wait(timeout=30)
+
+    running = launch_learner(tmp_path, ln.RegressionBatches(), max_steps=24, log_every=1,
+                             checkpoint={"save_every_steps": 10})
+    assert running.wait(timeout=60)
+    assert "learner/0: restored step 20" in node_log(tmp_path)
+    assert logged_steps(tmp_path) == list(range(1, 25))  # rows past 20 were redone, not doubled
+
+
+def final_state(run_dir, node: str) -> dict:
+    template = {"state": ln.init(jax.random.key(0)), "step": jnp.zeros((), jnp.int32)}
+    return Checkpointer(checkpoint_dir(run_dir, node)).restore(template)
+
+
+def assert_params_close(got: dict, want: dict, what: str) -> None:
+    for name in want:
+        g, w = np.asarray(got[name]), np.asarray(want[name])
+        err = np.linalg.norm(g - w) / np.linalg.norm(w)
+        assert err <= 1e-5, f"{what}/{name}: relative error {err:.2e}"
+
+
+def test_eight_devices_train_the_same_as_one_through_the_node(tmp_path):
+    # jit: the update's noise is drawn over the global batch, so it too must match. pmap draws
+    # per device, so it trains the noise-free update against an in-process reference.
+    program = jd.Program("devices")
+    resources = {}
+    for label, devices, mode, logic in (("one", 1, "jit", ln.LOGIC), ("eight", 8, "jit", ln.LOGIC),
+                                        ("eightpmap", 8, "pmap", ln.CLEAN_LOGIC)):
+        with program.group(label):
+            program.add_node(jd.CourierNode(Learner, logic, ln.RegressionBatches(batch_size=64),
+                                            mode=mode, max_steps=10, checkpoint=True, metrics=False))
+        resources[label] = {"env": env(devices)}
+    running = jd.launch(program, launcher="processes", run_dir=str(tmp_path), echo=False,
+                        resources=resources)
+    reference = Learner(ln.CLEAN_LOGIC, ln.RegressionBatches(batch_size=64), max_steps=10, metrics=False)
+    reference.run()
+    clean = reference.get_params()
+    reference.close()
+    assert running.wait(timeout=120)
+    assert "on 8 device(s), mode=pmap" in node_log(tmp_path, "eightpmap/0")
+
+    one, eight, pmap = (final_state(tmp_path, f"{label}/0") for label in ("one", "eight", "eightpmap"))
+    assert int(one["step"]) == int(eight["step"]) == int(pmap["step"]) == clean["version"] == 10
+    assert_params_close(eight["state"]["params"], one["state"]["params"], "eight")
+    assert_params_close(pmap["state"]["params"], clean["params"], "eightpmap")
+    with pytest.raises(AssertionError):  # the noise matters: the comparison is not vacuous
+        assert_params_close(one["state"]["params"], clean["params"], "one")
+
+
+def test_learner_samples_batches_from_a_replay_node(tmp_path):
+    # 5 steps of 16 take 80 items; the feeder may take up to 3 batches more ahead of use.
+    program = jd.Program("replay-learner")
+    with program.group("replay"):
+        queue = program.add_node(jd.ReplayNode(jd.replay.Fifo(max_size=64)))
+    with program.group("actor"):
+        program.add_node(jd.PyNode(ln.produce_transitions, queue, 128))
+    with program.group("learner"):
+        program.add_node(jd.CourierNode(Learner, ln.LOGIC, queue, batch_size=16, max_steps=5,
+                                        log_every=1))
+    running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False)
+    assert running.wait(timeout=60)
+    assert running.status()["learner/0"]["state"] == "finished"
+    assert logged_steps(tmp_path) == [1, 2, 3, 4, 5]
+
+
+def test_steps_per_call_counts_sgd_steps_and_intervals_fire_when_crossed(tmp_path):
+    learner = Learner(ln.LOGIC, ln.RegressionBatches(), steps_per_call=3, max_steps=9, log_every=2,
+                      publish_every=5, checkpoint={"save_every_steps": 4}, run_dir=str(tmp_path),
+                      name="learner/0")
+    learner.run()
+    assert learner.get_params()["version"] == 9
+    learner.close()
+    assert logged_steps(tmp_path) == [3, 6, 9]
+    assert saved_steps(tmp_path) == [6, 9]  # 6 crossed 4, 9 crossed 8
+
+
+def test_learner_logic_and_options_are_checked_with_clear_messages(tmp_path):
+    with pytest.raises(TypeError, match="LearnerLogic"):
+        Learner(ln.update)
+    with pytest.raises(ValueError, match="run directory"):
+        Learner(ln.LOGIC, checkpoint=True, metrics=False)
+    with pytest.raises(ValueError, match="publish_every"):
+        Learner(ln.LOGIC, publish_every=0, metrics=False)
+    with pytest.raises(TypeError, match="source must be"):
+        Learner(ln.LOGIC, 42, metrics=False)
+    assert isinstance(ln.LOGIC, LearnerLogic)
