@@ -8,7 +8,7 @@ from typing import Any
 
 from jaxdist import courier, metrics
 from jaxdist.nodes import replay
-from jaxdist.launch import NodeFailedError, Running, current_node, launch, stop, stop_requested, wait_for_stop
+from jaxdist.launch import NodeFailedError, Restart, Running, current_node, launch, stop, stop_requested, wait_for_stop
 from jaxdist.nodes.cacher import CacherNode
 from jaxdist.nodes.colocation import ColocationNode
 from jaxdist.nodes.courier_node import CourierNode
@@ -41,6 +41,7 @@ __all__ = [
     "Program",
     "PyNode",
     "ReplayNode",
+    "Restart",
     "ReplaySource",
     "Running",
     "VariableClient",

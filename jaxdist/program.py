@@ -47,6 +47,12 @@ class NodeContext:
     node_name: str
     run_dir: str
     token: str | None = None
+    previous_addresses: AddressTable = dataclasses.field(default_factory=dict)
+    """Where the nodes served before a restart: a restarted node binds the same address again."""
+
+    def address_for(self, node_name: str) -> str:
+        """The address a server of `node_name` should bind: its old one on a restart."""
+        return self.previous_addresses.get(node_name, "127.0.0.1:0")
 
 
 class Executable(abc.ABC):
@@ -99,6 +105,10 @@ class Node(abc.ABC):
     def units(self) -> list["Node"]:
         """The pieces a launcher runs separately, each in its own thread or process."""
         return [self]
+
+    def default_restart(self) -> Any:
+        """The `jd.Restart` policy this kind of node gets when its group is given none."""
+        return None
 
 
 class Program:

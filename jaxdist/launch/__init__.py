@@ -8,6 +8,7 @@ import pkgutil
 from typing import Any
 
 from jaxdist.launch.context import current_node, stop, stop_requested, wait_for_stop
+from jaxdist.launch.restart import Restart
 from jaxdist.launch.running import NodeFailedError, Running
 from jaxdist.launch import launchers
 from jaxdist.program import Program
@@ -27,6 +28,7 @@ def launch(program: Program, launcher: str = "processes", **options: Any) -> Run
 
 __all__ = [
     "NodeFailedError",
+    "Restart",
     "Running",
     "available_launchers",
     "current_node",

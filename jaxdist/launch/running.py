@@ -31,6 +31,8 @@ class NodeStatus:
     pid: int | None = None
     exitcode: int | None = None
     error: str | None = None
+    restarts: int = 0
+    last_restart_cause: str | None = None
 
 
 class Running(abc.ABC):
@@ -65,6 +67,18 @@ class Running(abc.ABC):
             )
         if all_work_done:
             self.request_stop("every node with work of its own has finished")
+
+    def node_restarting(self, name: str, cause: str, exitcode: int | None) -> None:
+        """A crashed node is being brought back; it is not a program failure."""
+        with self._lock:
+            status = self._statuses[name]
+            status.state, status.exitcode, status.pid = STARTING, exitcode, None
+            status.restarts += 1
+            status.last_restart_cause = cause
+
+    def restarts(self) -> int:
+        with self._lock:
+            return sum(status.restarts for status in self._statuses.values())
 
     def node_failed(self, name: str, details: str, exitcode: int | None = None) -> None:
         with self._lock:

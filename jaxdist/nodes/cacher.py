@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from jaxdist import courier
+from jaxdist.launch.restart import Restart
 from jaxdist.program import AddressTable, Executable, Handle, Node, NodeContext
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,9 @@ class CacherNode(Node):
 
     def default_label(self) -> str:
         return "cacher"
+
+    def default_restart(self) -> Restart:
+        return Restart(max_restarts=10, backoff=0.5)
 
     def create_handle(self) -> Handle:
         return Handle(self.name)
@@ -265,8 +269,12 @@ class _CacherExecutable(Executable):
         self.cache: Cache | None = None
 
     def bind(self) -> AddressTable:
-        self._server = courier.Server(None, token=self._context.token, thread_pool_size=self._node.thread_pool_size)
-        self._server.start()
+        self._server = courier.Server(
+            None,
+            self._context.address_for(self._node.name),
+            token=self._context.token,
+            thread_pool_size=self._node.thread_pool_size,
+        ).start()
         return {self._node.name: self._server.address}
 
     def construct(self, addresses: AddressTable, make_client: Callable[[str], Any]) -> None:

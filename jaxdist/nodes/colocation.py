@@ -8,6 +8,7 @@ multi-host launcher places them together.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -50,7 +51,7 @@ class ColocationNode(Node):
 
     def executable(self, context: NodeContext) -> Executable:
         return _ThreadsExecutable(
-            [node.executable(NodeContext(node.name, context.run_dir, context.token)) for node in self.nodes]
+            [node.executable(dataclasses.replace(context, node_name=node.name)) for node in self.nodes]
         )
 
     def shipped_arguments(self) -> dict[str, Any]:

@@ -36,6 +36,10 @@ class CourierNode(Node):
     def create_handle(self) -> Handle:
         return Handle(self.name)
 
+    def default_restart(self) -> Any:
+        """A served class may declare `default_restart = jd.Restart(...)` (learners do)."""
+        return getattr(self.cls, "default_restart", None)
+
     def executable(self, context: NodeContext) -> Executable:
         return _CourierExecutable(self, context)
 
@@ -52,7 +56,9 @@ class _CourierExecutable(Executable):
         self.has_run = callable(getattr(node.cls, "run", None))
 
     def bind(self) -> AddressTable:
-        self._server = courier.Server(None, token=self._context.token, **self._node.server_options).start()
+        self._server = courier.Server(
+            None, self._context.address_for(self._node.name), token=self._context.token, **self._node.server_options
+        ).start()
         return {self._node.name: self._server.address}
 
     def construct(self, addresses: AddressTable, make_client: Callable[[str], Any]) -> None:

@@ -51,6 +51,7 @@ import numpy as np
 from jaxdist import courier, parallel
 from jaxdist.checkpoint import Checkpointer, checkpoint_dir
 from jaxdist.launch import context
+from jaxdist.launch.restart import Restart
 from jaxdist.metrics import MetricsWriter, metrics_path
 from jaxdist.nodes.parameter_server import MAX_WAIT
 
@@ -141,6 +142,8 @@ class Learner:
     so use a source on every process (not ``update()`` calls) and end by ``max_steps`` or a
     stop; a stop is taken at JAX's preemption sync point, the same step everywhere.
     """
+
+    default_restart = Restart(max_restarts=10, backoff=1.0)  # it resumes from its checkpoint
 
     def __init__(self, logic: LearnerLogic, source: BatchSource | Any = None, *,
                  batch_size: int | None = None, steps_per_call: int = 1,

@@ -16,6 +16,8 @@ import threading
 import time
 from typing import Any
 
+from jaxdist.launch.restart import Restart
+
 log = logging.getLogger(__name__)
 
 MAX_WAIT = 60.0
@@ -29,6 +31,8 @@ class ParameterServer:
     (it returns False), so a late push from a restarted or lagging learner cannot roll actors back.
     A server that restarts without state holds version -1 again, and accepts any version.
     """
+
+    default_restart = Restart(max_restarts=10, backoff=0.5)  # the learner pushes again
 
     def __init__(self, params: Any = None, version: int = 0) -> None:
         self._changed = threading.Condition()

@@ -42,12 +42,13 @@ def wait_until(condition, timeout: float = 60.0, what: str = "condition"):
     raise AssertionError(f"{what} not reached within {timeout} s")
 
 
-def launch_learner(run_dir, source, **options) -> jd.Running:
+def launch_learner(run_dir, source, restart: jd.Restart | None = None, **options) -> jd.Running:
     program = jd.Program("learn")
     with program.group("learner"):
         program.add_node(jd.CourierNode(Learner, ln.LOGIC, source, **options))
     return jd.launch(program, launcher="processes", run_dir=str(run_dir), echo=False,
-                     resources={"learner": {"env": env()}})
+                     resources={"learner": {"env": env()}},
+                     restart={"learner": restart} if restart else None)
 
 
 def logged_steps(run_dir) -> list[int]:
@@ -130,7 +131,7 @@ def test_sigterm_saves_off_interval_exits_zero_and_a_relaunch_resumes_there(tmp_
 
 def test_sigkill_mid_run_then_relaunch_resumes_at_the_latest_checkpoint(tmp_path):
     running = launch_learner(tmp_path, ln.RegressionBatches(limit=27), log_every=1,
-                             checkpoint={"save_every_steps": 10})
+                             checkpoint={"save_every_steps": 10}, restart=jd.Restart(max_restarts=0))
     learner = client_of(running)
     wait_until(lambda: learner.status()["step"] == 27, what="step 27")
     wait_until(lambda: saved_steps(tmp_path) == [10, 20], what="checkpoint 20 committed")
@@ -143,6 +144,24 @@ def test_sigkill_mid_run_then_relaunch_resumes_at_the_latest_checkpoint(tmp_path
     assert running.wait(timeout=60)
     assert "learner/0: restored step 20" in node_log(tmp_path)
     assert logged_steps(tmp_path) == list(range(1, 25))  # rows past 20 were redone, not doubled
+
+
+def test_the_supervisor_restarts_a_killed_learner_from_its_latest_checkpoint(tmp_path):
+    running = launch_learner(tmp_path, ln.RegressionBatches(limit=27), log_every=1,
+                             checkpoint={"save_every_steps": 10})  # learners restart by default
+    try:
+        learner = client_of(running)
+        wait_until(lambda: learner.status()["step"] == 27, what="step 27")
+        wait_until(lambda: saved_steps(tmp_path) == [10, 20], what="checkpoint 20 committed")
+        os.kill(running.status()["learner/0"]["pid"], signal.SIGKILL)
+        wait_until(lambda: running.status()["learner/0"]["restarts"] == 1, what="a restart")
+        restarted = wait_until(lambda: learner.status(), what="the restarted learner answering")
+        assert restarted["restored_step"] == 20
+        wait_until(lambda: learner.status()["step"] == 27, what="step 27 again")
+        assert "killed by SIGKILL" in running.status()["learner/0"]["last_restart_cause"]
+    finally:
+        running.stop()
+    assert logged_steps(tmp_path) == list(range(1, 28))  # rows past 20 were redone, not doubled
 
 
 def final_state(run_dir, node: str) -> dict:

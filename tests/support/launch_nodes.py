@@ -120,3 +120,33 @@ class Pinger:
 
     def run(self) -> None:
         print(f"pinger pid {os.getpid()} peer pid {self._peer.pid()} first {self.first}", flush=True)
+
+
+class CrashesOnStarts:
+    """Counts its starts in a file and dies by SIGKILL while being built on the listed ones."""
+
+    def __init__(self, counter_file: str, crash_on: list[int]) -> None:
+        with open(counter_file, "a+") as starts:
+            starts.write("start\n")
+        with open(counter_file) as starts:
+            self.starts = len(starts.readlines())
+        if self.starts in crash_on:
+            os.kill(os.getpid(), 9)
+
+    def starts_seen(self) -> int:
+        return self.starts
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class AlwaysCrashes:
+    def run(self) -> None:
+        raise RuntimeError("crash loop")
+
+
+def call_until(target, expected_starts: int) -> None:
+    """Keeps calling a node that restarts under it, until it answers from the expected start."""
+    while target.with_timeout(30).starts_seen() < expected_starts:
+        time.sleep(0.05)
+    print(f"reached start {expected_starts}", flush=True)

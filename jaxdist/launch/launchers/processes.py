@@ -1,9 +1,14 @@
-"""The processes launcher: every node its own process on this machine.
+"""The processes launcher: every node its own process on this machine, under a supervisor.
 
 Children are started with multiprocessing's spawn, which hands each its node pickled over an
 inherited pipe; the same pipe then carries the two-phase start (bind, construct, run) and stop.
 Each child leads a process group, so a stop reaches its whole tree: the stop message and
 SIGTERM, a grace period, then SIGKILL of every process below it.
+
+A monitor thread watches every child. A node that crashes (raises, or dies by a signal or a
+non-zero exit) is started again if its group's `jd.Restart` policy allows: after a backoff, on
+the same address (its peers' clients reconnect), constructed against the current address table;
+stateful nodes restore their latest checkpoint as they start. Past its limit, the program stops.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from typing import Any, Iterator
 from jaxdist.launch import preflight, worker
 from jaxdist.launch.output import log_path
 from jaxdist.launch.process_tree import describe_exit, signal_tree
+from jaxdist.launch.restart import Restart
+from jaxdist.launch.restart import policies as restart_policies
 from jaxdist.launch.running import Running
-from jaxdist.program import NodeContext, Program
+from jaxdist.program import Node, NodeContext, Program
 
 SUPPORTED_RESOURCES = {"env": "environment variables set in the group's processes before they import anything"}
 
@@ -37,61 +44,88 @@ def launch(
     *,
     run_dir: str | None = None,
     resources: dict[str, dict[str, Any]] | None = None,
+    restart: dict[str, Restart] | None = None,
     token: str | None = None,
     grace: float = 10.0,
     interrupt_after: float = 2.0,
     echo: bool = True,
     start_timeout: float = 300.0,
 ) -> Running:
-    """Start `program` as processes; returns once every node runs (or one failed: see `wait`)."""
+    """Start `program` as processes; returns once every node runs (or one failed: see `wait`).
+
+    `restart={"learner": jd.Restart(max_restarts=5)}` sets a group's restart policy; groups
+    without one get their node type's default (learners, replay, parameter servers and cachers
+    restart; plain nodes do not).
+    """
     preflight.check_program(program)
     resources = preflight.check_resources(program, resources, SUPPORTED_RESOURCES)
+    policies = restart_policies(program, restart)
     preflight.check_shippable(program)
     run_dir = preflight.prepare_run_dir(program, run_dir)
-    running = _ProcessesRunning(program, run_dir, token or preflight.new_token(), resources, grace)
+    running = _ProcessesRunning(program, run_dir, token or preflight.new_token(), resources, policies, grace)
     running.start(echo, interrupt_after, start_timeout)
     return running
 
 
 class _Child:
-    def __init__(self, name: str, process: multiprocessing.Process, conn: multiprocessing.connection.Connection):
-        self.name, self.process, self.conn = name, process, conn
-        self.stage = "spawned"  # spawned -> bound -> constructed -> running -> exited
+    """One node's process, and what the supervisor knows of it across restarts."""
+
+    def __init__(self, name: str, label: str, node: Node, policy: Restart) -> None:
+        self.name, self.label, self.node, self.policy = name, label, node, policy
+        self.process: multiprocessing.Process | None = None
+        self.conn: multiprocessing.connection.Connection | None = None
+        self.stage = "waiting"  # waiting -> spawned -> bound -> constructed -> running -> exited
+        self.restarts = 0
+        self.restart_at = 0.0
+        self.failure: str | None = None  # the traceback a child reported before dying
 
 
 class _ProcessesRunning(Running):
     def __init__(
-        self, program: Program, run_dir: str, token: str, resources: dict[str, dict[str, Any]], grace: float
+        self,
+        program: Program,
+        run_dir: str,
+        token: str,
+        resources: dict[str, dict[str, Any]],
+        policies: dict[str, Restart],
+        grace: float,
     ) -> None:
         super().__init__(program.name, [unit.name for _, unit in program.units()], run_dir)
         self.token = token
-        self._program = program
         self._resources = resources
         self._grace = grace
-        self._children: dict[str, _Child] = {}
+        self._children = {
+            unit.name: _Child(unit.name, label, unit, policies[unit.name]) for label, unit in program.units()
+        }
         self._has_run: dict[str, bool] = {}
         self._started = threading.Event()
         self._monitor: threading.Thread | None = None
+        self._spawn_options: tuple[bool, float] = (True, 2.0)
 
     def start(self, echo: bool, interrupt_after: float, start_timeout: float) -> None:
-        spawn = multiprocessing.get_context("spawn")
-        for label, node in self._program.units():
-            env = {key: str(value) for key, value in self._resources.get(label, {}).get("env", {}).items()}
-            parent_end, child_end = spawn.Pipe()
-            node_context = NodeContext(node.name, self.run_dir, self.token)
-            process = spawn.Process(
-                target=worker.main,
-                args=(pickle.dumps(node), node_context, child_end, echo, interrupt_after),
-                name=node.name,
-            )
-            with _environment(env):
-                process.start()
-            child_end.close()
-            self._children[node.name] = _Child(node.name, process, parent_end)
+        self._spawn_options = (echo, interrupt_after)
+        for child in self._children.values():
+            self._spawn(child)
         _live.add(self)
         self._monitor = threading.Thread(target=self._watch, args=(start_timeout,), name="jaxdist-monitor", daemon=True)
         self._monitor.start()
         self._started.wait()
+
+    def _spawn(self, child: _Child) -> None:
+        spawn = multiprocessing.get_context("spawn")
+        echo, interrupt_after = self._spawn_options
+        env = {key: str(value) for key, value in self._resources.get(child.label, {}).get("env", {}).items()}
+        parent_end, child_end = spawn.Pipe()
+        node_context = NodeContext(child.name, self.run_dir, self.token, dict(self.addresses))
+        process = spawn.Process(
+            target=worker.main,
+            args=(pickle.dumps(child.node), node_context, child_end, echo, interrupt_after),
+            name=child.name,
+        )
+        with _environment(env):
+            process.start()
+        child_end.close()
+        child.process, child.conn, child.stage, child.failure = process, parent_end, "spawned", None
 
     # The monitor ----------------------------------------------------------------------------
 
@@ -100,16 +134,17 @@ class _ProcessesRunning(Running):
         while any(child.stage != "exited" for child in self._children.values()):
             waitables = {}
             for child in self._children.values():
-                if child.stage != "exited":
+                if child.stage not in ("exited", "waiting"):
                     waitables[child.conn] = child
                     waitables[child.process.sentinel] = child
-            for ready in multiprocessing.connection.wait(list(waitables), timeout=0.5):
+            for ready in multiprocessing.connection.wait(list(waitables), timeout=0.2):
                 child = waitables[ready]
                 if ready is child.conn:
                     self._receive(child)
-                elif child.stage != "exited":
+                elif child.stage not in ("exited", "waiting"):
                     self._reap(child)
             self._advance_start(start_deadline)
+            self._restart_due()
         self._started.set()
 
     def _receive(self, child: _Child) -> bool:
@@ -123,12 +158,16 @@ class _ProcessesRunning(Running):
             self.addresses.update(addresses)
             self._has_run[child.name] = has_run
             child.stage = "bound"
+            if self._started.is_set():  # a restarted node joins a program already running
+                self._send(child, "construct", dict(self.addresses))
         elif kind == "constructed":
             child.stage = "constructed"
+            if self._started.is_set():
+                self._run_child(child)
         elif kind == "finished":
             self.node_finished(child.name)
         elif kind == "failed":
-            self.node_failed(child.name, body[0])
+            child.failure = body[0]
         elif kind == "stop_program":
             self.request_stop(body[0])
         return True
@@ -139,10 +178,45 @@ class _ProcessesRunning(Running):
         child.process.join()
         exitcode = child.process.exitcode
         child.stage = "exited"
-        if exitcode != 0 and self.status()[child.name]["state"] != "failed":
-            self.node_failed(child.name, self._death_report(child.name, exitcode), exitcode)
-        else:
+        if exitcode == 0 and child.failure is None:
             self.node_finished(child.name, exitcode)
+            return
+        cause = child.failure or self._death_report(child.name, exitcode)
+        if self._may_restart(child):
+            child.stage, child.restart_at = "waiting", time.monotonic() + child.policy.delay(child.restarts)
+            child.restarts += 1
+            self.node_restarting(child.name, cause, exitcode)
+            print(
+                f"[launcher] restarting {child.name} ({child.restarts} of {child.policy.max_restarts}) "
+                f"in {child.restart_at - time.monotonic():.1f} s; it {describe_exit(exitcode)}",
+                flush=True,
+            )
+            return
+        if child.restarts:
+            cause = f"crashed {child.restarts + 1} times, more than its restart limit allows; last:\n{cause}"
+        self.node_failed(child.name, cause, exitcode)
+
+    def _may_restart(self, child: _Child) -> bool:
+        return (
+            self._started.is_set()
+            and not self._stop_requested.is_set()
+            and child.restarts < child.policy.max_restarts
+        )
+
+    def _restart_due(self) -> None:
+        now = time.monotonic()
+        for child in self._children.values():
+            if child.stage != "waiting":
+                continue
+            if self._stop_requested.is_set():
+                child.stage = "exited"
+            elif now >= child.restart_at:
+                self._spawn(child)
+
+    def _run_child(self, child: _Child) -> None:
+        self.node_started(child.name, self._has_run[child.name], child.process.pid)
+        child.stage = "running"
+        self._send(child, "run")
 
     def _advance_start(self, deadline: float) -> None:
         """Move all children through bind -> construct -> run together (the two-phase start)."""
@@ -150,13 +224,12 @@ class _ProcessesRunning(Running):
             return
         stages = {child.stage for child in self._children.values()}
         if stages == {"bound"}:
-            self._broadcast("construct", dict(self.addresses))
-        elif stages == {"constructed"}:
             for child in self._children.values():
-                self.node_started(child.name, self._has_run[child.name], child.process.pid)
-                child.stage = "running"
-            self._broadcast("run")
+                self._send(child, "construct", dict(self.addresses))
+        elif stages == {"constructed"}:
             self._started.set()
+            for child in self._children.values():
+                self._run_child(child)
         elif "exited" in stages or self._stop_requested.is_set():
             self._started.set()
         elif time.monotonic() > deadline:
@@ -164,11 +237,10 @@ class _ProcessesRunning(Running):
             self.node_failed(slow[0] if slow else "launcher", f"nodes {slow} did not start within the start timeout")
             self._started.set()
 
-    def _broadcast(self, *message: Any) -> None:
-        for child in self._children.values():
-            if child.stage != "exited":
-                with contextlib.suppress(OSError, ValueError):
-                    child.conn.send(message)
+    def _send(self, child: _Child, *message: Any) -> None:
+        if child.stage not in ("exited", "waiting"):
+            with contextlib.suppress(OSError, ValueError):
+                child.conn.send(message)
 
     def _death_report(self, name: str, exitcode: int | None) -> str:
         lines = _tail(log_path(self.run_dir, name), 20)
@@ -179,26 +251,35 @@ class _ProcessesRunning(Running):
     def _shut_down(self) -> None:
         """Stop message and SIGTERM, `grace` seconds, then SIGKILL of every tree. Only the
         monitor reaps children (two threads joining one process lose its exit code)."""
-        self._broadcast("stop")
-        for child in self._children.values():
-            if child.process.is_alive():
+        children = [child for child in self._children.values() if child.process is not None]
+        for child in children:
+            self._send(child, "stop")
+            if not _exited(child.process):
                 signal_tree(child.process.pid, signal.SIGTERM)
-        self._wait_for_exits(time.monotonic() + self._grace)
-        for child in self._children.values():
-            signal_tree(child.process.pid, signal.SIGKILL)  # stragglers and anything left in its group
-        self._wait_for_exits(None)
+        self._wait_for_exits(children, time.monotonic() + self._grace)
+        for child in children:
+            if not _exited(child.process):
+                signal_tree(child.process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.process.pid, signal.SIGKILL)  # anything its tree left in its group
+        self._wait_for_exits(children, None)
         if self._monitor is not None and self._monitor is not threading.current_thread():
             self._monitor.join()
         _live.discard(self)
 
-    def _wait_for_exits(self, deadline: float | None) -> None:
-        pending = [child.process.sentinel for child in self._children.values()]
+    def _wait_for_exits(self, children: list[_Child], deadline: float | None) -> None:
+        pending = [child.process.sentinel for child in children]
         while pending:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready = multiprocessing.connection.wait(pending, timeout)
             if not ready:
                 return
             pending = [sentinel for sentinel in pending if sentinel not in ready]
+
+
+def _exited(process: multiprocessing.Process) -> bool:
+    """Whether `process` ended, without reaping it (the monitor alone reaps)."""
+    return bool(multiprocessing.connection.wait([process.sentinel], 0))
 
 
 @contextlib.contextmanager

@@ -53,6 +53,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from jaxdist import courier
+from jaxdist.launch.restart import Restart
 from jaxdist.nodes.replay.client import BUSY, DEFAULT_TABLE, MAX_SERVER_WAIT, NOT_READY
 from jaxdist.nodes.replay.tables import Prioritized, Table, TableSpec
 from jaxdist.program import AddressTable, Executable, Handle, Node, NodeContext
@@ -114,6 +115,9 @@ class ReplayNode(Node):
     def default_label(self) -> str:
         return "replay"
 
+    def default_restart(self) -> Restart:
+        return Restart(max_restarts=10, backoff=1.0)  # it restores its last checkpoint
+
     def create_handle(self) -> Handle:
         return Handle(self.name)
 
@@ -151,7 +155,7 @@ class _ReplayExecutable(Executable):
         self._saver: _Saver | None = None
 
     def bind(self) -> AddressTable:
-        self._server = courier.Server(None, token=self._context.token,
+        self._server = courier.Server(None, self._context.address_for(self._node.name), token=self._context.token,
                                       thread_pool_size=self._node.thread_pool_size).start()
         return {self._node.name: self._server.address}
 

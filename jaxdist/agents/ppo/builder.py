@@ -1,0 +1,88 @@
+"""PPO as a jaxdist program: ``make_program(config)``.
+
+    learner/0   one process: a FIFO replay node and the generic Learner, colocated as threads
+                (learner/0/0 the queue, learner/0/1 the learner, which also serves parameters)
+    actor/i     Actor nodes: a vector env of ``envs_per_actor`` envs each, sending trajectories
+                to the queue and fetching parameters from the learner's ``get_params``
+
+Building the program has no side effects and is deterministic (the same config builds the
+same program on every host). It imports no JAX: every node's process imports what its node
+needs when it starts (with spawn, each child also re-imports the launching script), so a
+launching process and actors that never import optax, orbax or the learner start faster.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import jaxdist as jd
+from jaxdist.agents.ppo.acting import PolicyStep
+from jaxdist.agents.ppo.config import PPOConfig, PPOHyperparams
+from jaxdist.envs import EnvSpec
+from jaxdist.nodes.actor import Actor
+
+QUEUE, LEARNER = "learner/0/0", "learner/0/1"
+
+# Small XLA computations on a shared CPU: one thread each, no pool hand-offs.
+SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
+class PPOLearner:
+    """``PPOLearner(hp, source, **options)`` is ``Learner(LearnerLogic(init, update), source,
+    **options)`` with PPO's ``learning.init`` / ``learning.update``: the generic learner node,
+    built in the process it runs in (so that the launching process needs no JAX)."""
+
+    def __new__(cls, hp: PPOHyperparams, source: Any, **options: Any) -> Any:
+        from jaxdist.nodes.learner import Learner
+
+        return Learner(learner_logic(hp), source, **options)
+
+    def run(self) -> None:  # pragma: no cover - marks a node with work; the Learner's run() runs
+        raise NotImplementedError
+
+
+def learner_logic(hp: PPOHyperparams) -> Any:
+    """PPO's ``LearnerLogic`` for the generic ``jaxdist.nodes.learner.Learner``."""
+    from jaxdist.agents.ppo import learning
+    from jaxdist.nodes.learner import LearnerLogic
+
+    return LearnerLogic(init=functools.partial(learning.init, hp), update=functools.partial(learning.update, hp))
+
+
+def actor_seed(config: PPOConfig, index: int) -> int:
+    """Distinct per actor and run; spaced so sync/async sub-envs (seed + i) never collide."""
+    return config.seed * 1_000_003 + index * 10_007
+
+
+def make_program(config: PPOConfig) -> jd.Program:
+    hp = config.hyperparams()
+    program = jd.Program(f"ppo-{config.env_id.lower()}")
+    queue, learner = jd.Handle(QUEUE), jd.Handle(LEARNER)
+    learner_node = jd.CourierNode(
+        PPOLearner, hp, queue, batch_size=config.batch_size, mode=config.learner_mode,
+        publish_every=1, seed=config.seed, max_steps=config.total_updates, log_every=config.log_every_updates,
+        checkpoint={"save_every_steps": config.checkpoint_every_updates, "keep": 2}, prefetch=1)
+    handles = program.add_node(jd.ColocationNode([jd.ReplayNode(jd.replay.Fifo(max_size=config.queue_size)),
+                                                  learner_node], mode="threads"), label="learner")
+    assert [h.node_name for h in handles] == [QUEUE, LEARNER], handles
+    policy = PolicyStep(hp.num_actions, hp.hidden, with_value=not hp.recompute_values)
+    env = EnvSpec(config.env_id, config.envs_per_actor, config.env_backend)
+    with program.group("actor"):
+        for i in range(config.num_actors):
+            program.add_node(jd.CourierNode(
+                Actor, policy, env, learner, queue, trajectory_length=config.trajectory_length,
+                seed=actor_seed(config, i), params_method="get_params",
+                refresh_every_seconds=config.param_refresh_seconds, max_in_flight=config.max_in_flight))
+    return program
+
+
+def resources(config: PPOConfig, compilation_cache: str | None = None) -> dict[str, dict[str, Any]]:
+    """Per-group environment for the processes launcher: CPU JAX, single-threaded XLA, and
+    optionally a persistent compilation cache shared by every process."""
+    env = {"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"), "XLA_FLAGS": SINGLE_THREAD_XLA}
+    if compilation_cache:
+        env.update(JAX_COMPILATION_CACHE_DIR=compilation_cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    return {"learner": {"env": dict(env)}, "actor": {"env": dict(env)}}

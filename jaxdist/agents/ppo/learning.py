@@ -1,0 +1,179 @@
+"""PPO's math (Schulman et al., 2017): GAE, the clipped surrogate loss, and one jitted update of
+several epochs x minibatches. Everything here is a pure function; the distribution (actors,
+replay, the learner node) lives elsewhere.
+
+**Batch.** ``B`` trajectories of ``T + 1`` rows each, every leaf shaped ``(B, T + 1, ...)``:
+``obs``, ``action``, ``reward``, ``terminated``, ``truncated`` (the row convention of
+:mod:`jaxdist.envs`: a row describes arriving at ``obs``), and from the acting policy ``logp``
+(of ``action``), ``value`` and ``version`` (the parameter version that chose the action). An
+actor's consecutive trajectories share a row: the last row of one is the first of the next, and
+serves only to bootstrap.
+
+**Which transitions are learned from.** Transition ``t -> t+1`` (action ``a_t`` on ``obs_t``,
+reward ``r_{t+1}``) is real unless row ``t`` ended an episode: then the env ignored ``a_t`` and
+autoreset (gymnasium's NEXT_STEP mode). A real transition is also dropped when its policy lag,
+``learner version - version_t``, exceeds ``max_policy_lag``: the bound that keeps on-policy data
+on-policy when actors run ahead of the learner.
+
+**Advantages.** ``delta_t = r_{t+1} + gamma (1 - terminated_{t+1}) V(obs_{t+1}) - V(obs_t)`` and
+``A_t = delta_t + gamma lambda (1 - ended_{t+1}) A_{t+1}``, with ``A = 0`` past the last row.
+A truncated episode bootstraps from the value of its true last observation (a row of its own).
+Values are recomputed with the learner's parameters (``recompute_values``) since the actor's
+may be a few versions old.
+
+**Loss** per minibatch, means weighted by the real-and-fresh mask:
+``-min(rho A, clip(rho, 1 - eps, 1 + eps) A) + c_v 0.5 (V - (A + V_old))^2 - c_e H(pi)`` with
+``rho = pi(a|s) / mu(a|s)`` against the acting policy ``mu`` and ``A`` normalised per minibatch.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxdist import parallel
+from jaxdist.agents.ppo.config import PPOHyperparams
+
+PyTree = Any
+
+
+# GAE -------------------------------------------------------------------------------------------
+
+
+def gae(reward: jax.Array, value: jax.Array, terminated: jax.Array, truncated: jax.Array,
+        gamma: float, lam: float) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Generalized advantage estimates along axis 0 (time): rows ``(T + 1, ...)`` in,
+    ``(advantages, value targets, real)`` of shape ``(T, ...)`` out; ``real`` marks transitions
+    that did not cross an autoreset boundary (advantages there are 0)."""
+    terminated = terminated.astype(value.dtype)
+    ended = jnp.maximum(terminated, truncated.astype(value.dtype))
+    delta = reward[1:] + gamma * (1.0 - terminated[1:]) * value[1:] - value[:-1]
+    carry_on = gamma * lam * (1.0 - ended[1:])
+
+    def backward(next_advantage: jax.Array, step: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        delta_t, carry_on_t = step
+        advantage = delta_t + carry_on_t * next_advantage
+        return advantage, advantage
+
+    _, advantages = jax.lax.scan(backward, jnp.zeros_like(value[0]), (delta, carry_on), reverse=True)
+    real = ended[:-1] == 0
+    advantages = jnp.where(real, advantages, 0.0)
+    return advantages, advantages + value[:-1], real
+
+
+# Loss ------------------------------------------------------------------------------------------
+
+
+def _weighted_mean(x: jax.Array, weight: jax.Array) -> jax.Array:
+    return jnp.sum(x * weight) / jnp.maximum(jnp.sum(weight), 1.0)
+
+
+def ppo_loss(params: PyTree, minibatch: dict[str, jax.Array], hp: PPOHyperparams) -> tuple[jax.Array, dict]:
+    """The clipped-surrogate PPO loss of one minibatch of flat transitions: ``obs``, ``action``,
+    ``logp`` (acting policy), ``advantage``, ``target`` (value target), ``weight`` (0 or 1)."""
+    logits, value = hp.network().apply(params, minibatch["obs"])
+    log_probs = jax.nn.log_softmax(logits)
+    logp = jnp.take_along_axis(log_probs, minibatch["action"][..., None].astype(jnp.int32), -1)[..., 0]
+    weight = minibatch["weight"]
+    advantage = minibatch["advantage"]
+    if hp.normalize_advantages:
+        mean = _weighted_mean(advantage, weight)
+        std = jnp.sqrt(_weighted_mean((advantage - mean) ** 2, weight))
+        advantage = (advantage - mean) / (std + 1e-8)
+
+    log_ratio = logp - minibatch["logp"]
+    ratio = jnp.exp(log_ratio)
+    surrogate = jnp.minimum(ratio * advantage, jnp.clip(ratio, 1.0 - hp.clip_eps, 1.0 + hp.clip_eps) * advantage)
+    policy_loss = -_weighted_mean(surrogate, weight)
+    value_loss = 0.5 * _weighted_mean((value - minibatch["target"]) ** 2, weight)
+    entropy = _weighted_mean(-jnp.sum(jnp.exp(log_probs) * log_probs, -1), weight)
+    loss = policy_loss + hp.vf_coef * value_loss - hp.ent_coef * entropy
+    return loss, {
+        "loss": loss, "policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy,
+        "approx_kl": _weighted_mean((ratio - 1.0) - log_ratio, weight),
+        "clip_fraction": _weighted_mean((jnp.abs(ratio - 1.0) > hp.clip_eps).astype(jnp.float32), weight),
+    }
+
+
+# State and update ------------------------------------------------------------------------------
+
+
+def optimizer(hp: PPOHyperparams) -> optax.GradientTransformation:
+    """Adam (eps 1e-5) after global-norm clipping; the rate falls linearly to 0 over the run."""
+    rate: Any = hp.learning_rate
+    if hp.anneal_lr and hp.total_updates:
+        rate = optax.linear_schedule(hp.learning_rate, 0.0, hp.total_updates * hp.epochs * hp.minibatches)
+    return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm), optax.adam(rate, eps=1e-5))
+
+
+def init(hp: PPOHyperparams, rng: jax.Array) -> dict[str, PyTree]:
+    """``{"params", "opt_state", "version"}``; ``version`` counts updates, as the learner's step does.
+
+    Jitted as a whole: run op by op, flax's orthogonal initialisers compile a dozen small
+    programs (seconds on a cold start); one program is one compile, or one cache hit."""
+    return _jitted_init(hp, rng)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _jitted_init(hp: PPOHyperparams, rng: jax.Array) -> dict[str, PyTree]:
+    params = hp.network().init(rng, jnp.zeros((1, *hp.obs_shape), jnp.float32))
+    return {"params": params, "opt_state": optimizer(hp).init(params), "version": jnp.zeros((), jnp.int32)}
+
+
+def update(hp: PPOHyperparams, state: dict[str, PyTree], batch: dict[str, jax.Array],
+           rng: jax.Array) -> tuple[dict[str, PyTree], dict[str, jax.Array]]:
+    """One PPO update on a batch of trajectories: ``epochs`` passes of ``minibatches`` SGD steps,
+    all under ``lax.scan`` in one jitted call. Gradients go through ``parallel.pmean``, so the
+    same function runs data-parallel under jit (global batch) and pmap (per-device shards)."""
+    network, tx = hp.network(), optimizer(hp)
+    params, version = state["params"], state["version"]
+    values = network.apply(params, batch["obs"])[1] if hp.recompute_values else batch["value"]
+    time_major = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731
+    advantage, target, real = gae(time_major(batch["reward"]), time_major(values),
+                                  time_major(batch["terminated"]), time_major(batch["truncated"]),
+                                  hp.gamma, hp.gae_lambda)
+    advantage, target, real = time_major(advantage), time_major(target), time_major(real)
+    lag = version - batch["version"][:, :-1]
+    fresh = lag <= hp.max_policy_lag
+    weight = (real & fresh).astype(jnp.float32)
+
+    flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731  (B, T, ...) -> (B*T, ...)
+    transitions = {"obs": flat(batch["obs"][:, :-1]), "action": flat(batch["action"][:, :-1]),
+                   "logp": flat(batch["logp"][:, :-1]), "advantage": flat(advantage),
+                   "target": flat(jax.lax.stop_gradient(target)), "weight": flat(weight)}
+    count = transitions["weight"].shape[0]
+    if count % hp.minibatches:
+        raise ValueError(f"{count} transitions per update do not split into {hp.minibatches} minibatches")
+
+    def sgd_step(carry: tuple, indices: jax.Array) -> tuple[tuple, dict]:
+        params, opt_state = carry
+        minibatch = jax.tree.map(lambda x: x[indices], transitions)
+        grads, info = jax.grad(ppo_loss, has_aux=True)(params, minibatch, hp)
+        updates, opt_state = tx.update(parallel.pmean(grads), opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), info
+
+    def epoch(carry: tuple, key: jax.Array) -> tuple[tuple, dict]:
+        order = jax.random.permutation(key, count).reshape(hp.minibatches, -1)
+        return jax.lax.scan(sgd_step, carry, order)
+
+    (new_params, new_opt_state), info = jax.lax.scan(epoch, (params, state["opt_state"]),
+                                                     jax.random.split(rng, hp.epochs))
+    # A batch with nothing to learn from (all of it too stale) must not move the parameters:
+    # with zero gradients Adam would still step along its momentum.
+    learned = jnp.sum(weight) > 0
+    params, opt_state = jax.tree.map(lambda new, old: jnp.where(learned, new, old),
+                                     (new_params, new_opt_state), (params, state["opt_state"]))
+    real_f = real.astype(jnp.float32)
+    metrics = {name: jnp.mean(value) for name, value in info.items()}
+    metrics.update(
+        policy_lag_mean=_weighted_mean(lag.astype(jnp.float32), real_f),
+        policy_lag_max=jnp.max(jnp.where(real, lag, 0)).astype(jnp.float32),
+        stale_fraction=_weighted_mean((~fresh).astype(jnp.float32), real_f),
+        transitions=jnp.sum(weight),
+        value_mean=jnp.mean(values),
+    )
+    return {"params": params, "opt_state": opt_state, "version": version + 1}, metrics

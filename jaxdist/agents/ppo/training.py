@@ -1,0 +1,239 @@
+"""Run a PPO program and watch it: ``train(config, launcher=..., run_dir=...) -> summary``.
+
+The launching process polls the actors (``stats``, ``episodes``) and the learner (``status``)
+a few times a second, and from that
+
+- prints a progress line: elapsed time, env steps, env steps/s, mean return of the last
+  ``window`` episodes across actors, learner version, lag, restarts;
+- writes ``<run_dir>/progress.csv`` and TensorBoard scalars under ``<run_dir>/tensorboard/``
+  (the learner itself writes ``<run_dir>/metrics.csv``: losses, measured policy lag, ...);
+- stops the program when the learner has done its ``total_updates`` (or, with
+  ``stop_at_target``, as soon as the mean return reaches ``target_return``), and draws the learning curve
+  to ``<run_dir>/learning_curve.png``.
+
+Env steps count from the learner's restored version on a resumed run (each update consumes
+``steps_per_update`` env steps), so a resumed run's curve continues where it left off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from concurrent import futures
+from typing import Any, TextIO
+
+import numpy as np
+
+import jaxdist as jd
+from jaxdist import courier
+from jaxdist.agents.ppo import builder
+from jaxdist.agents.ppo.config import PPOConfig
+from jaxdist.metrics import MetricsWriter, metrics_path
+from jaxdist.metrics_tensorboard import TensorBoardWriter
+from jaxdist.plotting import line_plot
+
+
+def train(config: PPOConfig, *, launcher: str = "processes", run_dir: str | None = None,
+          target_return: float = 475.0, stop_at_target: bool = False, window: int = 20,
+          start_time: float | None = None, poll_interval: float = 0.1, progress_interval: float = 1.0,
+          compilation_cache: str | None = None, echo: bool = True, out: TextIO | None = None) -> dict[str, Any]:
+    """Launch ``make_program(config)``, watch it until it ends, and return a summary dict:
+    ``wall_time_to_target`` / ``steps_to_target`` (None if the mean return of the last
+    ``window`` episodes never reached ``target_return``), ``env_steps``, ``steps_per_second``
+    (steady: from the first learner update to the end), ``wall_time``, ``final_return``.
+
+    ``start_time`` (a ``time.time()``) is when the clock started, e.g. at the top of a script,
+    so that imports and start-up count; default: now.
+    """
+    start_time = time.time() if start_time is None else start_time
+    program = builder.make_program(config)
+    run_dir = os.path.abspath(run_dir or os.path.join("runs", program.name))
+    options: dict[str, Any] = {"run_dir": run_dir, "echo": echo}
+    if launcher != "threads":
+        options["resources"] = builder.resources(config, compilation_cache)
+    running = jd.launch(program, launcher=launcher, **options)
+    monitor = Monitor(running, config, run_dir, start_time, target_return=target_return, window=window,
+                      progress_interval=progress_interval, out=out or sys.stdout)
+    reason, over = "the program ended", False
+    try:
+        while not (over := running.wait(timeout=poll_interval)):
+            monitor.poll()
+            if monitor.learner_done:
+                reason = f"the learner finished its {config.total_updates} updates"
+                break
+            if stop_at_target and monitor.solved_at is not None:
+                reason = f"the mean return reached {target_return}"
+                break
+        if not over:
+            monitor.poll(final=True)
+    finally:
+        running.stop()
+        monitor.close()
+    summary = monitor.summary()
+    summary["stop_reason"] = reason
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    return summary
+
+
+@dataclasses.dataclass
+class _Sample:
+    elapsed: float
+    env_steps: int
+    mean_return: float | None
+    version: int
+
+
+class Monitor:
+    """Polls a running PPO program from outside it; see the module docstring."""
+
+    def __init__(self, running: jd.Running, config: PPOConfig, run_dir: str, start_time: float, *,
+                 target_return: float = 475.0, window: int = 20, progress_interval: float = 1.0,
+                 out: TextIO = sys.stdout) -> None:
+        self.config, self.run_dir, self.start_time = config, run_dir, start_time
+        self.target_return, self.window = target_return, window
+        token = getattr(running, "token", None)
+        names = sorted((n for n in running.addresses if n.startswith("actor/")), key=lambda n: int(n.split("/")[1]))
+        self._running = running
+        self._actors = [courier.Client(running.addresses[n], token=token, timeout=2.0) for n in names]
+        self._learner = courier.Client(running.addresses[builder.LEARNER], token=token, timeout=2.0)
+        self._pool = futures.ThreadPoolExecutor(len(self._actors) + 1, thread_name_prefix="ppo-monitor")
+        self._since = [0] * len(self._actors)
+        self._episode_steps: list[tuple[float, float]] = []  # (end time, return), all actors
+        self._actor_steps = [0] * len(self._actors)
+        self._base_steps: int | None = None
+        self.version = 0
+        self.lag: float | None = None
+        self.learner_done = False
+        self.solved_at: tuple[float, int] | None = None  # (seconds since start, env steps)
+        self._first_update: tuple[float, int] | None = None
+        self.samples: list[_Sample] = []
+        self._rate: tuple[float, int, float] = (time.monotonic(), 0, 0.0)
+        self._out, self._progress_interval, self._next_progress = out, progress_interval, 0.0
+        self._tty = hasattr(out, "isatty") and out.isatty()
+        self._csv = MetricsWriter(metrics_path(run_dir, "progress"))
+        self._tb = TensorBoardWriter(os.path.join(run_dir, "tensorboard", "progress"))
+        self._last_row = 0.0
+
+    @property
+    def env_steps(self) -> int:
+        return (self._base_steps or 0) + sum(self._actor_steps)
+
+    def mean_return(self) -> float | None:
+        if not self._episode_steps:
+            return None
+        return float(np.mean([ret for _, ret in self._episode_steps[-self.window:]]))
+
+    def poll(self, final: bool = False) -> None:
+        calls = [(i, self._pool.submit(_call, actor, "stats"), self._pool.submit(_call, actor, "episodes",
+                                                                                     self._since[i]))
+                 for i, actor in enumerate(self._actors)]
+        status = _call(self._learner, "status")
+        now = time.time()
+        new: list[tuple[float, float]] = []
+        versions = []
+        for i, stats_call, episodes_call in calls:
+            stats, episodes = stats_call.result(), episodes_call.result()
+            if stats is not None:
+                self._actor_steps[i] = max(self._actor_steps[i], int(stats["env_steps"]))
+                versions.append(stats["version"])
+            if episodes is not None:
+                self._since[i] = episodes["next"]
+                new.extend(zip(episodes["times"], episodes["returns"]))
+        if status is not None:
+            if self._base_steps is None:
+                self._base_steps = int(status.get("restored_step") or 0) * self.config.steps_per_update
+            self.version = int(status["step"])
+            learner_lag = (status.get("metrics") or {}).get("policy_lag_mean")
+            acting = [self.version - v for v in versions if v is not None and v >= 0]
+            self.lag = learner_lag if learner_lag is not None else (float(np.mean(acting)) if acting else None)
+            restored = status.get("restored_step") or 0
+            if self._first_update is None and self.version > restored:
+                self._first_update = (now, self.env_steps)
+            self.learner_done = self.version >= self.config.total_updates
+        if new:
+            self._episode_steps.extend(sorted(new))
+            self._episode_steps.sort()
+        mean = self.mean_return()
+        elapsed = now - self.start_time
+        if self.solved_at is None and mean is not None and len(self._episode_steps) >= self.window \
+                and mean >= self.target_return:
+            self.solved_at = (elapsed, self.env_steps)
+        self._update_rate()
+        self.samples.append(_Sample(elapsed, self.env_steps, mean, self.version))
+        if final or now - self._last_row >= 0.5:
+            self._last_row = now
+            row = {"elapsed": elapsed, "env_steps_per_second": self._rate[2], "episode_return": mean,
+                   "episodes": len(self._episode_steps), "learner_version": self.version, "lag": self.lag,
+                   "restarts": self.restarts()}
+            self._csv.write(self.env_steps, {k: v for k, v in row.items() if v is not None})
+            self._tb.write(self.env_steps, {f"progress/{k}": v for k, v in row.items()})
+        if final or time.monotonic() >= self._next_progress:
+            self._next_progress = time.monotonic() + self._progress_interval
+            self._print_progress(elapsed, mean, final)
+
+    def restarts(self) -> int:
+        """Node restarts the launcher reports (none until it supervises restarts)."""
+        return sum(int(s.get("restarts", 0) or 0) for s in self._running.status().values())
+
+    def summary(self) -> dict[str, Any]:
+        end = self.samples[-1] if self.samples else _Sample(0.0, 0, None, 0)
+        steady = None
+        if self._first_update is not None:
+            t0, s0 = self._first_update
+            duration = (self.start_time + end.elapsed) - t0
+            steady = (end.env_steps - s0) / duration if duration > 0 else None
+        return {
+            "seed": self.config.seed, "target_return": self.target_return,
+            "wall_time_to_target": None if self.solved_at is None else round(self.solved_at[0], 2),
+            "steps_to_target": None if self.solved_at is None else self.solved_at[1],
+            "env_steps": end.env_steps, "wall_time": round(end.elapsed, 2),
+            "steps_per_second": None if steady is None else round(steady),
+            "first_update_at": None if self._first_update is None else round(self._first_update[0] - self.start_time, 2),
+            "final_return": end.mean_return, "episodes": len(self._episode_steps), "learner_version": self.version,
+        }
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+        for client in [*self._actors, self._learner]:
+            client.close()
+        self._csv.close()
+        self._tb.close()
+        if self._tty:
+            self._out.write("\n")
+        points = [(s.env_steps, s.mean_return) for s in self.samples if s.mean_return is not None]
+        if len(points) >= 2:
+            xs, ys = zip(*points)
+            line_plot(os.path.join(self.run_dir, "learning_curve.png"),
+                      {f"mean return, last {self.window}": (list(xs), list(ys))},
+                      title=f"PPO {self.config.env_id}", xlabel="env steps", ylabel="episode return",
+                      log2_x=False)
+
+    def _update_rate(self) -> None:
+        now, steps = time.monotonic(), self.env_steps
+        then, then_steps, rate = self._rate
+        if now - then >= 1.0:
+            self._rate = (now, steps, (steps - then_steps) / (now - then))
+
+    def _print_progress(self, elapsed: float, mean: float | None, final: bool) -> None:
+        ret = "   -  " if mean is None else f"{mean:6.1f}"
+        lag = "-" if self.lag is None else f"{self.lag:.1f}"
+        line = (f"[ppo] {elapsed:6.1f}s  env steps {self.env_steps:>9,}  {self._rate[2]:>7,.0f}/s  "
+                f"return {ret} (last {self.window})  version {self.version:>5}  lag {lag}  "
+                f"restarts {self.restarts()}")
+        if self._tty and not final:
+            self._out.write("\r" + line)
+        else:
+            self._out.write(line + "\n")
+        self._out.flush()
+
+
+def _call(client: courier.Client, method: str, *args: Any) -> Any:
+    """A monitor's call: None when the node is away (starting, restarting or stopping)."""
+    try:
+        return client.call(method, *args)
+    except Exception:  # noqa: BLE001 - a monitor must not take the run down
+        return None

@@ -1,0 +1,193 @@
+"""Vectorized gymnasium environments for actors: seeded, with per-env episode statistics, and
+with gymnasium's autoreset boundary made explicit so that no learner trains across it.
+
+    env = EnvSpec("CartPole-v1", num_envs=8, backend="auto").make(seed=0)
+    step = env.reset()                       # a TimeStep of arrays with a leading num_envs axis
+    step = env.step(actions)
+    returns, lengths = env.pop_episodes()    # episodes that ended since the last pop
+
+Backends: ``"vector"`` (the env's own vectorized implementation, ``make_vec(...,
+vectorization_mode="vector_entry_point")``: no Python per env; CartPole has one),
+``"sync"`` (``SyncVectorEnv``), ``"async"`` (``AsyncVectorEnv`` with shared memory, workers
+from a ``forkserver`` so that none is forked from a process that already runs JAX or gRPC
+threads), ``"envpool"`` (when EnvPool is installed), and ``"auto"``: vector when the env has a
+vector entry point, else EnvPool when installed, else sync.
+
+**The autoreset boundary.** Gymnasium 1.x vector envs reset an env on the step *after* its
+episode ended: that step ignores the action and returns the first observation of the next
+episode with reward 0. A ``TimeStep`` row describes arriving at ``obs``: ``reward`` earned on
+the way, ``terminated``/``truncated`` when ``obs`` ends its episode, and ``first`` when ``obs``
+begins one, i.e. when the step that led here was an autoreset and must never be learned from.
+Equivalently: the transition from row t to row t+1 is real exactly when row t is not the end of
+an episode (``~(terminated | truncated)``). Because the terminal observation is a row of its
+own, a learner can bootstrap a truncated episode from the value of its true last observation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+
+BACKENDS = ("auto", "vector", "sync", "async", "envpool")
+
+
+class TimeStep(NamedTuple):
+    """One row for every env (leading axis ``num_envs``); see the module docstring."""
+
+    obs: np.ndarray
+    reward: np.ndarray  # float32: earned arriving at obs; 0 on a first row
+    terminated: np.ndarray  # bool: obs is terminal (the MDP ended; no bootstrap)
+    truncated: np.ndarray  # bool: obs is the last of an episode cut short (bootstrap from it)
+    first: np.ndarray  # bool: obs starts an episode (after reset, or the autoreset step)
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """A picklable description of a vector env, built where the actor runs with ``make(seed)``.
+
+    ``kwargs`` go to the env's constructor (``gymnasium.make`` / ``make_vec``; EnvPool's
+    ``make``); ``async_context`` is the multiprocessing start method of async workers.
+    """
+
+    env_id: str = "CartPole-v1"
+    num_envs: int = 8
+    backend: str = "auto"
+    kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    async_context: str = "forkserver"
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown env backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+        if not isinstance(self.num_envs, int) or self.num_envs < 1:
+            raise ValueError(f"num_envs must be an int >= 1, got {self.num_envs!r}")
+
+    def make(self, seed: int) -> "VectorEnv":
+        backend = resolve_backend(self.env_id, self.backend)
+        return VectorEnv(_make_raw(self, backend), backend, seed)
+
+
+def envpool_installed() -> bool:
+    return importlib.util.find_spec("envpool") is not None
+
+
+def resolve_backend(env_id: str, backend: str = "auto") -> str:
+    """The backend ``auto`` picks for ``env_id`` (or ``backend`` itself, checked)."""
+    if backend == "envpool" and not envpool_installed():
+        raise ImportError("backend='envpool' needs EnvPool: pip install envpool (Linux, Python <= 3.11)")
+    if backend != "auto":
+        return backend
+    import gymnasium as gym
+
+    if gym.spec(env_id).vector_entry_point is not None:
+        return "vector"
+    return "envpool" if envpool_installed() else "sync"
+
+
+def _make_raw(spec: EnvSpec, backend: str) -> Any:
+    import gymnasium as gym
+    from gymnasium.vector import AutoresetMode
+
+    kwargs = dict(spec.kwargs)
+    if backend == "envpool":
+        import envpool
+
+        return envpool.make_gymnasium(spec.env_id, num_envs=spec.num_envs, **kwargs)
+    if backend == "vector":
+        env = gym.make_vec(spec.env_id, spec.num_envs, vectorization_mode="vector_entry_point", **kwargs)
+        mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        if AutoresetMode(mode) != AutoresetMode.NEXT_STEP:
+            env.close()
+            raise ValueError(f"{spec.env_id}'s vector env autoresets in mode {mode}; jaxdist.envs expects "
+                             "NEXT_STEP: use backend='sync' or 'async'")
+        return env
+    vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+    if backend == "async":
+        vector_kwargs.update(shared_memory=True, context=spec.async_context)
+    return gym.make_vec(spec.env_id, spec.num_envs, vectorization_mode=backend, vector_kwargs=vector_kwargs,
+                        **kwargs)
+
+
+class VectorEnv:
+    """A gymnasium-style vector env in NEXT_STEP autoreset mode, returning ``TimeStep`` rows and
+    keeping each env's running episode return and length.
+
+    The boundary flags are computed here from the previous row, not trusted from the backend,
+    and a first row's reward is forced to 0, so every backend reads the same.
+    """
+
+    def __init__(self, env: Any, backend: str, seed: int) -> None:
+        self.env = env
+        self.backend = backend
+        self.seed = seed
+        self.num_envs = int(env.num_envs if hasattr(env, "num_envs") else len(env.all_env_ids))
+        self.single_observation_space = getattr(env, "single_observation_space", None) or env.observation_space
+        self.single_action_space = getattr(env, "single_action_space", None) or env.action_space
+        self._ended = np.zeros(self.num_envs, bool)
+        self._any_ended = 0
+        self._return = np.zeros(self.num_envs, np.float64)
+        self._length = np.zeros(self.num_envs, np.int64)
+        self._episodes: list[tuple[np.ndarray, np.ndarray]] = []
+        self._reset_done = False
+
+    def reset(self) -> TimeStep:
+        """Reset every env, seeded with ``seed`` (sub-env i gets ``seed + i`` where it matters)."""
+        if self.backend == "envpool":
+            obs, _ = self.env.reset()
+        else:
+            obs, _ = self.env.reset(seed=self.seed)
+        self._reset_done = True
+        self._ended = np.zeros(self.num_envs, bool)
+        self._any_ended = 0
+        self._return[:] = 0.0
+        self._length[:] = 0
+        n = self.num_envs
+        return TimeStep(obs, np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool), np.ones(n, bool))
+
+    def step(self, actions: np.ndarray) -> TimeStep:
+        if not self._reset_done:
+            raise RuntimeError("call reset() before step()")
+        obs, reward, terminated, truncated, _ = self.env.step(actions)
+        reward = np.asarray(reward, np.float32)
+        terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
+        first = self._ended
+        np.add(self._return, reward, out=self._return)
+        np.add(self._length, 1, out=self._length)
+        if self._any_ended:  # the autoreset step: the action was ignored and nothing was earned
+            reward = np.where(first, np.float32(0.0), reward)
+            terminated, truncated = terminated & ~first, truncated & ~first
+            self._return[first] = 0.0
+            self._length[first] = 0
+        ended = terminated | truncated
+        self._any_ended = np.count_nonzero(ended)  # cheaper than ended.any() on small arrays
+        if self._any_ended:
+            self._episodes.append((self._return[ended], self._length[ended]))
+        self._ended = ended
+        return TimeStep(obs, reward, terminated, truncated, first)
+
+    def pop_episodes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(returns, lengths) of the episodes that ended since the last call, in order."""
+        if not self._episodes:
+            return np.zeros(0, np.float64), np.zeros(0, np.int64)
+        episodes, self._episodes = self._episodes, []
+        return np.concatenate([r for r, _ in episodes]), np.concatenate([n for _, n in episodes])
+
+    def close(self) -> None:
+        close = getattr(self.env, "close", None)
+        if callable(close):
+            close()
+
+    def __enter__(self) -> "VectorEnv":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"VectorEnv({self.backend}, num_envs={self.num_envs}, seed={self.seed})"
+
+
+__all__ = ["BACKENDS", "EnvSpec", "TimeStep", "VectorEnv", "envpool_installed", "resolve_backend"]

@@ -1,0 +1,344 @@
+"""The actor node: a vector env, one jitted policy call per step for the whole batch of envs,
+trajectories sent with futures, parameters refreshed in the background.
+
+    with p.group("actor"):
+        for i in range(2):
+            p.add_node(jd.CourierNode(Actor, policy, EnvSpec("CartPole-v1", 8), learner, queue,
+                                      trajectory_length=32, seed=i, params_method="get_params"))
+
+- ``policy(params, obs, key) -> (action, extras)``: a pure, picklable function of the whole batch
+  (``extras``: a dict of arrays with the env axis first, e.g. ``{"logp", "value"}``); the actor
+  jits it once. It runs on every step with the newest parameters the actor holds.
+- ``env``: anything with ``make(seed) -> jaxdist.envs.VectorEnv`` (an ``EnvSpec``). ``seed``
+  seeds the env and the policy's key (``rng_impl``: JAX's ``unsafe_rbg`` by default, a
+  single XLA op, measurably cheaper per step on CPU than threefry's; an actor's samples need
+  no cross-device reproducibility).
+- ``params``: the parameter source, a client (or object) with ``get(min_version)`` (a
+  ``ParameterServer``, a ``CacherNode`` in front of one) or, with ``params_method="get_params"``,
+  a learner. A ``VariableClient`` refreshes it in a background thread; while the source is away
+  (a learner or server restarting) the actor keeps acting with the parameters it holds.
+- ``sink``: where trajectories go: a replay node's client (each env's trajectory one item,
+  all of a send in one atomic ``insert_many``), any callable ``sink(items)``, or None (dropped:
+  for benchmarks). Sends run on a background thread; at most ``max_in_flight`` are pending. When
+  that many are, the actor waits for the oldest (back-pressure from a full on-policy queue) at
+  most ``max_send_wait`` seconds, then drops the new trajectory and keeps acting (the receiver
+  is away; the trajectory would be stale by the time it is back).
+
+**Trajectories.** Every ``trajectory_length`` (T) steps each env's last ``T + 1`` rows go out as
+one item, a dict of arrays with a leading ``T + 1`` axis: the ``jaxdist.envs.TimeStep`` fields
+(``obs``, ``reward``, ``terminated``, ``truncated``, ``first``), ``action``, the policy's extras,
+and ``version`` (the parameter version that chose each action). The last row of one trajectory
+is the first row of the next, so a learner can bootstrap from it and no transition is lost.
+
+Served: ``stats()`` (env steps, steps/s, episodes, mean return, version, send counters) and
+``episodes(since)`` (returns, lengths and end times of recent episodes, for monitors).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import threading
+import time
+from concurrent import futures
+from typing import Any, Callable
+
+import numpy as np
+
+from jaxdist import courier
+from jaxdist.launch import context
+from jaxdist.nodes.parameter_server import VariableClient
+
+log = logging.getLogger(__name__)
+
+Policy = Callable[[Any, Any, Any], tuple[Any, dict[str, Any]]]
+
+_TIMESTEP_FIELDS = ("obs", "reward", "terminated", "truncated", "first")
+
+
+class Actor:
+    """A served actor; see the module docstring. Call ``run()`` (a node does) to act."""
+
+    def __init__(self, policy: Policy, env: Any, params: Any, sink: Any = None, *,
+                 trajectory_length: int = 32, seed: int = 0, params_method: str = "get",
+                 refresh_every_seconds: float = 0.05, first_fetch_timeout: float = 300.0,
+                 max_in_flight: int = 2, max_send_wait: float = 5.0, insert_timeout: float = 30.0,
+                 table: str = "default", max_steps: int | None = None, episode_window: int = 20,
+                 keep_episodes: int = 10_000, log_every_seconds: float | None = None,
+                 rng_impl: str | None = "unsafe_rbg",
+                 name: str | None = None) -> None:
+        if trajectory_length < 1:
+            raise ValueError(f"trajectory_length must be >= 1, got {trajectory_length}")
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        import jax  # here, not at import: a module that only names Actor needs no JAX
+
+        node = context.current_node()
+        self.name = name or (node.node_name if node else "actor")
+        self._T = trajectory_length
+        self._max_steps = max_steps
+        self._in_program = node is not None
+        self._env = env.make(seed)
+        self._key = jax.random.key(seed, impl=rng_impl)
+        self._step_fn = _jitted_step(policy)
+        source = params if params_method == "get" else _Renamed(params, params_method, "get")
+        self._owns_variables = not isinstance(params, VariableClient)
+        self._variables = params if not self._owns_variables else VariableClient(
+            source, refresh_every_seconds=refresh_every_seconds, first_fetch_timeout=first_fetch_timeout)
+        self._device_params: tuple[int, Any] = (-2, None)
+        self._sender = _Sender(_make_send(sink, table, insert_timeout), max_in_flight, max_send_wait, self.name)
+        self._episode_window = episode_window
+        self._episodes: collections.deque = collections.deque(maxlen=keep_episodes)
+        self._episode_count = 0
+        self._lock = threading.Lock()
+        self._env_steps = 0
+        self._rate = (time.monotonic(), 0, 0.0)  # (time, steps) at the last rate reading, the rate
+        self._log_every = log_every_seconds
+        self._first_timestep: Any = None
+        # Reset the env and compile the policy while the rest of the program starts.
+        self._warm_up_error: BaseException | None = None
+        self._warm_up = threading.Thread(target=self._warm_up_policy, name="actor-warm-up", daemon=True)
+        self._warm_up.start()
+
+    # Served -------------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for monitors: env_steps, steps_per_second (since the last call, or the last
+        second), episodes, mean_return (last ``episode_window`` episodes; None before one ended),
+        version (parameters held), sends (sent, dropped, errors, wait_seconds), param_errors."""
+        with self._lock:
+            recent = [ret for _, ret, _ in list(self._episodes)[-self._episode_window:]]
+            episodes = self._episode_count
+        steps = self._env_steps
+        now = time.monotonic()
+        then, then_steps, rate = self._rate
+        if now - then >= 0.2:
+            rate = (steps - then_steps) / (now - then)
+            self._rate = (now, steps, rate)
+        return {"env_steps": steps, "steps_per_second": rate, "episodes": episodes,
+                "mean_return": float(np.mean(recent)) if recent else None,
+                "version": self._variables.version, "param_errors": self._variables.stats["errors"],
+                **self._sender.counts()}
+
+    def episodes(self, since: int = 0) -> dict[str, Any]:
+        """Episodes numbered ``since`` onwards that are still kept: ``{"next": the number to ask
+        for next time, "returns", "lengths", "times" (wall clock at each end)}``."""
+        with self._lock:
+            count, kept = self._episode_count, list(self._episodes)
+        kept = kept[max(0, len(kept) - (count - since)):] if since < count else []
+        return {"next": count, "times": [t for t, _, _ in kept], "returns": [r for _, r, _ in kept],
+                "lengths": [n for _, _, n in kept]}
+
+    # The node's own work ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Act until ``max_steps`` env steps (all envs together), or the program stops; then
+        give the sends in flight up to ``max_send_wait`` seconds to finish."""
+        env, T, num_envs = self._env, self._T, self._env.num_envs
+        step_fn = self._step_fn
+        timesteps, actions, extras, versions = [], [], [], []
+        key = self._key
+        self._warm_up.join()
+        if self._warm_up_error is not None:
+            raise self._warm_up_error
+        timestep = self._first_timestep
+        next_log = time.monotonic() + (self._log_every or float("inf"))
+        while not self._should_stop():
+            version, params = self._params()
+            key, action, extra = step_fn(params, timestep.obs, key)
+            action = np.asarray(action)
+            timesteps.append(timestep)
+            actions.append(action)
+            extras.append(extra)
+            versions.append(version)
+            if len(actions) == T + 1:
+                self._send(timesteps, actions, extras, versions)
+                timesteps, actions, extras, versions = timesteps[-1:], actions[-1:], extras[-1:], versions[-1:]
+            timestep = env.step(action)
+            self._env_steps += num_envs
+            if len(actions) == 1:  # a trajectory just went out: book episodes (rarely)
+                self._book_episodes()
+                if time.monotonic() >= next_log:
+                    next_log = time.monotonic() + self._log_every
+                    self._log_progress()
+        self._book_episodes()
+        self._sender.drain()  # what is in flight gets its chance (at most max_send_wait)
+
+    def close(self) -> None:
+        self._sender.close()
+        if self._owns_variables:
+            self._variables.close()
+        self._env.close()
+
+    # Internals ----------------------------------------------------------------------------------
+
+    def _should_stop(self) -> bool:
+        if self._max_steps is not None and self._env_steps >= self._max_steps:
+            return True
+        return self._in_program and context.stop_requested()
+
+    def _warm_up_policy(self) -> None:
+        try:
+            self._first_timestep = self._env.reset()
+            _, params = self._params()  # waits for the first parameters
+            jax_block(self._step_fn(params, self._first_timestep.obs, self._key))  # compiles; result unused
+        except BaseException as exc:  # noqa: BLE001 - re-raised by run()
+            self._warm_up_error = exc
+
+    def _params(self) -> tuple[int, Any]:
+        """The newest parameters, on device (moved there once per version)."""
+        version, params = self._variables.latest()
+        if version != self._device_params[0]:
+            import jax
+
+            self._device_params = (version, jax.device_put(params))
+        return self._device_params
+
+    def _send(self, timesteps: list, actions: list, extras: list, versions: list) -> None:
+        """Stack the last T + 1 rows per env (env axis first) and hand them to the sender."""
+        import jax
+
+        columns = {name: np.stack([getattr(ts, name) for ts in timesteps], axis=1) for name in _TIMESTEP_FIELDS}
+        columns["action"] = np.stack(actions, axis=1)
+        stacked = jax.device_get(jax.tree.map(lambda *xs: jax.numpy.stack(xs, axis=1), *extras))
+        columns.update({name: np.asarray(value) for name, value in stacked.items()})
+        columns["version"] = np.broadcast_to(np.asarray(versions, np.int32), columns["action"].shape[:2]).copy()
+        items = [{name: column[e] for name, column in columns.items()} for e in range(self._env.num_envs)]
+        self._sender.send(items)
+
+    def _book_episodes(self) -> None:
+        returns, lengths = self._env.pop_episodes()
+        if len(returns):
+            now = time.time()
+            with self._lock:
+                for ret, length in zip(returns.tolist(), lengths.tolist()):
+                    self._episodes.append((now, ret, length))
+                self._episode_count += len(returns)
+
+    def _log_progress(self) -> None:
+        stats = self.stats()
+        ret = "-" if stats["mean_return"] is None else f"{stats['mean_return']:.1f}"
+        print(f"{self.name}: {stats['env_steps']} env steps, {stats['steps_per_second']:.0f}/s, "
+              f"{stats['episodes']} episodes, mean return {ret}, params v{stats['version']}, "
+              f"sent {stats['sent']} dropped {stats['dropped']} errors {stats['send_errors']}", flush=True)
+
+
+def jax_block(tree: Any) -> Any:
+    import jax
+
+    return jax.block_until_ready(tree)
+
+
+def _jitted_step(policy: Policy) -> Callable:
+    """The jitted step of ``policy``, shared by the actors of one process (one compile)."""
+    import jax
+
+    try:
+        return _STEPS[policy]
+    except TypeError:  # an unhashable policy: jit it for this actor alone
+        return jax.jit(functools.partial(_policy_step, policy))
+    except KeyError:
+        step = _STEPS[policy] = jax.jit(functools.partial(_policy_step, policy))
+        return step
+
+
+_STEPS: dict[Any, Callable] = {}
+
+
+def _policy_step(policy: Policy, params: Any, obs: Any, key: Any) -> tuple[Any, Any, dict]:
+    import jax
+
+    key, sample_key = jax.random.split(key)
+    action, extras = policy(params, obs, sample_key)
+    return key, action, extras
+
+
+class _Renamed:
+    """A parameter source whose ``get`` calls another method (a learner's ``get_params``)."""
+
+    def __init__(self, target: Any, method: str, alias: str) -> None:
+        self._target, self._method = target, method
+        setattr(self, alias, getattr(target, method))
+
+    def with_timeout(self, seconds: float) -> "_Renamed":
+        with_timeout = getattr(self._target, "with_timeout", None)
+        return _Renamed(with_timeout(seconds), self._method, "get") if callable(with_timeout) else self
+
+
+def _make_send(sink: Any, table: str, timeout: float) -> Callable[[list], Any] | None:
+    if sink is None:
+        return None
+    from jaxdist.nodes.replay import ReplayClient
+
+    if isinstance(sink, courier.Client):
+        sink = ReplayClient(sink)
+    if isinstance(sink, ReplayClient):
+        return functools.partial(_insert, sink, table, timeout)
+    if callable(sink):
+        return sink
+    raise TypeError(f"an actor's sink is a replay node client, a callable sink(items), or None; got "
+                    f"{type(sink).__name__}")
+
+
+def _insert(replay: Any, table: str, timeout: float, items: list) -> None:
+    replay.insert_many(items, table=table, timeout=timeout)
+
+
+class _Sender:
+    """Sends on a background thread, at most ``max_in_flight`` pending; see the module doc."""
+
+    def __init__(self, send: Callable[[list], Any] | None, max_in_flight: int, max_wait: float, name: str) -> None:
+        self._send, self._max_in_flight, self._max_wait, self._name = send, max_in_flight, max_wait, name
+        self._executor = futures.ThreadPoolExecutor(max_in_flight, thread_name_prefix="actor-send") if send else None
+        self._pending: collections.deque[futures.Future] = collections.deque()
+        self._counts = {"sent": 0, "dropped": 0, "send_errors": 0}
+        self._wait_seconds = 0.0
+        self._failing = False
+
+    def send(self, items: list) -> None:
+        if self._executor is None:
+            self._counts["sent"] += 1
+            return
+        self._reap()
+        if len(self._pending) >= self._max_in_flight:
+            start = time.monotonic()
+            futures.wait(list(self._pending), timeout=self._max_wait, return_when=futures.FIRST_COMPLETED)
+            self._wait_seconds += time.monotonic() - start
+            self._reap()
+            if len(self._pending) >= self._max_in_flight:
+                self._counts["dropped"] += 1
+                return
+        self._pending.append(self._executor.submit(self._send, items))
+
+    def drain(self) -> None:
+        """Wait, at most ``max_wait`` seconds, for the sends in flight."""
+        if self._pending:
+            futures.wait(list(self._pending), timeout=self._max_wait)
+            self._reap()
+
+    def counts(self) -> dict[str, Any]:
+        return dict(self._counts, send_wait_seconds=round(self._wait_seconds, 3))
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _reap(self) -> None:
+        for future in [f for f in self._pending if f.done()]:
+            self._pending.remove(future)
+            error = future.exception() if not future.cancelled() else None
+            if error is None:
+                self._counts["sent"] += 1
+                if self._failing:
+                    self._failing = False
+                    print(f"{self._name}: sends succeed again", flush=True)
+                continue
+            self._counts["send_errors"] += 1
+            if not self._failing:  # once per outage
+                self._failing = True
+                print(f"{self._name}: sending a trajectory failed (acting goes on): "
+                      f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}", flush=True)
+
+
+__all__ = ["Actor", "Policy"]

@@ -1,0 +1,94 @@
+"""The processes launcher's supervisor: restart policies, same-address restarts, crash loops."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+import jaxdist as jd
+import launch_nodes as nodes
+from jaxdist import courier
+
+
+def test_a_crashed_node_comes_back_on_its_address_and_its_callers_carry_on(tmp_path, capfd):
+    program = jd.Program("supervised")
+    with program.group("flaky"):
+        flaky = program.add_node(jd.CourierNode(nodes.CrashesOnStarts, str(tmp_path / "starts"), []))
+    with program.group("caller"):
+        program.add_node(jd.PyNode(nodes.call_until, flaky, 3))
+    running = jd.launch(
+        program,
+        launcher="processes",
+        run_dir=str(tmp_path),
+        restart={"flaky": jd.Restart(max_restarts=5, backoff=0.1)},
+    )
+    address = running.addresses["flaky/0"]
+    client = courier.Client(address, token=running.token, timeout=30)
+    for expected_restarts in (1, 2):
+        os.kill(client.pid(), signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while running.status()["flaky/0"]["restarts"] < expected_restarts and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert running.wait(timeout=60)
+    status = running.status()["flaky/0"]
+    assert status["restarts"] == 2
+    assert "killed by SIGKILL" in status["last_restart_cause"]
+    assert running.addresses["flaky/0"] == address
+    output = capfd.readouterr().out
+    assert "[caller/0] reached start 3" in output
+    assert "[launcher] restarting flaky/0 (1 of 5)" in output
+
+
+def test_a_restarted_node_that_crashes_while_starting_is_restarted_again(tmp_path):
+    program = jd.Program("crash-at-start")
+    with program.group("flaky"):
+        flaky = program.add_node(jd.CourierNode(nodes.CrashesOnStarts, str(tmp_path / "starts"), [2, 3]))
+    running = jd.launch(program, launcher="processes", run_dir=str(tmp_path), echo=False,
+                        restart={"flaky": jd.Restart(max_restarts=3, backoff=0.05)})
+    try:
+        client = courier.Client(running.addresses[flaky.node_name], token=running.token, timeout=30)
+        os.kill(client.pid(), signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while running.status()["flaky/0"]["restarts"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client.starts_seen() == 4  # starts 2 and 3 died while being built
+        assert running.status()["flaky/0"]["state"] == "running"
+    finally:
+        running.stop()
+
+
+def test_a_crash_loop_past_its_limit_stops_the_program_with_a_clear_message(tmp_path):
+    program = jd.Program("crash-loop")
+    with program.group("bad"):
+        program.add_node(jd.CourierNode(nodes.AlwaysCrashes))
+    with program.group("service"):
+        program.add_node(jd.CourierNode(nodes.Counter))
+    running = jd.launch(program, launcher="processes", run_dir=str(tmp_path), echo=False,
+                        restart={"bad": jd.Restart(max_restarts=2, backoff=0.05)})
+    with pytest.raises(jd.NodeFailedError, match="crashed 3 times, more than its restart limit allows") as raised:
+        running.wait(timeout=60)
+    assert "RuntimeError: crash loop" in raised.value.details
+    assert running.status()["bad/0"]["restarts"] == 2
+
+
+def test_nodes_without_a_policy_are_not_restarted(tmp_path):
+    program = jd.Program("no-policy")
+    program.add_node(jd.CourierNode(nodes.AlwaysCrashes))
+    running = jd.launch(program, launcher="processes", run_dir=str(tmp_path), echo=False)
+    with pytest.raises(jd.NodeFailedError, match="crash loop"):
+        running.wait(timeout=60)
+    assert running.status()["alwayscrashes/0"]["restarts"] == 0
+
+
+def test_restart_policies_are_checked():
+    program = jd.Program("p")
+    program.add_node(jd.CourierNode(nodes.Counter))
+    with pytest.raises(ValueError, match=r"restart names groups \['lerner'\].*groups: counter"):
+        jd.launch(program, launcher="processes", restart={"lerner": jd.Restart()})
+    with pytest.raises(TypeError, match="must be a jd.Restart"):
+        jd.launch(program, launcher="processes", restart={"counter": 3})
+    with pytest.raises(ValueError, match="invalid restart policy"):
+        jd.Restart(max_restarts=-1)
