@@ -106,3 +106,22 @@ def produce_transitions(queue, count: int, chunk: int = 16) -> None:
     for start in range(0, count, chunk):
         batch = make_batch(start, chunk, seed=1)
         replay.insert_many([{"x": batch["x"][i], "y": batch["y"][i]} for i in range(chunk)], timeout=60)
+
+
+def launch_learner_script(run_dir: str, support_dir: str) -> str:
+    """A user script that trains a learner until it is stopped (for preemption tests)."""
+    return (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import jaxdist as jd, learner_nodes as ln\n"
+        "from jaxdist.nodes.learner import Learner\n"
+        "if __name__ == '__main__':\n"
+        "    p = jd.Program('preempted')\n"
+        "    with p.group('learner'):\n"
+        "        p.add_node(jd.CourierNode(Learner, ln.LOGIC, ln.RegressionBatches(delay=0.02), log_every=1,\n"
+        "                                  checkpoint={'save_every_steps': 1000}))\n"
+        "    running = jd.launch(p, launcher='processes', run_dir=%r, echo=False,\n"
+        "                        resources={'learner': {'env': {'JAX_PLATFORMS': 'cpu'}}})\n"
+        "    print('launched', flush=True)\n"
+        "    running.wait()\n"
+        "    print('stopped:', running.stop_reason, flush=True)\n"
+    ) % (support_dir, run_dir)

@@ -36,6 +36,7 @@ from jaxdist.program import Node, NodeContext, Program
 SUPPORTED_RESOURCES = {"env": "environment variables set in the group's processes before they import anything"}
 
 _live: "weakref.WeakSet[_ProcessesRunning]" = weakref.WeakSet()
+_previous_sigterm_handler: Any = None
 _environ_lock = threading.Lock()
 
 
@@ -63,6 +64,7 @@ def launch(
     preflight.check_shippable(program)
     run_dir = preflight.prepare_run_dir(program, run_dir)
     running = _ProcessesRunning(program, run_dir, token or preflight.new_token(), resources, policies, grace)
+    _stop_on_sigterm()
     running.start(echo, interrupt_after, start_timeout)
     return running
 
@@ -304,6 +306,25 @@ def _tail(path: str, count: int) -> str:
             return b"".join(log.readlines()[-count:]).decode("utf-8", errors="replace")
     except OSError:
         return "(no log)"
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM to the launching script (a preempted VM, `scancel`, `kill`) stops its programs
+    gracefully -- every node checkpoints and exits -- so `wait()` returns and the script exits 0."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    global _previous_sigterm_handler
+    if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
+        _previous_sigterm_handler = signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    running = list(_live)
+    for program in running:
+        program.request_stop("the launcher got SIGTERM")
+    if not running:  # no program to stop gracefully: behave as before we took the signal
+        signal.signal(signal.SIGTERM, _previous_sigterm_handler or signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 @atexit.register
