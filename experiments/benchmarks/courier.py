@@ -3,7 +3,8 @@
 The servers run in a child process (nodes are processes), the clients here. Raw grpcio is the
 floor courier is built on: a generic handler moving bytes in and out, with the same message
 limits. Latency is a tiny call; throughput is blocking calls and futures; bandwidth is an echo
-of a float32 array (counted both ways) against an echo of the same number of raw bytes.
+of a float32 array (counted both ways) against an echo of the same number of raw bytes. Every
+comparison alternates the two trial by trial and reports medians.
 
     python experiments/benchmarks/courier.py [--quick]
 """
@@ -50,46 +51,33 @@ def serve(addresses: "multiprocessing.connection.Connection") -> None:
     raw.stop(0)
 
 
-def paired_latencies(
-    baseline: Callable[[], object], candidate: Callable[[], object], count: int
-) -> tuple[list[float], list[float]]:
-    """Latencies of the two calls taken alternately, so both see the same machine load."""
-    for _ in range(min(200, count)):
-        baseline()
-        candidate()
-    samples: tuple[list[float], list[float]] = ([], [])
-    for _ in range(count):
-        for call, into in ((baseline, samples[0]), (candidate, samples[1])):
+def alternating(baseline: Callable[[], object], candidate: Callable[[], object], trials: int) -> tuple[list, list]:
+    """Seconds per trial of the two, taken turn about, so both see the same machine load (this
+    machine is shared and noisy: compare medians of many alternating trials, not single runs)."""
+    baseline()
+    candidate()
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(trials):
+        for call, into in ((baseline, times[0]), (candidate, times[1])):
             began = time.perf_counter()
             call()
             into.append(time.perf_counter() - began)
-    return samples
+    return times
 
 
-def futures_per_second(submit: Callable[[], object], count: int, window: int = 64) -> float:
-    """Calls/s with up to `window` futures in flight."""
-    began = time.perf_counter()
-    pending = []
-    for _ in range(count):
-        pending.append(submit())
-        if len(pending) >= window:
-            pending.pop(0).result()
-    for future in pending:
-        future.result()
-    return count / (time.perf_counter() - began)
+def futures_burst(submit: Callable[[], object], count: int, window: int = 64) -> Callable[[], None]:
+    """A trial of `count` calls with up to `window` futures in flight."""
 
+    def burst() -> None:
+        pending: list = []
+        for _ in range(count):
+            pending.append(submit())
+            if len(pending) >= window:
+                pending.pop(0).result()
+        for future in pending:
+            future.result()
 
-def bandwidth(call: Callable[[], object], nbytes: int, repeats: int) -> float:
-    """MB/s of an echo round trip, counting the payload both ways; best of `repeats`."""
-    call()
-    best = min(_timed(call) for _ in range(repeats))
-    return 2 * nbytes / best / 1e6
-
-
-def _timed(call: Callable[[], object]) -> float:
-    began = time.perf_counter()
-    call()
-    return time.perf_counter() - began
+    return burst
 
 
 def main() -> None:
@@ -97,7 +85,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
     args = parser.parse_args()
     calls = 500 if args.quick else 3000
-    repeats = 1 if args.quick else 3
+    repeats_divisor = 3 if args.quick else 1
 
     parent_end, child_end = multiprocessing.get_context("spawn").Pipe()
     child = multiprocessing.get_context("spawn").Process(target=serve, args=(child_end,))
@@ -108,22 +96,23 @@ def main() -> None:
     client = courier.Client(courier_address, timeout=120)
 
     rows = []
-    tiny = np.float32(1.0)
-    raw_lat, jd_lat = paired_latencies(lambda: raw_echo(b"\x00" * 8), lambda: client.echo(tiny), calls)
-    for name, pick in [("tiny call p50 (us)", 0.5), ("tiny call p99 (us)", 0.99)]:
-        raw_value = np.quantile(raw_lat, pick) * 1e6
-        jd_value = np.quantile(jd_lat, pick) * 1e6
-        rows.append((name, raw_value, jd_value, jd_value / raw_value, "<= 1.15x" if pick == 0.5 else ""))
+    raw_lat, jd_lat = alternating(lambda: raw_echo(b"\x00" * 8), lambda: client.echo(1), calls)
+    for name, pick, target in [("tiny call p50 (us)", 0.5, "<= 1.15x"), ("tiny call p99 (us)", 0.99, "")]:
+        raw_value, jd_value = np.quantile(raw_lat, pick) * 1e6, np.quantile(jd_lat, pick) * 1e6
+        rows.append((name, raw_value, jd_value, jd_value / raw_value, target))
     raw_rate, jd_rate = 1 / statistics.mean(raw_lat), 1 / statistics.mean(jd_lat)
     rows.append(("blocking calls/s", raw_rate, jd_rate, jd_rate / raw_rate, ""))
-    raw_futures = futures_per_second(lambda: raw_echo.future(b"\x00" * 8), calls)
-    jd_futures = futures_per_second(lambda: client.futures.echo(tiny), calls)
+    burst = calls // 10
+    raw_bursts, jd_bursts = alternating(
+        futures_burst(lambda: raw_echo.future(b"\x00" * 8), burst), futures_burst(lambda: client.futures.echo(1), burst), 10
+    )
+    raw_futures, jd_futures = burst / statistics.median(raw_bursts), burst / statistics.median(jd_bursts)
     rows.append(("futures calls/s", raw_futures, jd_futures, jd_futures / raw_futures, ">= 0.9x"))
-    for megabytes in (1, 16, 256):
+    for megabytes, trials in ((1, 100), (16, 12), (256, 3)):
         array = np.ones(megabytes << 18, np.float32)
         payload = array.tobytes()
-        raw_mbs = bandwidth(lambda: raw_echo(payload), array.nbytes, repeats)
-        jd_mbs = bandwidth(lambda: client.echo(array), array.nbytes, repeats)
+        raw_times, jd_times = alternating(lambda: raw_echo(payload), lambda: client.echo(array), trials // repeats_divisor)
+        raw_mbs, jd_mbs = (2 * array.nbytes / statistics.median(t) / 1e6 for t in (raw_times, jd_times))
         rows.append((f"echo {megabytes} MB float32 (MB/s)", raw_mbs, jd_mbs, jd_mbs / raw_mbs, ">= 0.8x"))
 
     parent_end.send("stop")
