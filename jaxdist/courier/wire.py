@@ -81,17 +81,15 @@ def chunks(parts: Sequence[bytes | bytearray | memoryview]) -> Iterator[bytes]:
 
 
 def assemble(pieces: Iterable[bytes], size: int) -> bytearray:
-    """Chunks written into one preallocated buffer of the announced size."""
-    buffer = bytearray(size)
-    filled = 0
+    """Chunks joined into one buffer, which grows as they arrive: a peer that announces a huge
+    size and sends nothing costs nothing (large reallocations grow in place, without a copy)."""
+    buffer = bytearray()
     for piece in pieces:
-        end = filled + len(piece)
-        if end > size:
+        if len(buffer) + len(piece) > size:
             raise ValueError(f"the sender announced {size} bytes but sent more")
-        buffer[filled:end] = piece
-        filled = end
-    if filled != size:
-        raise ValueError(f"the sender announced {size} bytes but sent {filled}")
+        buffer += piece
+    if len(buffer) != size:
+        raise ValueError(f"the sender announced {size} bytes but sent {len(buffer)}")
     return buffer
 
 

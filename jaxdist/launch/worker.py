@@ -30,7 +30,10 @@ def main(payload: bytes, node_context: NodeContext, conn: Connection, echo: bool
     os.setpgid(0, 0)  # lead a process group, so the parent can signal our whole tree
     pump = capture_process_output(node_context.node_name, node_context.run_dir, echo)
     worker = _Worker(conn, node_context, interrupt_after)
-    exitcode = worker.serve(payload)
+    try:
+        exitcode = worker.serve(payload)
+    except KeyboardInterrupt:  # the stop's interrupt landed outside run(), during cleanup
+        exitcode = 0 if worker.stopping else 1
     finish_process_output(pump)
     os._exit(exitcode)
 
@@ -81,6 +84,8 @@ class _Worker:
         except BaseException:
             details = traceback.format_exc()
             print(details, flush=True)
+            if self._stopping:
+                return 0  # most likely a call cut by the stop; the log keeps the traceback
             self._send("failed", details)
             return 1
         finally:
@@ -89,6 +94,10 @@ class _Worker:
                 executable.shutdown()
             if self._clients is not None:
                 self._clients.close_all()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
 
     def _send(self, *message: Any) -> None:
         with self._send_lock:

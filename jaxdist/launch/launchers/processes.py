@@ -190,7 +190,7 @@ class _ProcessesRunning(Running):
             self.node_restarting(child.name, cause, exitcode)
             print(
                 f"[launcher] restarting {child.name} ({child.restarts} of {child.policy.max_restarts}) "
-                f"in {child.restart_at - time.monotonic():.1f} s; it {describe_exit(exitcode)}",
+                f"in {max(0.0, child.restart_at - time.monotonic()):.1f} s; it {describe_exit(exitcode)}",
                 flush=True,
             )
             return
@@ -229,9 +229,9 @@ class _ProcessesRunning(Running):
             for child in self._children.values():
                 self._send(child, "construct", dict(self.addresses))
         elif stages == {"constructed"}:
-            self._started.set()
             for child in self._children.values():
                 self._run_child(child)
+            self._started.set()  # only now: launch() returns with every node marked running
         elif "exited" in stages or self._stop_requested.is_set():
             self._started.set()
         elif time.monotonic() > deadline:
