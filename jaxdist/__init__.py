@@ -9,6 +9,7 @@ from typing import Any
 from jaxdist import courier, metrics
 from jaxdist.nodes import replay
 from jaxdist.launch import NodeFailedError, Restart, Running, current_node, launch, stop, stop_requested, wait_for_stop
+from jaxdist.launch.placement import on_host, per_host, spread
 from jaxdist.nodes.cacher import CacherNode
 from jaxdist.nodes.colocation import ColocationNode
 from jaxdist.nodes.courier_node import CourierNode
@@ -49,7 +50,10 @@ __all__ = [
     "current_node",
     "launch",
     "metrics",
+    "on_host",
+    "per_host",
     "replay",
+    "spread",
     "stop",
     "stop_requested",
     "wait_for_stop",

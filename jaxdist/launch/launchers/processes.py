@@ -23,7 +23,7 @@ import signal
 import threading
 import time
 import weakref
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator
 
 from jaxdist.launch import preflight, worker
 from jaxdist.launch.output import log_path
@@ -31,7 +31,7 @@ from jaxdist.launch.process_tree import describe_exit, signal_tree
 from jaxdist.launch.restart import Restart
 from jaxdist.launch.restart import policies as restart_policies
 from jaxdist.launch.running import Running
-from jaxdist.program import Node, NodeContext, Program
+from jaxdist.program import AddressTable, Node, NodeContext, Program
 
 SUPPORTED_RESOURCES = {"env": "environment variables set in the group's processes before they import anything"}
 
@@ -51,12 +51,20 @@ def launch(
     interrupt_after: float = 2.0,
     echo: bool = True,
     start_timeout: float = 300.0,
+    units: Collection[str] | None = None,
+    addresses: AddressTable | None = None,
+    bind_host: str | None = None,
 ) -> Running:
     """Start `program` as processes; returns once every node runs (or one failed: see `wait`).
 
     `restart={"learner": jd.Restart(max_restarts=5)}` sets a group's restart policy; groups
     without one get their node type's default (learners, replay, parameter servers and cachers
     restart; plain nodes do not).
+
+    For the multihost launcher, which runs a share of a program on each host: `units` names the
+    units to start here (default: all); `addresses` is a fixed address table (nodes started
+    elsewhere included) that nodes are constructed against and that local nodes bind, on
+    `bind_host` instead of the table's host when given (e.g. "0.0.0.0").
     """
     preflight.check_program(program)
     resources = preflight.check_resources(program, resources, SUPPORTED_RESOURCES)
@@ -64,6 +72,7 @@ def launch(
     preflight.check_shippable(program)
     run_dir = preflight.prepare_run_dir(program, run_dir)
     running = _ProcessesRunning(program, run_dir, token or preflight.new_token(), resources, policies, grace)
+    running.fix_addresses(units, addresses or {}, bind_host)
     _stop_on_sigterm()
     running.start(echo, interrupt_after, start_timeout)
     return running
@@ -103,6 +112,26 @@ class _ProcessesRunning(Running):
         self._started = threading.Event()
         self._monitor: threading.Thread | None = None
         self._spawn_options: tuple[bool, float] = (True, 2.0)
+        self._fixed: AddressTable = {}
+        self._bind_host: str | None = None
+
+    def fix_addresses(self, units: Collection[str] | None, addresses: AddressTable, bind_host: str | None) -> None:
+        """Start only `units`; keep `addresses` as given (see `launch`)."""
+        if units is not None:
+            unknown = sorted(set(units) - set(self._children))
+            if unknown:
+                raise ValueError(f"units {unknown} are not in program '{self.program_name}'; units: {sorted(self._children)}")
+            self._children = {name: child for name, child in self._children.items() if name in units}
+            self._statuses = {name: status for name, status in self._statuses.items() if name in units}
+        self._fixed, self._bind_host = dict(addresses), bind_host
+        self.addresses.update(addresses)
+
+    def _bind_addresses(self) -> AddressTable:
+        """What each node binds: its fixed address (on `bind_host` if given), else its last one."""
+        if self._bind_host is None:
+            return dict(self.addresses)
+        rebound = {name: f"{self._bind_host}:{address.rsplit(':', 1)[1]}" for name, address in self._fixed.items()}
+        return {**self.addresses, **rebound}
 
     def start(self, echo: bool, interrupt_after: float, start_timeout: float) -> None:
         self._spawn_options = (echo, interrupt_after)
@@ -118,7 +147,7 @@ class _ProcessesRunning(Running):
         echo, interrupt_after = self._spawn_options
         env = {key: str(value) for key, value in self._resources.get(child.label, {}).get("env", {}).items()}
         parent_end, child_end = spawn.Pipe()
-        node_context = NodeContext(child.name, self.run_dir, self.token, dict(self.addresses))
+        node_context = NodeContext(child.name, self.run_dir, self.token, self._bind_addresses())
         process = spawn.Process(
             target=worker.main,
             args=(pickle.dumps(child.node), node_context, child_end, echo, interrupt_after),
@@ -157,7 +186,7 @@ class _ProcessesRunning(Running):
             return False
         if kind == "bound":
             addresses, has_run = body
-            self.addresses.update(addresses)
+            self.addresses.update({name: address for name, address in addresses.items() if name not in self._fixed})
             self._has_run[child.name] = has_run
             child.stage = "bound"
             if self._started.is_set():  # a restarted node joins a program already running

@@ -1,0 +1,127 @@
+"""The multihost launcher: the same script runs on every host; each host starts its share.
+
+    jd.launch(program, launcher="multihost", placement={"learner": jd.per_host(),
+              "actor": jd.spread(), "replay": jd.on_host(0)}, token=shared_secret)
+
+Hosts and this host's index come from `hosts=`/`host_index=`, else SLURM, else TPU-VM (see
+`jaxdist.launch.hosts`). Every host computes the same placement and address table from the
+program and the host list (see `jaxdist.launch.placement`) and starts its own units with the
+processes launcher, supervised as there (restarts on the same address, stop of whole trees).
+
+The two-phase start holds per host: a host's nodes all bind before any of them is constructed.
+Across hosts nothing is exchanged, so a node may be constructed before a server on another host
+is bound; that is fine because every address is known in advance and courier clients wait for
+a server to come up (gRPC `wait_for_ready`): a call to a peer not yet up waits, it does not fail.
+
+Each host's program ends on its own: when its nodes with work finish, on `jd.stop()` in one of
+its nodes, or on SIGTERM (`srun`/`scancel` send it to every host). A stop does not yet travel
+from one host to the others; a host given no node with work of its own runs until stopped.
+
+Nodes of the group that joins `jax.distributed` (the only per_host() group, or the one named by
+`distributed=`) get JAXDIST_COORDINATOR_ADDRESS, JAXDIST_NUM_PROCESSES and JAXDIST_PROCESS_ID
+(= host index) in their environment; actors and replay stay out of that group.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from jaxdist.launch import hosts as hosts_module
+from jaxdist.launch import placement as placement_module
+from jaxdist.launch import preflight
+from jaxdist.launch.launchers import processes
+from jaxdist.launch.placement import Placement, Plan
+from jaxdist.launch.running import Running
+from jaxdist.program import Program
+
+SUPPORTED_RESOURCES = processes.SUPPORTED_RESOURCES
+TOKEN_ENV = "JAXDIST_TOKEN"
+AUTO = "auto"
+
+
+def launch(
+    program: Program,
+    *,
+    placement: Mapping[str, Placement] | None = None,
+    hosts: Sequence[str] | str | None = None,
+    host_index: int | None = None,
+    coordinator: str | None = None,
+    base_port: int = 47000,
+    ports_per_host: int | None = None,
+    bind_host: str | None = None,
+    distributed: str | None = AUTO,
+    token: str | None = None,
+    resources: dict[str, dict[str, Any]] | None = None,
+    environ: Mapping[str, str] | None = None,
+    **options: Any,
+) -> Running:
+    """Start this host's share of `program`; returns once its nodes run (see `processes.launch`).
+
+    `token`: the courier secret, the same on every host (default: $JAXDIST_TOKEN); a random
+    one per host would lock the hosts out of each other. `bind_host`: what servers bind
+    ("0.0.0.0" for every interface); default: the host's name in the host list.
+    Other options (run_dir, restart, grace, echo, ...) go to the processes launcher.
+    """
+    preflight.check_program(program)
+    environ = os.environ if environ is None else environ
+    cluster = hosts_module.detect(hosts, host_index, environ)
+    the_plan = placement_module.plan(program, cluster.hosts, placement, base_port, ports_per_host, coordinator)
+    token = token or environ.get(TOKEN_ENV)
+    if token is None and len(cluster.hosts) > 1:
+        raise ValueError(
+            f"a multi-host run needs one courier token shared by every host: pass token=... or set "
+            f"${TOKEN_ENV} to the same secret on all {len(cluster.hosts)} hosts"
+        )
+    resources = preflight.check_resources(program, resources, SUPPORTED_RESOURCES)
+    resources = _with_distributed_env(resources, the_plan, _distributed_group(the_plan, distributed), cluster.host_index)
+    return processes.launch(
+        program,
+        resources=resources,
+        token=token,
+        units=the_plan.units_on(cluster.host_index),
+        addresses=the_plan.addresses,
+        bind_host=bind_host,
+        **options,
+    )
+
+
+def plan_for(program: Program, **options: Any) -> Plan:
+    """The plan `launch` would follow with these options, without starting anything."""
+    cluster = hosts_module.detect(options.get("hosts"), options.get("host_index"), options.get("environ"))
+    return placement_module.plan(
+        program, cluster.hosts, options.get("placement"), options.get("base_port", 47000),
+        options.get("ports_per_host"), options.get("coordinator"),
+    )
+
+
+def _distributed_group(plan: Plan, distributed: str | None) -> str | None:
+    if distributed != AUTO:
+        if distributed is not None and distributed not in plan.distributed_groups:
+            raise ValueError(
+                f"distributed={distributed!r} must name a group placed per_host(); "
+                f"per_host groups: {list(plan.distributed_groups) or 'none'}"
+            )
+        return distributed
+    if len(plan.distributed_groups) > 1:
+        raise ValueError(
+            f"several groups are placed per_host() {list(plan.distributed_groups)}; name the one whose "
+            f"processes join jax.distributed with distributed='<group>' (or None for none)"
+        )
+    return plan.distributed_groups[0] if plan.distributed_groups else None
+
+
+def _with_distributed_env(
+    resources: dict[str, dict[str, Any]], plan: Plan, group: str | None, host_index: int
+) -> dict[str, dict[str, Any]]:
+    if group is None:
+        return resources
+    spec = dict(resources.get(group, {}))
+    spec["env"] = {
+        **spec.get("env", {}),
+        "JAXDIST_COORDINATOR_ADDRESS": plan.coordinator,
+        "JAXDIST_NUM_PROCESSES": str(len(plan.hosts)),
+        "JAXDIST_PROCESS_ID": str(host_index),
+    }
+    return {**resources, group: spec}

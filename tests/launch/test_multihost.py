@@ -1,0 +1,324 @@
+"""The multihost launcher: host detection, placement and the address table, and two "hosts" as
+two process trees on 127.0.0.1 with their own port ranges (no network namespaces)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import jaxdist as jd
+import launch_nodes
+import multihost_nodes as nodes
+from jaxdist import courier
+from jaxdist.launch import hosts, placement
+from jaxdist.launch.launchers import multihost
+
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "multihost_script.py")
+TWO_HOSTS = "127.0.0.1,127.0.0.1"
+
+
+# Host lists -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "nodelist, expected",
+    [
+        ("node01", ["node01"]),
+        ("a,b", ["a", "b"]),
+        ("node[01-03,07]", ["node01", "node02", "node03", "node07"]),
+        ("gpu[8-10],login1", ["gpu8", "gpu9", "gpu10", "login1"]),
+        ("rack[1-2]-n[01-02]", ["rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"]),
+        ("x[007]", ["x007"]),
+    ],
+)
+def test_slurm_node_lists_expand_like_scontrol(nodelist, expected):
+    assert hosts.expand_nodelist(nodelist) == expected
+
+
+@pytest.mark.parametrize("nodelist, message", [("n[1-", "unbalanced"), ("n[a-b]", "cannot read range"),
+                                               ("n[3-1]", "backwards"), ("a,,b", "empty host")])
+def test_malformed_node_lists_are_refused_with_the_reason(nodelist, message):
+    with pytest.raises(ValueError, match=message):
+        hosts.expand_nodelist(nodelist)
+
+
+def test_slurm_variables_give_the_hosts_and_this_hosts_index():
+    environ = {"SLURM_JOB_NODELIST": "node[01-03]", "SLURM_NODEID": "2", "SLURM_PROCID": "2", "SLURM_NTASKS": "3"}
+    cluster = hosts.detect(environ=environ)
+    assert cluster == hosts.Cluster(("node01", "node02", "node03"), 2, "slurm")
+    assert cluster.host == "node03"
+
+
+def test_the_slurm_step_node_list_wins_over_the_jobs():
+    environ = {"SLURM_JOB_NODELIST": "node[01-04]", "SLURM_STEP_NODELIST": "node[02-03]", "SLURM_NODEID": "0"}
+    assert hosts.detect(environ=environ).hosts == ("node02", "node03")
+
+
+def test_slurm_with_several_tasks_per_host_is_refused():
+    environ = {"SLURM_JOB_NODELIST": "node[01-02]", "SLURM_NODEID": "0", "SLURM_NTASKS": "4"}
+    with pytest.raises(ValueError, match="ntasks-per-node=1"):
+        hosts.detect(environ=environ)
+
+
+def test_tpu_vm_variables_give_the_hosts():
+    environ = {"TPU_WORKER_HOSTNAMES": "10.0.0.2,10.0.0.3", "TPU_WORKER_ID": "1"}
+    assert hosts.detect(environ=environ) == hosts.Cluster(("10.0.0.2", "10.0.0.3"), 1, "tpu")
+
+
+def test_explicit_hosts_win_over_the_environment():
+    environ = {"SLURM_JOB_NODELIST": "node[01-03]", "SLURM_NODEID": "2"}
+    assert hosts.detect("a,b", 0, environ) == hosts.Cluster(("a", "b"), 0, "explicit")
+    assert hosts.detect(["a", "b"], 1, environ).host == "b"
+
+
+def test_detection_errors_say_what_to_pass():
+    with pytest.raises(ValueError, match="--hosts h0,h1 --host-index i"):
+        hosts.detect(environ={})
+    with pytest.raises(ValueError, match="give both hosts and host_index"):
+        hosts.detect(["a", "b"], None, {})
+    with pytest.raises(ValueError, match="host index 2 is outside the 2 hosts"):
+        hosts.detect(["a", "b"], 2, {})
+
+
+def test_flags_become_launcher_options():
+    parser = argparse.ArgumentParser()
+    hosts.add_arguments(parser)
+    assert hosts.from_args(parser.parse_args([])) == {}
+    args = parser.parse_args(["--hosts", "n[1-2]", "--host-index", "1", "--coordinator", "n1:9000", "--base-port", "41000"])
+    assert hosts.from_args(args) == {"hosts": "n[1-2]", "host_index": 1, "coordinator": "n1:9000", "base_port": 41000}
+
+
+# Placement and the address table ---------------------------------------------------------------
+
+
+def rl_program(actors: int = 5, learners: int = 2) -> jd.Program:
+    program = jd.Program("rl")
+    with program.group("replay"):
+        program.add_node(jd.CourierNode(nodes.Counter))
+    with program.group("learner"):
+        for _ in range(learners):
+            program.add_node(jd.CourierNode(nodes.Counter))
+    with program.group("actor"):
+        for _ in range(actors):
+            program.add_node(jd.CourierNode(nodes.Counter))
+    with program.group("evaluator"):
+        program.add_node(jd.CourierNode(nodes.Counter))
+    return program
+
+
+RL_PLACEMENT = {"learner": placement.per_host(), "actor": placement.spread(), "replay": placement.on_host(1)}
+
+
+def test_groups_are_placed_per_host_spread_on_a_host_or_on_host_0():
+    plan = placement.plan(rl_program(), ("h0", "h1"), RL_PLACEMENT, base_port=41000)
+    assert plan.host_of == {
+        "replay/0": 1,
+        "learner/0": 0, "learner/1": 1,
+        "actor/0": 0, "actor/1": 1, "actor/2": 0, "actor/3": 1, "actor/4": 0,
+        "evaluator/0": 0,
+    }
+    assert plan.units_on(1) == ["replay/0", "learner/1", "actor/1", "actor/3"]
+    assert plan.distributed_groups == ("learner",)
+
+
+def test_every_host_computes_the_same_table_with_ports_in_its_own_range():
+    plan = placement.plan(rl_program(), ("h0", "h1"), RL_PLACEMENT, base_port=41000)
+    again = placement.plan(rl_program(), ("h0", "h1"), RL_PLACEMENT, base_port=41000)
+    assert plan == again
+    per_host_ports = 6  # host 0 serves 5 nodes, plus the coordinator's port
+    for name, address in plan.addresses.items():
+        host, port = address.rsplit(":", 1)
+        index = plan.host_of[name]
+        assert host == f"h{index}"
+        assert 41000 + index * per_host_ports <= int(port) < 41000 + (index + 1) * per_host_ports - (index == 0)
+    assert len(set(plan.addresses.values())) == len(plan.addresses)
+    assert plan.coordinator == "h0:41005"
+
+
+def test_fixed_port_ranges_and_an_explicit_coordinator():
+    plan = placement.plan(rl_program(), ("h0", "h1"), RL_PLACEMENT, base_port=41000, ports_per_host=100,
+                          coordinator="h1:9999")
+    assert plan.addresses["replay/0"] == "h1:41100"
+    assert plan.addresses["actor/4"] == "h0:41003"
+    assert plan.coordinator == "h1:9999"
+
+
+def test_threads_colocations_get_a_port_for_each_part():
+    program = jd.Program("colocated")
+    program.add_node(jd.ColocationNode([jd.CourierNode(nodes.Counter), jd.CourierNode(nodes.Counter)]), label="pair")
+    plan = placement.plan(program, ("h0",), None, base_port=41000)
+    assert plan.host_of == {"pair/0": 0}
+    assert plan.addresses == {"pair/0/0": "h0:41000", "pair/0/1": "h0:41001"}
+
+
+def test_bad_placements_are_refused_with_the_fix():
+    with pytest.raises(ValueError, match="per_host\\(\\) over 3 hosts but has 2 nodes"):
+        placement.plan(rl_program(), ("a", "b", "c"), RL_PLACEMENT)
+    with pytest.raises(ValueError, match="does not have; groups: actor, evaluator, learner, replay"):
+        placement.plan(rl_program(), ("a", "b"), {"learners": placement.per_host()})
+    with pytest.raises(ValueError, match="on_host\\(1\\) but there are only 1 hosts"):
+        placement.plan(rl_program(learners=1), ("a",), {"replay": placement.on_host(1)})
+    with pytest.raises(TypeError, match="must be jd.per_host"):
+        placement.plan(rl_program(), ("a", "b"), {"actor": "spread"})
+    with pytest.raises(ValueError, match="raise ports_per_host"):
+        placement.plan(rl_program(), ("a", "b"), RL_PLACEMENT, ports_per_host=3)
+    with pytest.raises(ValueError, match="do not fit in 1..65535"):
+        placement.plan(rl_program(), ("a", "b"), RL_PLACEMENT, base_port=65530)
+
+
+# Launching -----------------------------------------------------------------------------------
+
+
+def free_base_port(span: int = 20) -> int:
+    """A base port whose next `span` ports are free now (the tests' two hosts share 127.0.0.1)."""
+    for _ in range(50):
+        base = random.randrange(30000, 60000)
+        try:
+            sockets = []
+            for port in range(base, base + span):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise RuntimeError("no free port range found")
+
+
+def test_a_multi_host_launch_needs_a_shared_token(tmp_path, monkeypatch):
+    monkeypatch.delenv(multihost.TOKEN_ENV, raising=False)
+    with pytest.raises(ValueError, match="JAXDIST_TOKEN"):
+        jd.launch(rl_program(), launcher="multihost", hosts=["a", "b"], host_index=0, run_dir=str(tmp_path))
+
+
+def test_only_the_per_host_group_gets_the_distributed_environment(tmp_path, capfd):
+    program = jd.Program("distributed-env")
+    with program.group("learner"):
+        program.add_node(jd.PyNode(launch_nodes.print_env, "JAXDIST_COORDINATOR_ADDRESS"))
+    with program.group("actor"):
+        program.add_node(jd.PyNode(launch_nodes.print_env, "JAXDIST_COORDINATOR_ADDRESS"))
+    base = free_base_port()
+    running = jd.launch(program, launcher="multihost", hosts=["127.0.0.1"], host_index=0, base_port=base,
+                        placement={"learner": placement.per_host()}, run_dir=str(tmp_path))
+    assert running.wait(timeout=60)
+    out = capfd.readouterr().out
+    assert f"[learner/0] JAXDIST_COORDINATOR_ADDRESS=127.0.0.1:{base + 2}" in out  # after 2 nodes' ports
+    assert "[actor/0] JAXDIST_COORDINATOR_ADDRESS=None" in out
+
+
+def test_one_host_runs_only_its_share_on_the_planned_addresses_bound_on_every_interface(tmp_path):
+    program = jd.Program("share")
+    with program.group("service"):
+        program.add_node(jd.CourierNode(nodes.Counter))
+    with program.group("other"):
+        program.add_node(jd.CourierNode(nodes.Counter))
+    base = free_base_port()
+    options = dict(hosts=["127.0.0.1", "127.0.0.1"], host_index=1, base_port=base, token="t",
+                   placement={"service": placement.on_host(1)})
+    running = jd.launch(program, launcher="multihost", run_dir=str(tmp_path), bind_host="0.0.0.0", **options)
+    try:
+        assert set(running.status()) == {"service/0"}
+        plan = multihost.plan_for(program, **options)
+        # it bound 0.0.0.0, yet the table keeps the address other hosts reach it on
+        assert running.addresses["service/0"] == plan.addresses["service/0"] == f"127.0.0.1:{base + 2}"
+        assert running.addresses["other/0"] == f"127.0.0.1:{base}"  # known, though host 0 runs it
+        with courier.Client(plan.addresses["service/0"], token="t") as client:
+            assert client.increment() == 1
+    finally:
+        running.stop()
+
+
+def script(host_index: int, base: int, run_dir: str, *extra: str) -> list[str]:
+    return [sys.executable, SCRIPT, "--hosts", TWO_HOSTS, "--host-index", str(host_index),
+            "--base-port", str(base), "--run-dir", run_dir, *extra]
+
+
+def host_env(token: str = "shared-secret") -> dict[str, str]:
+    return dict(os.environ, JAXDIST_TOKEN=token, PYTHONUNBUFFERED="1")
+
+
+def test_the_address_tables_of_two_hosts_agree(tmp_path):
+    base = free_base_port()
+    tables = [
+        json.loads(subprocess.run(script(index, base, str(tmp_path), "--print-plan"), capture_output=True,
+                                  text=True, check=True, timeout=60, env=host_env()).stdout)
+        for index in (0, 1)
+    ]
+    assert tables[0] == tables[1]
+    assert tables[0]["host_of"]["service/0"] == 0
+    assert {tables[0]["host_of"][f"caller/{i}"] for i in range(4)} == {0, 1}
+
+
+def test_callers_on_host_1_reach_the_service_on_host_0(tmp_path):
+    base = free_base_port()
+    # Host 1 starts first: its callers wait for the service that host 0 has not bound yet.
+    host1 = subprocess.Popen(script(1, base, str(tmp_path / "h1")), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, env=host_env())
+    time.sleep(1.0)
+    host0 = subprocess.Popen(script(0, base, str(tmp_path / "h0")), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, env=host_env())
+    outputs = []
+    for host in (host1, host0):
+        out, _ = host.communicate(timeout=120)
+        outputs.append(out)
+        assert host.returncode == 0, out
+    out1, out0 = outputs
+    assert "caller/1 saw total 100" in out1 and "caller/3 saw total 100" in out1, out1
+    assert "caller/0 saw total 100" in out0 and "caller/2 saw total 100" in out0, out0
+    assert "service/0" not in out1.split("running pids")[1].splitlines()[0]
+    assert "every node with work of its own has finished" in out1
+
+
+def read_pids(process: subprocess.Popen, lines: list[str]) -> dict[str, int]:
+    for line in process.stdout:
+        lines.append(line)
+        match = re.search(r"running pids (\{.*\})", line)
+        if match:
+            return json.loads(match.group(1))
+    raise AssertionError("host exited before its nodes ran:\n" + "".join(lines))
+
+
+@pytest.mark.slow
+def test_killing_one_hosts_actors_leaves_the_other_host_running(tmp_path):
+    base = free_base_port()
+    extra = ("--mode", "forever", "--callers", "2")
+    host0 = subprocess.Popen(script(0, base, str(tmp_path / "h0"), *extra), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, env=host_env())
+    host1 = subprocess.Popen(script(1, base, str(tmp_path / "h1"), *extra), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, env=host_env())
+    lines0, lines1 = [], []
+    try:
+        read_pids(host0, lines0)
+        pids1 = read_pids(host1, lines1)
+        assert set(pids1) == {"caller/1"}
+        os.kill(pids1["caller/1"], signal.SIGKILL)
+        out1, _ = host1.communicate(timeout=60)
+        assert host1.returncode != 0  # host 1's program failed: its caller died, with no restart policy
+        assert "caller/1" in out1
+        with courier.Client(f"127.0.0.1:{base}", token="shared-secret") as service:
+            first = service.with_timeout(10).peek()
+            time.sleep(1.0)
+            assert service.with_timeout(10).peek() > first  # host 0's caller keeps calling
+        assert host0.poll() is None
+        host0.send_signal(signal.SIGTERM)  # as scancel would: a graceful stop, exit 0
+        out0, _ = host0.communicate(timeout=60)
+        assert host0.returncode == 0, "".join(lines0) + out0
+        assert "host 0 finished: the launcher got SIGTERM" in out0
+    finally:
+        for host in (host0, host1):
+            if host.poll() is None:
+                host.kill()
+                host.wait()
