@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import sys
 import threading
 import time
 from concurrent import futures
@@ -42,9 +41,7 @@ import jaxdist as jd
 from jaxdist import courier
 from jaxdist.nodes.cacher import CacherNode
 from jaxdist.nodes.parameter_server import ParameterServer
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import plot_png  # noqa: E402  (beside this script)
+from jaxdist.plotting import line_plot
 
 TOPOLOGIES = ("one server", "partitioned", "cached")
 
@@ -186,7 +183,7 @@ def main() -> None:
     path = args.plot or os.path.join(args.run_dir, "param_server_scaling.png")
     labels = {"one server": "one server", "partitioned": f"partitioned (up to {args.max_servers})",
               "cached": f"cached ({args.refresh_interval:g} s)"}
-    plot_png.line_plot(
+    line_plot(
         path,
         {labels[t]: (args.requesters, [qps[t][n] / base for n in args.requesters]) for t in topologies},
         title=f"Parameter server, {args.work_ms:g} ms {args.work} get",
