@@ -113,11 +113,17 @@ def _make_raw(spec: EnvSpec, backend: str) -> Any:
 
 class VectorEnv:
     """A gymnasium-style vector env in NEXT_STEP autoreset mode, returning ``TimeStep`` rows and
-    keeping each env's running episode return and length.
+    keeping each env's episode returns and lengths.
 
-    The boundary flags are computed here from the previous row, not trusted from the backend,
-    and a first row's reward is forced to 0, so every backend reads the same.
+    ``first`` is computed here from the previous row. Gymnasium's vector envs already report
+    the autoreset step with reward 0 and no termination; for EnvPool, whose contract is its own,
+    those are forced here too. A step adds one NumPy operation to the backend's: it runs once
+    per env step of every actor. Episode statistics are computed from the recorded rewards and
+    boundaries when asked for (``pop_episodes``, or every ``BACKLOG`` steps), over many steps at
+    once.
     """
+
+    BACKLOG = 256
 
     def __init__(self, env: Any, backend: str, seed: int) -> None:
         self.env = env
@@ -126,12 +132,18 @@ class VectorEnv:
         self.num_envs = int(env.num_envs if hasattr(env, "num_envs") else len(env.all_env_ids))
         self.single_observation_space = getattr(env, "single_observation_space", None) or env.observation_space
         self.single_action_space = getattr(env, "single_action_space", None) or env.action_space
-        self._ended = np.zeros(self.num_envs, bool)
-        self._any_ended = 0
-        self._return = np.zeros(self.num_envs, np.float64)
-        self._length = np.zeros(self.num_envs, np.int64)
-        self._episodes: list[tuple[np.ndarray, np.ndarray]] = []
+        self._mask_first = backend == "envpool"
         self._reset_done = False
+        self._clear()
+
+    def _clear(self) -> None:
+        n = self.num_envs
+        self._ended = np.zeros(n, bool)  # the last row ended an episode: the next row is first
+        self._rows: list[tuple[np.ndarray, np.ndarray]] = []  # (reward, ended) since the last tally
+        self._tallied_ended = np.zeros(n, bool)  # ended, for the row before the backlog
+        self._return = np.zeros(n, np.float64)  # running episode totals up to the backlog
+        self._length = np.zeros(n, np.int64)
+        self._episodes: list[tuple[np.ndarray, np.ndarray]] = []
 
     def reset(self) -> TimeStep:
         """Reset every env, seeded with ``seed`` (sub-env i gets ``seed + i`` where it matters)."""
@@ -140,10 +152,7 @@ class VectorEnv:
         else:
             obs, _ = self.env.reset(seed=self.seed)
         self._reset_done = True
-        self._ended = np.zeros(self.num_envs, bool)
-        self._any_ended = 0
-        self._return[:] = 0.0
-        self._length[:] = 0
+        self._clear()
         n = self.num_envs
         return TimeStep(obs, np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool), np.ones(n, bool))
 
@@ -154,22 +163,38 @@ class VectorEnv:
         reward = np.asarray(reward, np.float32)
         terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
         first = self._ended
-        np.add(self._return, reward, out=self._return)
-        np.add(self._length, 1, out=self._length)
-        if self._any_ended:  # the autoreset step: the action was ignored and nothing was earned
+        if self._mask_first:  # the autoreset step: the action was ignored and nothing was earned
             reward = np.where(first, np.float32(0.0), reward)
             terminated, truncated = terminated & ~first, truncated & ~first
-            self._return[first] = 0.0
-            self._length[first] = 0
-        ended = terminated | truncated
-        self._any_ended = np.count_nonzero(ended)  # cheaper than ended.any() on small arrays
-        if self._any_ended:
-            self._episodes.append((self._return[ended], self._length[ended]))
-        self._ended = ended
+        self._ended = terminated | truncated
+        self._rows.append((reward, self._ended))
+        if len(self._rows) >= self.BACKLOG:
+            self._tally()
         return TimeStep(obs, reward, terminated, truncated, first)
+
+    def _tally(self) -> None:
+        """Episode statistics of the backlog of rows, all envs and steps in a few array ops."""
+        if not self._rows:
+            return
+        reward = np.stack([r for r, _ in self._rows]).astype(np.float64)  # (K, envs)
+        ended = np.stack([e for _, e in self._rows])
+        self._rows = []
+        steps = np.arange(len(reward))[:, None]
+        first = np.concatenate([self._tallied_ended[None], ended[:-1]])  # row k starts an episode
+        cumulative = np.cumsum(reward, axis=0)
+        # The last first row at or before each row (-1: the episode began before the backlog).
+        last_first = np.maximum.accumulate(np.where(first, steps, -1), axis=0)
+        began_before = last_first < 0
+        at_first = np.take_along_axis(cumulative, np.maximum(last_first, 0), axis=0)
+        returns = np.where(began_before, self._return + cumulative, cumulative - at_first)
+        lengths = np.where(began_before, self._length + steps + 1, steps - last_first)
+        if ended.any():
+            self._episodes.append((returns[ended], lengths[ended]))  # row-major: in time order
+        self._return, self._length, self._tallied_ended = returns[-1], lengths[-1], ended[-1]
 
     def pop_episodes(self) -> tuple[np.ndarray, np.ndarray]:
         """(returns, lengths) of the episodes that ended since the last call, in order."""
+        self._tally()
         if not self._episodes:
             return np.zeros(0, np.float64), np.zeros(0, np.int64)
         episodes, self._episodes = self._episodes, []

@@ -26,9 +26,13 @@ trajectories sent with futures, parameters refreshed in the background.
 
 **Trajectories.** Every ``trajectory_length`` (T) steps each env's last ``T + 1`` rows go out as
 one item, a dict of arrays with a leading ``T + 1`` axis: the ``jaxdist.envs.TimeStep`` fields
-(``obs``, ``reward``, ``terminated``, ``truncated``, ``first``), ``action``, the policy's extras,
-and ``version`` (the parameter version that chose each action). The last row of one trajectory
-is the first row of the next, so a learner can bootstrap from it and no transition is lost.
+``obs``, ``reward``, ``terminated``, ``truncated`` (``first`` is left out: a row is first when
+the row before it ended an episode), ``action``, the policy's extras, and ``version`` (the
+parameter version that chose each action). The last row of one trajectory is the first row of
+the next, so a learner can bootstrap from it and no transition is lost. The acting thread writes
+each row into env-major buffers (one set per trajectory) and, per trajectory, moves the
+policy's extras to the host in one jitted call; a background thread sends the per-env items
+(views of those buffers).
 
 Served: ``stats()`` (env steps, steps/s, episodes, mean return, version, send counters) and
 ``episodes(since)`` (returns, lengths and end times of recent episodes, for monitors).
@@ -38,7 +42,7 @@ from __future__ import annotations
 
 import collections
 import functools
-import logging
+import itertools
 import threading
 import time
 from concurrent import futures
@@ -50,11 +54,7 @@ from jaxdist import courier
 from jaxdist.launch import context
 from jaxdist.nodes.parameter_server import VariableClient
 
-log = logging.getLogger(__name__)
-
 Policy = Callable[[Any, Any, Any], tuple[Any, dict[str, Any]]]
-
-_TIMESTEP_FIELDS = ("obs", "reward", "terminated", "truncated", "first")
 
 
 class Actor:
@@ -80,8 +80,10 @@ class Actor:
         self._max_steps = max_steps
         self._in_program = node is not None
         self._env = env.make(seed)
-        self._key = jax.random.key(seed, impl=rng_impl)
-        self._step_fn = _jitted_step(policy)
+        # Raw key data in and out of the jitted step: a typed key would be rewrapped in Python
+        # on every return (~25 us a step here).
+        self._key = jax.random.key_data(jax.random.key(seed, impl=rng_impl))
+        self._step_fn = _jitted_step(policy, rng_impl)
         source = params if params_method == "get" else _Renamed(params, params_method, "get")
         self._owns_variables = not isinstance(params, VariableClient)
         self._variables = params if not self._owns_variables else VariableClient(
@@ -108,7 +110,7 @@ class Actor:
         second), episodes, mean_return (last ``episode_window`` episodes; None before one ended),
         version (parameters held), sends (sent, dropped, errors, wait_seconds), param_errors."""
         with self._lock:
-            recent = [ret for _, ret, _ in list(self._episodes)[-self._episode_window:]]
+            recent = [ret for _, ret, _ in itertools.islice(reversed(self._episodes), self._episode_window)]
             episodes = self._episode_count
         steps = self._env_steps
         now = time.monotonic()
@@ -125,45 +127,60 @@ class Actor:
         """Episodes numbered ``since`` onwards that are still kept: ``{"next": the number to ask
         for next time, "returns", "lengths", "times" (wall clock at each end)}``."""
         with self._lock:
-            count, kept = self._episode_count, list(self._episodes)
-        kept = kept[max(0, len(kept) - (count - since)):] if since < count else []
+            count = self._episode_count
+            kept = list(itertools.islice(reversed(self._episodes), max(0, count - since)))[::-1]
         return {"next": count, "times": [t for t, _, _ in kept], "returns": [r for _, r, _ in kept],
                 "lengths": [n for _, _, n in kept]}
 
     # The node's own work ------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Act until ``max_steps`` env steps (all envs together), or the program stops; then
-        give the sends in flight up to ``max_send_wait`` seconds to finish."""
+        """Act until ``max_steps`` env steps (all envs together), or the program stops. After
+        ``max_steps`` the sends in flight get up to ``max_send_wait`` seconds to finish; after
+        a stop they are abandoned (their receiver may be gone already)."""
         env, T, num_envs = self._env, self._T, self._env.num_envs
         step_fn = self._step_fn
-        timesteps, actions, extras, versions = [], [], [], []
         key = self._key
         self._warm_up.join()
         if self._warm_up_error is not None:
             raise self._warm_up_error
         timestep = self._first_timestep
+        rows, extras, versions, t = None, [], [], 0
         next_log = time.monotonic() + (self._log_every or float("inf"))
+        next_book = 0.0
         while not self._should_stop():
             version, params = self._params()
             key, action, extra = step_fn(params, timestep.obs, key)
             action = np.asarray(action)
-            timesteps.append(timestep)
-            actions.append(action)
+            if rows is None:
+                rows = _new_rows(timestep, action, T + 1)
+            rows["obs"][:, t] = timestep.obs
+            rows["reward"][:, t] = timestep.reward
+            rows["terminated"][:, t] = timestep.terminated
+            rows["truncated"][:, t] = timestep.truncated
+            rows["action"][:, t] = action
             extras.append(extra)
             versions.append(version)
-            if len(actions) == T + 1:
-                self._send(timesteps, actions, extras, versions)
-                timesteps, actions, extras, versions = timesteps[-1:], actions[-1:], extras[-1:], versions[-1:]
+            if t < T:
+                t += 1
+            else:  # a trajectory is complete; its last row is the next one's first
+                self._send(rows, extras, versions)
+                following = _new_rows(timestep, action, T + 1)
+                for name, column in rows.items():
+                    following[name][:, 0] = column[:, T]
+                rows, extras, versions, t = following, extras[-1:], versions[-1:], 1
+                now = time.monotonic()
+                if now >= next_book:  # episode statistics, a few times a second
+                    next_book = now + 0.25
+                    self._book_episodes()
+                if now >= next_log:
+                    next_log = now + self._log_every
+                    self._log_progress()
             timestep = env.step(action)
             self._env_steps += num_envs
-            if len(actions) == 1:  # a trajectory just went out: book episodes (rarely)
-                self._book_episodes()
-                if time.monotonic() >= next_log:
-                    next_log = time.monotonic() + self._log_every
-                    self._log_progress()
         self._book_episodes()
-        self._sender.drain()  # what is in flight gets its chance (at most max_send_wait)
+        if not (self._in_program and context.stop_requested()):
+            self._sender.drain()  # what is in flight gets its chance (at most max_send_wait)
 
     def close(self) -> None:
         self._sender.close()
@@ -180,9 +197,14 @@ class Actor:
 
     def _warm_up_policy(self) -> None:
         try:
+            start = time.monotonic()
             self._first_timestep = self._env.reset()
-            _, params = self._params()  # waits for the first parameters
-            jax_block(self._step_fn(params, self._first_timestep.obs, self._key))  # compiles; result unused
+            version, params = self._params()  # waits for the first parameters
+            fetched = time.monotonic()
+            _block(self._step_fn(params, self._first_timestep.obs, self._key))  # compiles; result unused
+            if self._in_program:  # a line for the node's log
+                print(f"{self.name}: {self._env!r}; parameters v{version} after {fetched - start:.2f} s, policy "
+                      f"compiled in {time.monotonic() - fetched:.2f} s", flush=True)
         except BaseException as exc:  # noqa: BLE001 - re-raised by run()
             self._warm_up_error = exc
 
@@ -195,17 +217,15 @@ class Actor:
             self._device_params = (version, jax.device_put(params))
         return self._device_params
 
-    def _send(self, timesteps: list, actions: list, extras: list, versions: list) -> None:
-        """Stack the last T + 1 rows per env (env axis first) and hand them to the sender."""
+    def _send(self, rows: dict[str, np.ndarray], extras: list, versions: list) -> None:
+        """Hand a complete trajectory to the sender. The policy's extras are device arrays: they
+        are stacked and fetched here, in one jitted call, so that no device array leaves this
+        thread; the sender makes the per-env items (views of the columns) and sends them."""
         import jax
 
-        columns = {name: np.stack([getattr(ts, name) for ts in timesteps], axis=1) for name in _TIMESTEP_FIELDS}
-        columns["action"] = np.stack(actions, axis=1)
-        stacked = jax.device_get(jax.tree.map(lambda *xs: jax.numpy.stack(xs, axis=1), *extras))
-        columns.update({name: np.asarray(value) for name, value in stacked.items()})
-        columns["version"] = np.broadcast_to(np.asarray(versions, np.int32), columns["action"].shape[:2]).copy()
-        items = [{name: column[e] for name, column in columns.items()} for e in range(self._env.num_envs)]
-        self._sender.send(items)
+        columns = dict(rows, **jax.device_get(_stack_env_major(extras)))
+        columns["version"] = np.broadcast_to(np.asarray(versions, np.int32), rows["action"].shape).copy()
+        self._sender.send(columns)
 
     def _book_episodes(self) -> None:
         returns, lengths = self._env.pop_episodes()
@@ -224,34 +244,61 @@ class Actor:
               f"sent {stats['sent']} dropped {stats['dropped']} errors {stats['send_errors']}", flush=True)
 
 
-def jax_block(tree: Any) -> Any:
+def _items(columns: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """Env-major columns ``(envs, T + 1, ...)`` -> one item per env of ``(T + 1, ...)`` views."""
+    names = list(columns)
+    return [dict(zip(names, views)) for views in zip(*(list(columns[name]) for name in names))]
+
+
+def _new_rows(timestep: Any, action: np.ndarray, rows: int) -> dict[str, np.ndarray]:
+    """Env-major buffers ``(envs, rows, ...)`` for one trajectory. Fresh for each: the items a
+    sink receives are views of them, and a sink may keep what it is given."""
+    like = {"obs": timestep.obs, "reward": timestep.reward, "terminated": timestep.terminated,
+            "truncated": timestep.truncated, "action": action}
+    return {name: np.empty((len(x), rows, *np.shape(x)[1:]), np.asarray(x).dtype) for name, x in like.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def _stacker() -> Callable:
+    import jax
+
+    return jax.jit(lambda rows: jax.tree.map(lambda *xs: jax.numpy.stack(xs, axis=1), *rows))
+
+
+def _stack_env_major(rows: list) -> Any:
+    """Device pytrees of the T + 1 rows -> one pytree of ``(envs, T + 1, ...)``, in one dispatch."""
+    return _stacker()(rows)
+
+
+def _block(tree: Any) -> Any:
     import jax
 
     return jax.block_until_ready(tree)
 
 
-def _jitted_step(policy: Policy) -> Callable:
-    """The jitted step of ``policy``, shared by the actors of one process (one compile)."""
+def _jitted_step(policy: Policy, rng_impl: str | None = None) -> Callable:
+    """``(params, obs, key_data) -> (key_data, action, extras)``: the jitted step of ``policy``,
+    shared by the actors of one process (one compile)."""
     import jax
 
     try:
-        return _STEPS[policy]
+        return _STEPS[policy, rng_impl]
     except TypeError:  # an unhashable policy: jit it for this actor alone
-        return jax.jit(functools.partial(_policy_step, policy))
+        return jax.jit(functools.partial(_policy_step, policy, rng_impl))
     except KeyError:
-        step = _STEPS[policy] = jax.jit(functools.partial(_policy_step, policy))
+        step = _STEPS[policy, rng_impl] = jax.jit(functools.partial(_policy_step, policy, rng_impl))
         return step
 
 
 _STEPS: dict[Any, Callable] = {}
 
 
-def _policy_step(policy: Policy, params: Any, obs: Any, key: Any) -> tuple[Any, Any, dict]:
+def _policy_step(policy: Policy, rng_impl: str | None, params: Any, obs: Any, key_data: Any) -> tuple[Any, Any, dict]:
     import jax
 
-    key, sample_key = jax.random.split(key)
+    key, sample_key = jax.random.split(jax.random.wrap_key_data(key_data, impl=rng_impl))
     action, extras = policy(params, obs, sample_key)
-    return key, action, extras
+    return jax.random.key_data(key), action, extras
 
 
 class _Renamed:
@@ -286,20 +333,19 @@ def _insert(replay: Any, table: str, timeout: float, items: list) -> None:
 
 
 class _Sender:
-    """Sends on a background thread, at most ``max_in_flight`` pending; see the module doc."""
+    """Splits trajectories into items and sends them on a background thread, at most
+    ``max_in_flight`` pending; see the module doc. Without a sink the items are made and
+    dropped (benchmarks)."""
 
     def __init__(self, send: Callable[[list], Any] | None, max_in_flight: int, max_wait: float, name: str) -> None:
         self._send, self._max_in_flight, self._max_wait, self._name = send, max_in_flight, max_wait, name
-        self._executor = futures.ThreadPoolExecutor(max_in_flight, thread_name_prefix="actor-send") if send else None
+        self._executor = futures.ThreadPoolExecutor(max_in_flight, thread_name_prefix="actor-send")
         self._pending: collections.deque[futures.Future] = collections.deque()
         self._counts = {"sent": 0, "dropped": 0, "send_errors": 0}
         self._wait_seconds = 0.0
         self._failing = False
 
-    def send(self, items: list) -> None:
-        if self._executor is None:
-            self._counts["sent"] += 1
-            return
+    def send(self, columns: dict[str, np.ndarray]) -> None:
         self._reap()
         if len(self._pending) >= self._max_in_flight:
             start = time.monotonic()
@@ -309,7 +355,12 @@ class _Sender:
             if len(self._pending) >= self._max_in_flight:
                 self._counts["dropped"] += 1
                 return
-        self._pending.append(self._executor.submit(self._send, items))
+        self._pending.append(self._executor.submit(self._split_and_send, columns))
+
+    def _split_and_send(self, columns: dict[str, np.ndarray]) -> None:
+        items = _items(columns)
+        if self._send is not None:
+            self._send(items)
 
     def drain(self) -> None:
         """Wait, at most ``max_wait`` seconds, for the sends in flight."""
@@ -321,8 +372,7 @@ class _Sender:
         return dict(self._counts, send_wait_seconds=round(self._wait_seconds, 3))
 
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _reap(self) -> None:
         for future in [f for f in self._pending if f.done()]:

@@ -30,17 +30,42 @@ SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_thr
 
 
 class PPOLearner:
-    """``PPOLearner(hp, source, **options)`` is ``Learner(LearnerLogic(init, update), source,
-    **options)`` with PPO's ``learning.init`` / ``learning.update``: the generic learner node,
-    built in the process it runs in (so that the launching process needs no JAX)."""
+    """``PPOLearner(hp, queue, batch_size, **options)`` is the generic ``Learner`` with PPO's
+    ``learning.init`` / ``learning.update``, learning from ``batch_size`` trajectories of the
+    FIFO replay node ``queue`` per update. It is built in the process it runs in, so that the
+    launching process needs no JAX."""
 
-    def __new__(cls, hp: PPOHyperparams, source: Any, **options: Any) -> Any:
+    def __new__(cls, hp: PPOHyperparams, queue: Any, batch_size: int, **options: Any) -> Any:
         from jaxdist.nodes.learner import Learner
 
-        return Learner(learner_logic(hp), source, **options)
+        return Learner(learner_logic(hp), TrajectoryBatches(queue, batch_size), **options)
 
     def run(self) -> None:  # pragma: no cover - marks a node with work; the Learner's run() runs
         raise NotImplementedError
+
+
+class TrajectoryBatches:
+    """The learner's batch source: ``batch_size`` trajectories from a FIFO replay node.
+
+    It waits for data in short slices and ends the source (``StopIteration``: the learner saves
+    and returns) once the program is stopping, so a learner fetching inline (``prefetch=0``,
+    which keeps the policy lag lowest) is never left waiting on actors that have stopped."""
+
+    def __init__(self, queue: Any, batch_size: int, slice_seconds: float = 0.25) -> None:
+        from jaxdist.nodes.replay import ReplayClient
+
+        self._replay = ReplayClient(queue)
+        self._batch_size, self._slice = batch_size, slice_seconds
+
+    def __call__(self) -> Any:
+        from jaxdist.launch import context
+
+        while True:
+            try:
+                return self._replay.sample(self._batch_size, timeout=self._slice)["data"]
+            except TimeoutError:
+                if context.stop_requested():
+                    raise StopIteration from None
 
 
 def learner_logic(hp: PPOHyperparams) -> Any:
@@ -61,9 +86,10 @@ def make_program(config: PPOConfig) -> jd.Program:
     program = jd.Program(f"ppo-{config.env_id.lower()}")
     queue, learner = jd.Handle(QUEUE), jd.Handle(LEARNER)
     learner_node = jd.CourierNode(
-        PPOLearner, hp, queue, batch_size=config.batch_size, mode=config.learner_mode,
+        PPOLearner, hp, queue, config.batch_size, mode=config.learner_mode,
         publish_every=1, seed=config.seed, max_steps=config.total_updates, log_every=config.log_every_updates,
-        checkpoint={"save_every_steps": config.checkpoint_every_updates, "keep": 2}, prefetch=1)
+        checkpoint={"save_every_steps": config.checkpoint_every_updates, "keep": 2},
+        prefetch=config.learner_prefetch)
     handles = program.add_node(jd.ColocationNode([jd.ReplayNode(jd.replay.Fifo(max_size=config.queue_size)),
                                                   learner_node], mode="threads"), label="learner")
     assert [h.node_name for h in handles] == [QUEUE, LEARNER], handles
@@ -76,6 +102,12 @@ def make_program(config: PPOConfig) -> jd.Program:
                 seed=actor_seed(config, i), params_method="get_params",
                 refresh_every_seconds=config.param_refresh_seconds, max_in_flight=config.max_in_flight))
     return program
+
+
+def restarts() -> dict[str, jd.Restart]:
+    """Crashed nodes come back: the learner (with its queue) from its latest checkpoint, actors
+    afresh; meanwhile the other actors keep acting with the parameters they hold."""
+    return {"learner": jd.Restart(max_restarts=10, backoff=1.0), "actor": jd.Restart(max_restarts=10, backoff=0.5)}
 
 
 def resources(config: PPOConfig, compilation_cache: str | None = None) -> dict[str, dict[str, Any]]:

@@ -46,9 +46,12 @@ class PPOConfig:
     ``batch_trajectories`` (B) is how many env trajectories of ``trajectory_length`` (T) steps
     one update learns from (default: one per env, ``num_actors * envs_per_actor``); an update
     is ``epochs`` passes over its ``B * T`` transitions in ``minibatches`` SGD steps each.
-    ``queue_trajectories`` bounds the FIFO between actors and learner (default B): with the
-    learner's one prefetched batch and each actor's sends in flight, it bounds how far actors
-    run ahead; transitions more than ``max_policy_lag`` versions old are not learned from.
+    ``queue_trajectories`` bounds the FIFO between actors and learner (default B): with each
+    actor's ``max_in_flight`` sends and the learner's ``learner_prefetch`` batches it bounds
+    how far actors run ahead of the learner, hence the policy lag (about 2 updates with these
+    defaults: data collected during update k is learned from at update k + 1, by a policy the
+    actors fetched a little after update k - 1 was published). Transitions more than
+    ``max_policy_lag`` versions old are not learned from.
     """
 
     # Environment and actors.
@@ -79,7 +82,8 @@ class PPOConfig:
     queue_trajectories: int | None = None
     max_policy_lag: int = 4
     param_refresh_seconds: float = 0.02
-    max_in_flight: int = 2
+    max_in_flight: int = 1
+    learner_prefetch: int = 0
     learner_mode: Literal["jit", "pmap"] = "jit"
     checkpoint_every_updates: int = 200
     log_every_updates: int = 5

@@ -164,7 +164,7 @@ def update(hp: PPOHyperparams, state: dict[str, PyTree], batch: dict[str, jax.Ar
                                                      jax.random.split(rng, hp.epochs))
     # A batch with nothing to learn from (all of it too stale) must not move the parameters:
     # with zero gradients Adam would still step along its momentum.
-    learned = jnp.sum(weight) > 0
+    learned = parallel.pmean(jnp.sum(weight)) > 0  # the same on every device under pmap
     params, opt_state = jax.tree.map(lambda new, old: jnp.where(learned, new, old),
                                      (new_params, new_opt_state), (params, state["opt_state"]))
     real_f = real.astype(jnp.float32)

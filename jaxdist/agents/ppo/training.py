@@ -5,8 +5,9 @@ a few times a second, and from that
 
 - prints a progress line: elapsed time, env steps, env steps/s, mean return of the last
   ``window`` episodes across actors, learner version, lag, restarts;
-- writes ``<run_dir>/progress.csv`` and TensorBoard scalars under ``<run_dir>/tensorboard/``
-  (the learner itself writes ``<run_dir>/metrics.csv``: losses, measured policy lag, ...);
+- writes ``<run_dir>/progress.csv`` (one row every half second, by env steps) and TensorBoard
+  scalars: ``tensorboard/progress`` (the same) and ``tensorboard/learner`` (the learner's own
+  ``<run_dir>/metrics.csv``, by update: losses, measured policy lag, ..., mirrored as it grows);
 - stops the program when the learner has done its ``total_updates`` (or, with
   ``stop_at_target``, as soon as the mean return reaches ``target_return``), and draws the learning curve
   to ``<run_dir>/learning_curve.png``.
@@ -31,7 +32,7 @@ import jaxdist as jd
 from jaxdist import courier
 from jaxdist.agents.ppo import builder
 from jaxdist.agents.ppo.config import PPOConfig
-from jaxdist.metrics import MetricsWriter, metrics_path
+from jaxdist.metrics import MetricsWriter, metrics_path, read_metrics
 from jaxdist.metrics_tensorboard import TensorBoardWriter
 from jaxdist.plotting import line_plot
 
@@ -54,9 +55,24 @@ def train(config: PPOConfig, *, launcher: str = "processes", run_dir: str | None
     options: dict[str, Any] = {"run_dir": run_dir, "echo": echo}
     if launcher != "threads":
         options["resources"] = builder.resources(config, compilation_cache)
+        options["restart"] = builder.restarts()
+    out = out or sys.stdout
     running = jd.launch(program, launcher=launcher, **options)
-    monitor = Monitor(running, config, run_dir, start_time, target_return=target_return, window=window,
-                      progress_interval=progress_interval, out=out or sys.stdout)
+    try:
+        monitor = Monitor(running, config, run_dir, start_time, target_return=target_return, window=window,
+                          progress_interval=progress_interval, out=out)
+    except BaseException:
+        running.stop()
+        raise
+    if monitor.restored_step >= config.total_updates:
+        running.stop()
+        monitor.close()
+        print(f"[ppo] {run_dir} holds a run that finished its {monitor.restored_step} updates; pass --fresh to "
+              f"start over, or a larger --total-steps to train on", file=out, flush=True)
+        return dict(monitor.summary(), stop_reason="the run had already finished")
+    if monitor.restored_step:
+        print(f"[ppo] resuming from the learner's checkpoint at update {monitor.restored_step} "
+              f"({monitor.env_steps:,} env steps)", file=out, flush=True)
     reason, over = "the program ended", False
     try:
         while not (over := running.wait(timeout=poll_interval)):
@@ -103,8 +119,16 @@ class Monitor:
         self._pool = futures.ThreadPoolExecutor(len(self._actors) + 1, thread_name_prefix="ppo-monitor")
         self._since = [0] * len(self._actors)
         self._episode_steps: list[tuple[float, float]] = []  # (end time, return), all actors
-        self._actor_steps = [0] * len(self._actors)
-        self._base_steps: int | None = None
+        self._actor_steps = [0] * len(self._actors)  # as last reported
+        self._actor_offsets = [0] * len(self._actors)  # steps of earlier lives of restarted actors
+        status = None
+        deadline = time.monotonic() + 30.0
+        while status is None and time.monotonic() < deadline and not self._learner_exited():
+            status = _call(self._learner, "status")  # up once launch() returned, unless already done
+        self.restored_step = int((status or {}).get("restored_step") or 0)
+        if status is None and self._learner_exited():  # it had nothing left to do
+            self.restored_step = config.total_updates
+        self._base_steps = self.restored_step * config.steps_per_update
         self.version = 0
         self.lag: float | None = None
         self.learner_done = False
@@ -114,13 +138,18 @@ class Monitor:
         self._rate: tuple[float, int, float] = (time.monotonic(), 0, 0.0)
         self._out, self._progress_interval, self._next_progress = out, progress_interval, 0.0
         self._tty = hasattr(out, "isatty") and out.isatty()
-        self._csv = MetricsWriter(metrics_path(run_dir, "progress"))
-        self._tb = TensorBoardWriter(os.path.join(run_dir, "tensorboard", "progress"))
-        self._last_row = 0.0
+        # Rows past where this run resumes (or all, on a fresh start) belong to a run that was cut
+        # short: the CSV drops them, TensorBoard purges them.
+        self._csv = MetricsWriter(metrics_path(run_dir, "progress"), purge_after_step=self._base_steps)
+        self._tb = TensorBoardWriter(os.path.join(run_dir, "tensorboard", "progress"), purge_step=self._base_steps)
+        self._learner_tb = TensorBoardWriter(os.path.join(run_dir, "tensorboard", "learner"),
+                                             purge_step=self.restored_step)
+        self._mirrored_step = self.restored_step
+        self._last_row = self._last_mirror = 0.0
 
     @property
     def env_steps(self) -> int:
-        return (self._base_steps or 0) + sum(self._actor_steps)
+        return self._base_steps + sum(self._actor_steps) + sum(self._actor_offsets)
 
     def mean_return(self) -> float | None:
         if not self._episode_steps:
@@ -138,14 +167,18 @@ class Monitor:
         for i, stats_call, episodes_call in calls:
             stats, episodes = stats_call.result(), episodes_call.result()
             if stats is not None:
-                self._actor_steps[i] = max(self._actor_steps[i], int(stats["env_steps"]))
+                steps = int(stats["env_steps"])
+                if steps < self._actor_steps[i]:  # the actor was restarted and counts afresh
+                    self._actor_offsets[i] += self._actor_steps[i]
+                self._actor_steps[i] = steps
                 versions.append(stats["version"])
             if episodes is not None:
+                if episodes["next"] < self._since[i]:  # restarted: ask from its first episode next time
+                    self._since[i] = 0
+                    continue
                 self._since[i] = episodes["next"]
                 new.extend(zip(episodes["times"], episodes["returns"]))
         if status is not None:
-            if self._base_steps is None:
-                self._base_steps = int(status.get("restored_step") or 0) * self.config.steps_per_update
             self.version = int(status["step"])
             learner_lag = (status.get("metrics") or {}).get("policy_lag_mean")
             acting = [self.version - v for v in versions if v is not None and v >= 0]
@@ -154,6 +187,8 @@ class Monitor:
             if self._first_update is None and self.version > restored:
                 self._first_update = (now, self.env_steps)
             self.learner_done = self.version >= self.config.total_updates
+        if self._learner_exited():  # finished (or out of restarts): nothing more will be learned
+            self.learner_done = True
         if new:
             self._episode_steps.extend(sorted(new))
             self._episode_steps.sort()
@@ -171,9 +206,31 @@ class Monitor:
                    "restarts": self.restarts()}
             self._csv.write(self.env_steps, {k: v for k, v in row.items() if v is not None})
             self._tb.write(self.env_steps, {f"progress/{k}": v for k, v in row.items()})
+        if final or now - self._last_mirror >= 2.0:
+            self._last_mirror = now
+            self._mirror_learner_metrics()
         if final or time.monotonic() >= self._next_progress:
             self._next_progress = time.monotonic() + self._progress_interval
             self._print_progress(elapsed, mean, final)
+
+    def _mirror_learner_metrics(self) -> None:
+        """The learner's new rows of ``metrics.csv`` as TensorBoard scalars (``learner/...``)."""
+        try:
+            rows = read_metrics(metrics_path(self.run_dir))
+        except (OSError, ValueError):
+            return  # not written yet, or caught mid-rewrite: next time
+        for row in rows:
+            step = row.get("step")
+            if step is not None and step > self._mirrored_step:
+                values = {f"learner/{k}": v for k, v in row.items()
+                          if k not in ("step", "wall_time") and not k.startswith("learner/") and v is not None}
+                values.update({k: v for k, v in row.items() if k.startswith("learner/") and v is not None})
+                self._learner_tb.write(step, values)
+                self._mirrored_step = step
+
+    def _learner_exited(self) -> bool:
+        state = self._running.status().get(builder.LEARNER.rsplit("/", 1)[0], {}).get("state")
+        return state in ("finished", "failed", "stopped")
 
     def restarts(self) -> int:
         """Node restarts the launcher reports (none until it supervises restarts)."""
@@ -200,8 +257,10 @@ class Monitor:
         self._pool.shutdown(wait=False)
         for client in [*self._actors, self._learner]:
             client.close()
+        self._mirror_learner_metrics()
         self._csv.close()
         self._tb.close()
+        self._learner_tb.close()
         if self._tty:
             self._out.write("\n")
         points = [(s.env_steps, s.mean_return) for s in self.samples if s.mean_return is not None]

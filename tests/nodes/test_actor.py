@@ -1,0 +1,128 @@
+"""The actor: trajectory layout, parameter versions, episode reports, and acting on through a
+parameter source or a sink that goes away."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from jaxdist import courier
+from jaxdist.agents.ppo.acting import PolicyStep
+from jaxdist.agents.ppo.networks import ActorCritic
+from jaxdist.envs import EnvSpec
+from jaxdist.nodes.actor import Actor
+from jaxdist.nodes.parameter_server import ParameterServer
+
+POLICY = PolicyStep(2, hidden=(8,))
+
+
+def params(seed: int = 0):
+    return jax.tree.map(np.asarray, ActorCritic(2, (8,)).init(jax.random.key(seed), np.zeros((1, 4), np.float32)))
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.sends: list[list[dict]] = []
+
+    def __call__(self, items: list[dict]) -> None:
+        self.sends.append(items)
+
+
+def wait_until(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def test_trajectories_overlap_by_one_row_and_carry_versions_and_boundaries():
+    sink = ListSink()
+    actor = Actor(POLICY, EnvSpec("CartPole-v1", 3), ParameterServer(params(), version=7), sink,
+                  trajectory_length=10, max_steps=3 * 51)  # 51 policy steps: 5 sends
+    try:
+        actor.run()
+    finally:
+        actor.close()
+    wait_until(lambda: len(sink.sends) == 5)
+    first, second = sink.sends[0], sink.sends[1]
+    assert len(first) == 3  # one item per env
+    item = first[0]
+    assert set(item) == {"obs", "reward", "terminated", "truncated", "action", "logp", "version"}
+    assert item["obs"].shape == (11, 4) and item["action"].shape == (11,) and item["version"].tolist() == [7] * 11
+    assert item["reward"][0] == 0  # the reset row
+    for env in range(3):  # the last row of a trajectory is the first row of the next
+        for name in item:
+            np.testing.assert_array_equal(first[env][name][-1], second[env][name][0])
+    for items in sink.sends:  # the autoreset boundary: a row after an ending row earns nothing
+        for it in items:
+            ended = it["terminated"] | it["truncated"]
+            assert (it["reward"][1:][ended[:-1]] == 0).all() and (it["reward"][1:][~ended[:-1]] == 1).all()
+    stats = actor.stats()
+    assert stats["env_steps"] == 153 and stats["version"] == 7 and stats["sent"] == 5
+    episodes = actor.episodes()
+    assert episodes["next"] == stats["episodes"] > 0 and len(episodes["returns"]) == stats["episodes"]
+    assert actor.episodes(since=episodes["next"])["returns"] == []
+    assert stats["mean_return"] == pytest.approx(np.mean(episodes["returns"][-20:]))
+
+
+def test_logp_is_the_acting_policys_log_probability_of_the_action():
+    sink = ListSink()
+    p = params(1)
+    actor = Actor(POLICY, EnvSpec("CartPole-v1", 2), ParameterServer(p, version=1), sink, trajectory_length=8,
+                  max_steps=2 * 9)
+    actor.run()
+    actor.close()
+    item = sink.sends[0][0]
+    logits = ActorCritic(2, (8,)).apply(p, item["obs"], method="logits")
+    expected = jax.nn.log_softmax(logits)[np.arange(9), item["action"]]
+    np.testing.assert_allclose(item["logp"], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_acting_goes_on_while_the_parameter_server_restarts_and_new_versions_are_picked_up():
+    server = courier.Server(ParameterServer(params(), version=1)).start()
+    address = server.address
+    sink = ListSink()
+    actor = Actor(POLICY, EnvSpec("CartPole-v1", 2), courier.Client(address, timeout=5), sink,
+                  trajectory_length=4, refresh_every_seconds=0.05)
+    thread = threading.Thread(target=actor.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: actor.stats()["env_steps"] > 100)
+        server.stop(grace=0)  # the parameter server goes away
+        steps = actor.stats()["env_steps"]
+        wait_until(lambda: actor.stats()["env_steps"] > steps + 1000)  # still acting, with version 1
+        assert actor.stats()["version"] == 1
+        server = courier.Server(ParameterServer(params(2), version=5), address=address).start()  # back
+        wait_until(lambda: actor.stats()["version"] == 5)
+        wait_until(lambda: sink.sends and sink.sends[-1][0]["version"][-1] == 5)
+    finally:
+        actor._max_steps = 0  # ends run()
+        thread.join(timeout=10)
+        actor.close()
+        server.stop(grace=0)
+
+
+def test_a_sink_that_fails_or_blocks_does_not_stop_acting():
+    release = threading.Event()
+    calls = []
+
+    def sink(items):
+        calls.append(len(items))
+        if len(calls) == 1:
+            raise ConnectionError("replay is away")
+        release.wait(30)  # then the receiver hangs
+
+    actor = Actor(POLICY, EnvSpec("CartPole-v1", 2), ParameterServer(params(), version=0), sink,
+                  trajectory_length=4, max_in_flight=1, max_send_wait=0.05, max_steps=2 * 4 * 30)
+    try:
+        actor.run()  # returns: never stuck behind the hanging send
+        stats = actor.stats()
+        assert stats["env_steps"] == 240
+        assert stats["send_errors"] == 1 and stats["dropped"] >= 20 and stats["send_wait_seconds"] > 0
+    finally:
+        release.set()
+        actor.close()
