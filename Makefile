@@ -1,12 +1,12 @@
 # Two commands do all the set-up on a fresh machine with Python 3.11 and pip:
-#   make demo   -- runs the distributed examples across local processes
+#   make demo   -- distributed PPO on CartPole across local processes
 #   make test   -- runs the test suite (fast tests, then the slow end-to-end ones)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-slow bench clean
+.PHONY: demo examples test test-fast test-slow bench clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,9 @@ $(INSTALLED): pyproject.toml
 	touch $(INSTALLED)
 
 demo: $(INSTALLED)
+	$(PY) experiments/ppo_cartpole.py --fresh --stop-at-target
+
+examples: $(INSTALLED)
 	$(PY) experiments/producer_consumer.py --launcher processes
 	$(PY) experiments/mapreduce_wordcount.py --launcher processes
 	$(PY) experiments/es_futures.py --launcher processes
