@@ -91,7 +91,7 @@ def test_unshippable_argument_is_named_before_anything_starts():
 def test_unknown_launcher_lists_available_ones():
     program = jd.Program("p")
     program.add_node(jd.PyNode(work))
-    with pytest.raises(ValueError, match="unknown launcher 'ray'; available: processes, threads"):
+    with pytest.raises(ValueError, match="unknown launcher 'ray'; available: multihost, processes, threads"):
         jd.launch(program, launcher="ray")
 
 

@@ -259,7 +259,9 @@ def test_sample_many_splits_one_batch_over_nodes_and_priorities_go_home(tmp_path
 # --- Checkpoints ---------------------------------------------------------------------------------
 
 def test_replay_contents_survive_sigkill_after_a_checkpoint_and_a_restart(tmp_path):
-    running = jd.launch(rn.restart_program(), launcher="processes", run_dir=str(tmp_path), echo=False)
+    # No supervisor restart here: this test relaunches by hand (test_supervisor covers restarts).
+    running = jd.launch(rn.restart_program(), launcher="processes", run_dir=str(tmp_path), echo=False,
+                        restart={"replay": jd.Restart(max_restarts=0)})
     try:
         replay = ReplayClient(courier_client(running))
         assert replay.insert_many([rn.chunk(0, seq) for seq in range(10)], table="queue") == list(range(10))
