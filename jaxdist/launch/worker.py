@@ -81,11 +81,12 @@ class _Worker:
                 return 0
             self._send("failed", traceback.format_exc())
             return 1
-        except BaseException:
+        except BaseException as exc:
+            if self._stopping:  # most likely a call cut by the stop: a note, not a failure
+                print(f"run() ended by the stop: {type(exc).__name__}: {exc}", flush=True)
+                return 0
             details = traceback.format_exc()
             print(details, flush=True)
-            if self._stopping:
-                return 0  # most likely a call cut by the stop; the log keeps the traceback
             self._send("failed", details)
             return 1
         finally:
