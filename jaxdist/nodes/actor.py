@@ -179,6 +179,8 @@ class Actor:
             timestep = env.step(action)
             self._env_steps += num_envs
         self._book_episodes()
+        if self._owns_variables:
+            self._variables.close()  # no more fetches from a program that may be going away
         if not (self._in_program and context.stop_requested()):
             self._sender.drain()  # what is in flight gets its chance (at most max_send_wait)
 

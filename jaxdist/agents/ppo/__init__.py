@@ -1,7 +1,7 @@
 """PPO: ``learning.py`` (the math: GAE, the clipped loss, the jitted update), ``networks.py``
 (flax actor-critic), ``acting.py`` (the actors' policy step), ``config.py`` (``PPOConfig``),
 ``builder.py`` (``make_program``: actors, FIFO replay and the generic learner), ``training.py``
-(``train``: launch, watch, summarise)."""
+(``train``: launch under the shared monitor of ``jaxdist.agents.training``)."""
 
 from jaxdist.agents.ppo.builder import make_program
 from jaxdist.agents.ppo.config import PPOConfig
