@@ -14,19 +14,16 @@ launching process and actors that never import optax, orbax or the learner start
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
 import jaxdist as jd
+from jaxdist.agents.common import TrajectoryBatches, cpu_resources
 from jaxdist.agents.ppo.acting import PolicyStep
 from jaxdist.agents.ppo.config import PPOConfig, PPOHyperparams
 from jaxdist.envs import EnvSpec
 from jaxdist.nodes.actor import Actor
 
 QUEUE, LEARNER = "learner/0/0", "learner/0/1"
-
-# Small XLA computations on a shared CPU: one thread each, no pool hand-offs.
-SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 
 class PPOLearner:
@@ -42,30 +39,6 @@ class PPOLearner:
 
     def run(self) -> None:  # pragma: no cover - marks a node with work; the Learner's run() runs
         raise NotImplementedError
-
-
-class TrajectoryBatches:
-    """The learner's batch source: ``batch_size`` trajectories from a FIFO replay node.
-
-    It waits for data in short slices and ends the source (``StopIteration``: the learner saves
-    and returns) once the program is stopping, so a learner fetching inline (``prefetch=0``,
-    which keeps the policy lag lowest) is never left waiting on actors that have stopped."""
-
-    def __init__(self, queue: Any, batch_size: int, slice_seconds: float = 0.25) -> None:
-        from jaxdist.nodes.replay import ReplayClient
-
-        self._replay = ReplayClient(queue)
-        self._batch_size, self._slice = batch_size, slice_seconds
-
-    def __call__(self) -> Any:
-        from jaxdist.launch import context
-
-        while True:
-            try:
-                return self._replay.sample(self._batch_size, timeout=self._slice)["data"]
-            except TimeoutError:
-                if context.stop_requested():
-                    raise StopIteration from None
 
 
 def learner_logic(hp: PPOHyperparams) -> Any:
@@ -111,10 +84,5 @@ def restarts() -> dict[str, jd.Restart]:
 
 
 def resources(config: PPOConfig, compilation_cache: str | None = None) -> dict[str, dict[str, Any]]:
-    """Per-group environment for the processes launcher: CPU JAX, single-threaded XLA, and
-    optionally a persistent compilation cache shared by every process."""
-    env = {"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"), "XLA_FLAGS": SINGLE_THREAD_XLA}
-    if compilation_cache:
-        env.update(JAX_COMPILATION_CACHE_DIR=compilation_cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-    return {"learner": {"env": dict(env)}, "actor": {"env": dict(env)}}
+    """Per-group environment for the processes launcher (see ``common.cpu_resources``)."""
+    return cpu_resources(("learner", "actor"), compilation_cache)

@@ -1,0 +1,46 @@
+"""Pieces every agent's program uses: the learner's batch source over a FIFO of trajectories,
+and the per-group environment of CPU processes. No JAX here: launching processes import it."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+# Small XLA computations on a shared CPU: one thread each, no pool hand-offs.
+SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
+class TrajectoryBatches:
+    """A learner's batch source: ``batch_size`` trajectories from a FIFO replay node.
+
+    It waits for data in short slices and ends the source (``StopIteration``: the learner saves
+    and returns) once the program is stopping, so a learner fetching inline (``prefetch=0``,
+    which keeps the policy lag lowest) is never left waiting on actors that have stopped."""
+
+    def __init__(self, queue: Any, batch_size: int, slice_seconds: float = 0.25) -> None:
+        from jaxdist.nodes.replay import ReplayClient
+
+        self._replay = ReplayClient(queue)
+        self._batch_size, self._slice = batch_size, slice_seconds
+
+    def __call__(self) -> Any:
+        from jaxdist.launch import context
+
+        while True:
+            try:
+                return self._replay.sample(self._batch_size, timeout=self._slice)["data"]
+            except TimeoutError:
+                if context.stop_requested():
+                    raise StopIteration from None
+
+
+def cpu_resources(groups: tuple[str, ...] = ("learner", "actor"),
+                  compilation_cache: str | None = None) -> dict[str, dict[str, Any]]:
+    """Per-group environment for the processes launcher: CPU JAX (unless ``JAX_PLATFORMS``
+    says otherwise), single-threaded XLA, and optionally a persistent compilation cache shared
+    by every process."""
+    env = {"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"), "XLA_FLAGS": SINGLE_THREAD_XLA}
+    if compilation_cache:
+        env.update(JAX_COMPILATION_CACHE_DIR=compilation_cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    return {group: {"env": dict(env)} for group in groups}
