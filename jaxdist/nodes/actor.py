@@ -19,10 +19,14 @@ trajectories sent with futures, parameters refreshed in the background.
   (a learner or server restarting) the actor keeps acting with the parameters it holds.
 - ``sink``: where trajectories go: a replay node's client (each env's trajectory one item,
   all of a send in one atomic ``insert_many``), any callable ``sink(items)``, or None (dropped:
-  for benchmarks). Sends run on a background thread; at most ``max_in_flight`` are pending. When
-  that many are, the actor waits for the oldest (back-pressure from a full on-policy queue) at
-  most ``max_send_wait`` seconds, then drops the new trajectory and keeps acting (the receiver
-  is away; the trajectory would be stale by the time it is back).
+  for benchmarks). Sends run on background threads; at most ``max_in_flight`` are pending. A
+  send the receiver cannot take now (it is restarting: ``ConnectionError``; a full queue past
+  ``insert_timeout``: ``TimeoutError``) is retried with jittered exponential backoff (0.05 s
+  doubling to 2 s) for up to ``send_retry_for`` seconds, holding its slot: those slots are the
+  bounded buffer that rides out a restart. When every slot is taken, the actor waits for the
+  oldest (back-pressure) at most ``max_send_wait`` seconds, then drops the new trajectory
+  (counted in ``stats()["dropped"]`` and reported in the log when sends recover) and keeps
+  acting. A send cut by a crash may have been stored: a retry can duplicate it (at least once).
 
 **Trajectories.** Every ``trajectory_length`` (T) steps each env's last ``T + 1`` rows go out as
 one item, a dict of arrays with a leading ``T + 1`` axis: the ``jaxdist.envs.TimeStep`` fields
@@ -43,6 +47,7 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
+import random
 import threading
 import time
 from concurrent import futures
@@ -64,6 +69,7 @@ class Actor:
                  trajectory_length: int = 32, seed: int = 0, params_method: str = "get",
                  refresh_every_seconds: float = 0.05, first_fetch_timeout: float = 300.0,
                  max_in_flight: int = 2, max_send_wait: float = 5.0, insert_timeout: float = 30.0,
+                 send_retry_for: float = 60.0,
                  table: str = "default", max_steps: int | None = None, episode_window: int = 20,
                  keep_episodes: int = 10_000, log_every_seconds: float | None = None,
                  rng_impl: str | None = "unsafe_rbg",
@@ -89,7 +95,8 @@ class Actor:
         self._variables = params if not self._owns_variables else VariableClient(
             source, refresh_every_seconds=refresh_every_seconds, first_fetch_timeout=first_fetch_timeout)
         self._device_params: tuple[int, Any] = (-2, None)
-        self._sender = _Sender(_make_send(sink, table, insert_timeout), max_in_flight, max_send_wait, self.name)
+        self._sender = _Sender(_make_send(sink, table, insert_timeout), max_in_flight, max_send_wait, self.name,
+                              retry_for=send_retry_for)
         self._episode_window = episode_window
         self._episodes: collections.deque = collections.deque(maxlen=keep_episodes)
         self._episode_count = 0
@@ -108,7 +115,9 @@ class Actor:
     def stats(self) -> dict[str, Any]:
         """Counters for monitors: env_steps, steps_per_second (since the last call, or the last
         second), episodes, mean_return (last ``episode_window`` episodes; None before one ended),
-        version (parameters held), sends (sent, dropped, errors, wait_seconds), param_errors."""
+        version (parameters held), param_errors, and the sends: ``trajectories`` made, of which
+        ``sent``, ``dropped``, ``send_errors`` (gave up) and ``in_flight``; ``send_retries``,
+        ``send_wait_seconds``."""
         with self._lock:
             recent = [ret for _, ret, _ in itertools.islice(reversed(self._episodes), self._episode_window)]
             episodes = self._episode_count
@@ -335,19 +344,29 @@ def _insert(replay: Any, table: str, timeout: float, items: list) -> None:
 
 
 class _Sender:
-    """Splits trajectories into items and sends them on a background thread, at most
-    ``max_in_flight`` pending; see the module doc. Without a sink the items are made and
-    dropped (benchmarks)."""
+    """Splits trajectories into items and sends them on background threads, at most
+    ``max_in_flight`` pending; see the module doc. A send that fails because the receiver is
+    away (``ConnectionError``, ``TimeoutError``: a restarting replay node, a full queue) is
+    retried with jittered exponential backoff for up to ``retry_for`` seconds, holding its slot;
+    other errors (a malformed item) fail at once. Without a sink the items are made and dropped
+    (benchmarks)."""
 
-    def __init__(self, send: Callable[[list], Any] | None, max_in_flight: int, max_wait: float, name: str) -> None:
+    def __init__(self, send: Callable[[list], Any] | None, max_in_flight: int, max_wait: float, name: str,
+                 retry_for: float = 60.0, backoff: tuple[float, float] = (0.05, 2.0)) -> None:
         self._send, self._max_in_flight, self._max_wait, self._name = send, max_in_flight, max_wait, name
+        self._retry_for, self._backoff = retry_for, backoff
         self._executor = futures.ThreadPoolExecutor(max_in_flight, thread_name_prefix="actor-send")
         self._pending: collections.deque[futures.Future] = collections.deque()
-        self._counts = {"sent": 0, "dropped": 0, "send_errors": 0}
+        self._counts = {"trajectories": 0, "sent": 0, "dropped": 0, "send_errors": 0, "send_retries": 0}
         self._wait_seconds = 0.0
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._outage: dict[str, Any] | None = None  # since when sends fail, and what was lost meanwhile
         self._failing = False
 
     def send(self, columns: dict[str, np.ndarray]) -> None:
+        with self._lock:
+            self._counts["trajectories"] += 1
         self._reap()
         if len(self._pending) >= self._max_in_flight:
             start = time.monotonic()
@@ -361,8 +380,23 @@ class _Sender:
 
     def _split_and_send(self, columns: dict[str, np.ndarray]) -> None:
         items = _items(columns)
-        if self._send is not None:
-            self._send(items)
+        if self._send is None:
+            return
+        delay, give_up_at = self._backoff[0], time.monotonic() + self._retry_for
+        while True:
+            try:
+                self._send(items)
+                return
+            except (ConnectionError, TimeoutError) as exc:  # the receiver is away: it may come back
+                wait = delay * (0.5 + random.random())
+                if time.monotonic() + wait > give_up_at or self._closed.is_set():
+                    raise
+                self._begin_outage(exc)
+                with self._lock:
+                    self._counts["send_retries"] += 1
+                if self._closed.wait(wait):
+                    raise
+                delay = min(2 * delay, self._backoff[1])
 
     def drain(self) -> None:
         """Wait, at most ``max_wait`` seconds, for the sends in flight."""
@@ -371,26 +405,45 @@ class _Sender:
             self._reap()
 
     def counts(self) -> dict[str, Any]:
-        return dict(self._counts, send_wait_seconds=round(self._wait_seconds, 3))
+        with self._lock:
+            return dict(self._counts, in_flight=len(self._pending), send_wait_seconds=round(self._wait_seconds, 3))
 
     def close(self) -> None:
+        self._closed.set()  # sends waiting to retry give up
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _begin_outage(self, error: BaseException) -> None:
+        with self._lock:
+            if self._outage is not None:
+                return
+            self._outage = {"since": time.monotonic(), "dropped": self._counts["dropped"]}
+        print(f"{self._name}: sending a trajectory failed, retrying with backoff (acting goes on): "
+              f"{_first_line(error)}", flush=True)
 
     def _reap(self) -> None:
         for future in [f for f in self._pending if f.done()]:
             self._pending.remove(future)
             error = future.exception() if not future.cancelled() else None
+            with self._lock:
+                self._counts["sent" if error is None else "send_errors"] += 1
+                outage = self._outage
+                if error is None and outage is not None:
+                    self._outage = None
             if error is None:
-                self._counts["sent"] += 1
-                if self._failing:
-                    self._failing = False
-                    print(f"{self._name}: sends succeed again", flush=True)
-                continue
-            self._counts["send_errors"] += 1
-            if not self._failing:  # once per outage
+                self._failing = False
+                if outage is not None:
+                    print(f"{self._name}: sends succeed again after {time.monotonic() - outage['since']:.1f} s; "
+                          f"{self._counts['dropped'] - outage['dropped']} trajectories dropped meanwhile "
+                          f"(at most {self._max_in_flight} held for retry)", flush=True)
+            elif not self._failing:  # once until a send succeeds again
                 self._failing = True
-                print(f"{self._name}: sending a trajectory failed (acting goes on): "
-                      f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}", flush=True)
+                print(f"{self._name}: a trajectory was not sent (acting goes on): {type(error).__name__}: "
+                      f"{_first_line(error)}", flush=True)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error)
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 __all__ = ["Actor", "Policy"]

@@ -106,14 +106,14 @@ def test_acting_goes_on_while_the_parameter_server_restarts_and_new_versions_are
         server.stop(grace=0)
 
 
-def test_a_sink_that_fails_or_blocks_does_not_stop_acting():
+def test_a_sink_that_blocks_does_not_stop_acting_and_what_it_cannot_take_is_dropped_and_counted():
     release = threading.Event()
     calls = []
 
     def sink(items):
         calls.append(len(items))
         if len(calls) == 1:
-            raise ConnectionError("replay is away")
+            raise ConnectionError("replay is away")  # retried after a backoff
         release.wait(30)  # then the receiver hangs
 
     actor = Actor(POLICY, EnvSpec("CartPole-v1", 2), ParameterServer(params(), version=0), sink,
@@ -122,7 +122,76 @@ def test_a_sink_that_fails_or_blocks_does_not_stop_acting():
         actor.run()  # returns: never stuck behind the hanging send
         stats = actor.stats()
         assert stats["env_steps"] == 240
-        assert stats["send_errors"] == 1 and stats["dropped"] >= 20 and stats["send_wait_seconds"] > 0
+        assert stats["send_retries"] == 1 and len(calls) == 2
+        assert stats["dropped"] >= 20 and stats["send_wait_seconds"] > 0
+        assert stats["trajectories"] == stats["sent"] + stats["dropped"] + stats["send_errors"] + stats["in_flight"]
     finally:
         release.set()
         actor.close()
+
+
+def test_a_malformed_send_is_not_retried_and_is_counted_as_an_error():
+    def sink(items):
+        raise ValueError("cannot store this item")
+
+    actor = Actor(POLICY, EnvSpec("CartPole-v1", 2), ParameterServer(params(), version=0), sink,
+                  trajectory_length=4, max_in_flight=1, max_send_wait=1.0, max_steps=2 * 4 * 5)
+    try:
+        actor.run()
+        stats = actor.stats()
+        assert stats["send_retries"] == 0 and stats["sent"] == 0
+        assert stats["send_errors"] == stats["trajectories"] - stats["in_flight"] >= 3
+    finally:
+        actor.close()
+
+
+class Recorder:
+    """A receiver served over real gRPC with the replay node's insert_many signature; it stops
+    answering (calls stay in flight) once it holds ``hang_after`` items."""
+
+    def __init__(self, hang_after: int | None = None) -> None:
+        self.items: list[dict] = []
+        self._hang_after = hang_after
+        self.released = threading.Event()
+
+    def insert_many(self, items, priorities=None, table="default", timeout=None):
+        if self._hang_after is not None and len(self.items) >= self._hang_after:
+            self.released.wait(30)
+            raise RuntimeError("this answer never reaches the client")
+        self.items.extend(items)
+        return list(range(len(items)))
+
+
+def test_trajectories_made_while_the_receiver_restarts_are_retried_into_a_bounded_buffer(capfd):
+    first = Recorder(hang_after=10)
+    server = courier.Server(first).start()
+    address = server.address
+    actor = Actor(POLICY, EnvSpec("CartPole-v1", 2), ParameterServer(params(), version=0),
+                  courier.Client(address, timeout=2), trajectory_length=4, max_in_flight=3, max_send_wait=0.01,
+                  name="actor-under-test")
+    thread = threading.Thread(target=actor.run, daemon=True)
+    thread.start()
+    second = Recorder()
+    try:
+        wait_until(lambda: actor.stats()["in_flight"] == 3)  # three sends hang in the receiver
+        server.stop(grace=0)  # which goes away (a replay node crashing) with the three in flight
+        first.released.set()
+        # Cut calls are retried with backoff; retried calls wait for the server to come back.
+        wait_until(lambda: actor.stats()["send_retries"] >= 3 and actor.stats()["dropped"] >= 5)
+        held = actor.stats()["in_flight"]
+        assert held == 3  # the bounded buffer: every slot holds a trajectory being retried
+        server = courier.Server(second, address=address).start()  # back at the same address
+        wait_until(lambda: actor.stats()["sent"] * 2 == len(first.items) + len(second.items) and
+                   len(second.items) >= 2 * (held + 2))
+        stats = actor.stats()
+    finally:
+        actor._max_steps = 0  # ends run()
+        thread.join(timeout=10)
+        actor.close()
+        server.stop(grace=0)
+    assert stats["send_errors"] == 0  # nothing given up: what was held got through
+    # Every trajectory made is accounted for: sent, dropped (counted) or still in flight.
+    assert stats["trajectories"] == stats["sent"] + stats["dropped"] + stats["in_flight"]
+    log = capfd.readouterr().out
+    assert "actor-under-test: sending a trajectory failed, retrying with backoff" in log
+    assert "actor-under-test: sends succeed again after" in log and "trajectories dropped meanwhile" in log
