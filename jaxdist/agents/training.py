@@ -44,7 +44,8 @@ class RunSpec:
     of the learner (its ``status()`` gives ``step`` and ``restored_step``); the run ends after
     ``total_updates`` learner steps; each consumes about ``steps_per_update`` env steps (for
     the env-step count of a resumed run). ``resources`` and ``restart`` go to the launcher
-    (not for threads).
+    (not for threads). ``return_actors``: the indices of the actors whose episodes make the
+    monitored return (None: every actor), e.g. the greediest when actors explore unequally.
     """
 
     agent: str
@@ -55,6 +56,7 @@ class RunSpec:
     steps_per_update: float
     resources: dict[str, dict[str, Any]] | None = None
     restart: dict[str, Any] | None = None
+    return_actors: tuple[int, ...] | None = None
 
 
 def run(program: jd.Program, spec: RunSpec, *, launcher: str = "processes", run_dir: str | None = None,
@@ -174,6 +176,10 @@ class Monitor:
             return None
         return float(np.mean([ret for _, ret in self._episode_steps[-self.window:]]))
 
+    def returns_since(self, wall_time: float) -> list[float]:
+        """Returns of the episodes that ended after ``wall_time`` (a ``time.time()``), oldest first."""
+        return [ret for end, ret in self._episode_steps if end > wall_time]
+
     def poll(self, final: bool = False) -> None:
         calls = [(i, self._pool.submit(_call, actor, "stats"), self._pool.submit(_call, actor, "episodes",
                                                                                      self._since[i]))
@@ -195,7 +201,8 @@ class Monitor:
                     self._since[i] = 0
                     continue
                 self._since[i] = episodes["next"]
-                new.extend(zip(episodes["times"], episodes["returns"]))
+                if self.spec.return_actors is None or i in self.spec.return_actors:
+                    new.extend(zip(episodes["times"], episodes["returns"]))
         if status is not None:
             self.version = int(status["step"])
             learner_lag = (status.get("metrics") or {}).get("policy_lag_mean")

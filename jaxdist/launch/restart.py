@@ -9,17 +9,22 @@ from jaxdist.program import Program
 
 @dataclasses.dataclass(frozen=True)
 class Restart:
-    """Bring a crashed node back up to `max_restarts` times, waiting `backoff` seconds before the
-    first restart and doubling up to `max_backoff`. A node that exits cleanly is never restarted;
-    one that crashes past its limit stops the program."""
+    """Bring a crashed node back up to `max_restarts` times in a row, waiting `backoff` seconds
+    before the first restart and doubling up to `max_backoff`. A node that then stays up for
+    `reset_after` seconds is healthy again: its next crash starts a fresh count and backoff (a
+    learner preempted now and then over days is not a crash loop). A node that exits cleanly is
+    never restarted; one that crashes past its limit stops the program."""
 
     max_restarts: int = 3
     backoff: float = 1.0
     max_backoff: float = 30.0
+    reset_after: float | None = 60.0
 
     def __post_init__(self) -> None:
-        if self.max_restarts < 0 or self.backoff < 0 or self.max_backoff < self.backoff:
-            raise ValueError(f"invalid restart policy {self}: need max_restarts >= 0, 0 <= backoff <= max_backoff")
+        if self.max_restarts < 0 or self.backoff < 0 or self.max_backoff < self.backoff or \
+                (self.reset_after is not None and self.reset_after <= 0):
+            raise ValueError(f"invalid restart policy {self}: need max_restarts >= 0, 0 <= backoff <= max_backoff, "
+                             f"reset_after None or > 0")
 
     def delay(self, restarts_so_far: int) -> float:
         return min(self.max_backoff, self.backoff * 2**restarts_so_far)

@@ -37,6 +37,7 @@ The callables must pickle to reach a process: module-level functions, or datacla
 from __future__ import annotations
 
 import dataclasses
+import os
 import queue
 import threading
 import time
@@ -71,7 +72,8 @@ class LearnerLogic:
 
     ``init(rng) -> state``; ``update(state, batch, rng) -> (state, metrics)`` for the global
     batch (call ``parallel.pmean`` on gradients to also run under ``mode="pmap"``; metrics are
-    scalars); ``params(state) -> pytree`` is what gets published.
+    scalars, or per-example arrays under jit, logged as their mean); ``params(state) -> pytree``
+    is what gets published.
     """
 
     init: Callable[[jax.Array], PyTree]
@@ -126,7 +128,8 @@ class Learner:
     ``publish_every`` (steps; None: only at start and end), ``parameter_server`` (a client
     whose ``push(params, version)`` is called on every publish), ``checkpoint`` (False, True,
     a :class:`CheckpointOptions` or a dict of its fields), ``seed``, ``max_steps``,
-    ``metrics`` (True: ``<run_dir>/metrics.csv``, rows past the restored step dropped; a
+    ``metrics`` (True: ``<run_dir>/metrics.csv``, rows past the restored step dropped, and the
+    first row after a restore carries ``learner/restored_step``; a
     name: ``<run_dir>/<name>.csv``; an object with ``write(step, dict)``; False; None, the
     default: True when there is a run directory), ``log_every`` (steps), ``prefetch`` (batches
     fetched, and off CPU put on devices, ahead of use by a thread; 0: fetch inline; batches
@@ -134,7 +137,14 @@ class Learner:
     (default: the node's),
     ``replay_options`` (``table``, ``timeout``, ``field`` of :class:`ReplaySource`, used when
     the source is replay node client(s)), ``distributed`` (arguments of
-    ``parallel.initialize``, called first).
+    ``parallel.initialize``, called first; ``"env"``: those the multihost launcher gives the
+    per_host group, with a heartbeat short enough that a dead peer ends the group in seconds,
+    see :data:`DISTRIBUTED_DEFAULTS`), ``checkpoint_name`` (the directory under
+    ``<run_dir>/checkpoints``; default: the node name, or for a learner spanning processes the
+    group's label, shared by all its processes), ``after_update`` (``after_update(batch, metrics)``,
+    called after every dispatch with the batch learned from and the metrics, possibly device
+    arrays still being computed: it should hand them to a thread. Prioritized replay gets the
+    new priorities of the keys it sampled this way).
     Steps count SGD updates: a call of ``steps_per_call`` advances the step by that many, and
     intervals fire when the step crosses a multiple of them.
 
@@ -153,9 +163,11 @@ class Learner:
                  seed: int = 0, max_steps: int | None = None, metrics: bool | str | Any = None,
                  log_every: int | None = 100, prefetch: int = 2, run_dir: str | None = None,
                  name: str | None = None, replay_options: Mapping[str, Any] | None = None,
-                 distributed: Mapping[str, Any] | None = None, cpu_block_every: int = 8) -> None:
+                 distributed: Mapping[str, Any] | Literal["env"] | None = None, cpu_block_every: int = 8,
+                 after_update: Callable[[PyTree, PyTree], None] | None = None,
+                 checkpoint_name: str | None = None) -> None:
         if distributed is not None:
-            parallel.initialize(**distributed)
+            parallel.initialize(**_distributed_arguments(distributed))
         if not isinstance(logic, LearnerLogic):
             raise TypeError(f"Learner takes a LearnerLogic(init, update, params) first, got "
                             f"{type(logic).__name__}")
@@ -167,11 +179,14 @@ class Learner:
         self._in_program = node is not None  # the stop event means something only inside a node
         self.name = name or (node.node_name if node else "learner")
         self.run_dir = run_dir or (node.run_dir if node else None)
+        # The processes of a learner spanning hosts save collectively into one directory.
+        self._checkpoint_name = checkpoint_name or (self.name.split("/")[0] if jax.process_count() > 1 else self.name)
         self._logic = logic
         self._k = steps_per_call
         self._publish_every = publish_every
         self._log_every = log_every
         self._max_steps = max_steps
+        self._after_update = after_update
         self._primary = parallel.is_primary()
         self._multiprocess = jax.process_count() > 1
         self._lock = threading.RLock()
@@ -202,6 +217,7 @@ class Learner:
             self._publish_now()
         self._last_metrics: PyTree = None
         self._logged_step = self._step
+        self._logged_restore = False
         self._rate = _Rate()
         self._feeder = _Feeder(self._resolve_source(source, batch_size, replay_options or {}),
                                self._shard, self._k, prefetch) if source is not None else None
@@ -291,6 +307,8 @@ class Learner:
     def _advance(self, device_batch: PyTree) -> PyTree:
         """One dispatch of the step, then whatever the intervals ask; caller holds the lock."""
         self._train, metrics = self._dp(self._train, device_batch, self._rng)
+        if self._after_update is not None:
+            self._after_update(device_batch, metrics)
         before, self._step = self._step, self._step + self._k
         self._last_metrics = metrics
         self._rate.tick(self._step)
@@ -399,6 +417,11 @@ class Learner:
         if self._writer is not None:
             rate = self._rate.value
             extra = {"learner/steps_per_second": rate} if rate else {}
+            if self.restored_step is not None and not self._logged_restore:
+                # The first row of a resumed life says where it resumed: restarts are auditable
+                # from the metrics file alone.
+                extra["learner/restored_step"] = self.restored_step
+                self._logged_restore = True
             self._io.log(self._step, metrics, self._k, extra)
 
     def _make_checkpointer(self, option: Any) -> tuple[Checkpointer | None, int | None, float | None]:
@@ -407,7 +430,7 @@ class Learner:
         options = (CheckpointOptions() if option is True
                    else option if isinstance(option, CheckpointOptions)
                    else CheckpointOptions(**option))
-        directory = checkpoint_dir(self._need_run_dir("checkpoints"), self.name)
+        directory = checkpoint_dir(self._need_run_dir("checkpoints"), self._checkpoint_name)
         # Step intervals are decided here (crossings, for steps_per_call > 1); time by Orbax.
         ckpt = Checkpointer(directory, save_every_seconds=options.save_every_seconds,
                             keep=options.keep, async_save=options.async_save)
@@ -447,6 +470,31 @@ class Learner:
             return source.__next__
         raise TypeError(f"learner {self.name}: source must be a callable next_batch() -> batch, an "
                         f"iterator, or replay node client(s); got {type(source).__name__}")
+
+
+DISTRIBUTED_DEFAULTS = {"heartbeat_timeout_seconds": 10, "initialization_timeout": 120,
+                        "shutdown_timeout_seconds": 10}
+"""For ``distributed="env"``: when one process of the group dies, the others are stuck in a
+collective; the coordination service's heartbeat then aborts them (JAX's default waits 100 s)
+and the supervisor restarts the whole group from its checkpoint. Override with
+``JAXDIST_HEARTBEAT_TIMEOUT`` (seconds)."""
+
+
+def _distributed_arguments(distributed: Mapping[str, Any] | str) -> dict[str, Any]:
+    if distributed != "env":
+        if isinstance(distributed, str):
+            raise ValueError(f"distributed must be a dict of parallel.initialize arguments or 'env', "
+                             f"got {distributed!r}")
+        return dict(distributed)
+    from jaxdist.launch import hosts  # the launcher's side of the contract
+
+    arguments = hosts.distributed_from_env()
+    if arguments is None:
+        raise ValueError("distributed='env', but this process has no JAXDIST_COORDINATOR_ADDRESS: launch with "
+                         "launcher='multihost' and place the learner group per_host()")
+    heartbeat = os.environ.get("JAXDIST_HEARTBEAT_TIMEOUT")
+    overrides = {"heartbeat_timeout_seconds": int(heartbeat)} if heartbeat else {}
+    return {**DISTRIBUTED_DEFAULTS, **overrides, **arguments}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -645,4 +693,4 @@ class _HostIO:
                     self._cond.notify_all()
 
 
-__all__ = ["BatchSource", "CheckpointOptions", "Learner", "LearnerLogic", "ReplaySource", "state_params"]
+__all__ = ["DISTRIBUTED_DEFAULTS", "BatchSource", "CheckpointOptions", "Learner", "LearnerLogic", "ReplaySource", "state_params"]

@@ -39,7 +39,7 @@ def test_a_crashed_node_comes_back_on_its_address_and_its_callers_carry_on(tmp_p
     assert running.addresses["flaky/0"] == address
     output = capfd.readouterr().out
     assert "[caller/0] reached start 3" in output
-    assert "[launcher] restarting flaky/0 (1 of 5)" in output
+    assert "[launcher] restarting flaky/0 (1 of 5 in a row)" in output
 
 
 def test_a_restarted_node_that_crashes_while_starting_is_restarted_again(tmp_path):
@@ -72,6 +72,29 @@ def test_a_crash_loop_past_its_limit_stops_the_program_with_a_clear_message(tmp_
         running.wait(timeout=60)
     assert "RuntimeError: crash loop" in raised.value.details
     assert running.status()["bad/0"]["restarts"] == 2
+
+
+def test_a_node_that_stayed_up_long_enough_starts_a_fresh_count_and_backoff(tmp_path, capfd):
+    program = jd.Program("healthy-between-crashes")
+    with program.group("flaky"):
+        flaky = program.add_node(jd.CourierNode(nodes.CrashesOnStarts, str(tmp_path / "starts"), []))
+    # One restart in a row allowed; each life lasts longer than reset_after, so three kills are fine.
+    running = jd.launch(program, launcher="processes", run_dir=str(tmp_path), echo=False,
+                        restart={"flaky": jd.Restart(max_restarts=1, backoff=0.05, reset_after=0.5)})
+    try:
+        client = courier.Client(running.addresses[flaky.node_name], token=running.token, timeout=30)
+        for kills in (1, 2, 3):
+            time.sleep(0.7)
+            os.kill(client.pid(), signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while running.status()["flaky/0"]["restarts"] < kills and time.monotonic() < deadline:
+                time.sleep(0.05)
+            client.pid()  # back up
+        status = running.status()["flaky/0"]
+        assert status["restarts"] == 3 and status["state"] == "running"
+    finally:
+        running.stop()
+    assert capfd.readouterr().out.count("restarting flaky/0 (1 of 1 in a row)") == 3  # the count started over
 
 
 def test_nodes_without_a_policy_are_not_restarted(tmp_path):

@@ -161,7 +161,11 @@ def test_the_supervisor_restarts_a_killed_learner_from_its_latest_checkpoint(tmp
         assert "killed by SIGKILL" in running.status()["learner/0"]["last_restart_cause"]
     finally:
         running.stop()
-    assert logged_steps(tmp_path) == list(range(1, 28))  # rows past 20 were redone, not doubled
+    rows = read_metrics(os.path.join(tmp_path, "metrics.csv"))
+    assert [row["step"] for row in rows] == list(range(1, 28))  # rows past 20 were redone, not doubled
+    # The first row of the restarted life records where it resumed.
+    assert [(row["step"], row["learner/restored_step"]) for row in rows if row.get("learner/restored_step")] \
+        == [(21, 20)]
 
 
 def final_state(run_dir, node: str) -> dict:

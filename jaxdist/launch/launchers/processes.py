@@ -86,8 +86,9 @@ class _Child:
         self.process: multiprocessing.Process | None = None
         self.conn: multiprocessing.connection.Connection | None = None
         self.stage = "waiting"  # waiting -> spawned -> bound -> constructed -> running -> exited
-        self.restarts = 0
+        self.restarts = 0  # in a row: since it last stayed up for the policy's reset_after
         self.restart_at = 0.0
+        self.running_since: float | None = None
         self.failure: str | None = None  # the traceback a child reported before dying
 
 
@@ -213,12 +214,17 @@ class _ProcessesRunning(Running):
             self.node_finished(child.name, exitcode)
             return
         cause = child.failure or self._death_report(child.name, exitcode)
+        reset_after = child.policy.reset_after
+        if child.running_since is not None and reset_after is not None and \
+                time.monotonic() - child.running_since >= reset_after:
+            child.restarts = 0  # it had been healthy: not part of a crash loop
+        child.running_since = None
         if self._may_restart(child):
             child.stage, child.restart_at = "waiting", time.monotonic() + child.policy.delay(child.restarts)
             child.restarts += 1
             self.node_restarting(child.name, cause, exitcode)
             print(
-                f"[launcher] restarting {child.name} ({child.restarts} of {child.policy.max_restarts}) "
+                f"[launcher] restarting {child.name} ({child.restarts} of {child.policy.max_restarts} in a row) "
                 f"in {max(0.0, child.restart_at - time.monotonic()):.1f} s; it {describe_exit(exitcode)}",
                 flush=True,
             )
@@ -246,7 +252,7 @@ class _ProcessesRunning(Running):
 
     def _run_child(self, child: _Child) -> None:
         self.node_started(child.name, self._has_run[child.name], child.process.pid)
-        child.stage = "running"
+        child.stage, child.running_since = "running", time.monotonic()
         self._send(child, "run")
 
     def _advance_start(self, deadline: float) -> None:
