@@ -2,8 +2,9 @@
 
 Every host computes the same plan from the same program and host list, so no host needs to hear
 from another to know every address: host `h` owns the ports `base_port + h * ports_per_host`
-onwards; the serving nodes placed on it take them in program order; the last port of host 0's
-range is the `jax.distributed` coordinator's.
+onwards; the serving nodes placed on it take them in program order; the second-to-last port of
+every host's range is its launcher's control port (a stop travels between hosts through it); the
+last port of host 0's range is the `jax.distributed` coordinator's.
 
 Placements, per group (a group without one goes to host 0):
 - `per_host()`: one node per host, node `i` on host `i`; the group must have exactly as many
@@ -72,6 +73,8 @@ class Plan:
     """host:port of the jax.distributed coordinator (host 0)."""
     distributed_groups: tuple[str, ...]
     """Groups placed per_host(): their processes form the jax.distributed group."""
+    controls: tuple[str, ...] = ()
+    """host:port of each host's launcher control server, by host index."""
 
     def units_on(self, host_index: int) -> list[str]:
         return [name for name, host in self.host_of.items() if host == host_index]
@@ -107,14 +110,15 @@ def plan(
             for unit in node.units():
                 host_of[unit.name] = host
                 serving[host].extend(serving_names(unit))
-    needed = max(len(names) for names in serving) + 1  # + the coordinator's port
+    needed = max(len(names) for names in serving) + 2  # + the control and coordinator ports
     if ports_per_host is None:
         ports_per_host = needed
     elif ports_per_host < needed:
         busiest = max(range(len(hosts)), key=lambda index: len(serving[index]))
         raise ValueError(
             f"host {busiest} runs {len(serving[busiest])} serving nodes, but ports_per_host={ports_per_host} "
-            f"leaves room for {ports_per_host - 1} (one port is the coordinator's); raise ports_per_host"
+            f"leaves room for {ports_per_host - 2} (two ports are the control server's and the coordinator's); "
+            f"raise ports_per_host"
         )
     last_port = base_port + len(hosts) * ports_per_host - 1
     if base_port < 1 or last_port > 65535:
@@ -129,7 +133,9 @@ def plan(
     }
     coordinator = coordinator or f"{hosts[0]}:{base_port + ports_per_host - 1}"
     distributed = tuple(label for label, spec in placement.items() if spec.kind == "per_host")
-    return Plan(tuple(hosts), host_of, addresses, coordinator, distributed)
+    controls = tuple(f"{host}:{base_port + index * ports_per_host + ports_per_host - 2}"
+                     for index, host in enumerate(hosts))
+    return Plan(tuple(hosts), host_of, addresses, coordinator, distributed, controls)
 
 
 def serving_names(unit: Node) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import threading
-from typing import Any
+from typing import Any, Callable
 
 STARTING, RUNNING, FINISHED, FAILED, STOPPED = "starting", "running", "finished", "failed", "stopped"
 
@@ -35,19 +35,25 @@ class NodeStatus:
     last_restart_cause: str | None = None
 
 
+WORK_DONE = "every node with work of its own has finished"
+
+
 class Running(abc.ABC):
-    """A launched program: `wait(timeout)`, `stop()`, `status()`."""
+    """A launched program: `wait(timeout)`, `stop()`, `status()`; `host_index`: which host's
+    share of the program this is (0 but under the multihost launcher)."""
 
     def __init__(self, program_name: str, node_names: list[str], run_dir: str) -> None:
         self.program_name = program_name
         self.run_dir = run_dir
         self.addresses: dict[str, str] = {}
+        self.host_index = 0
         self._statuses = {name: NodeStatus() for name in node_names}
         self._lock = threading.Lock()
         self._stop_requested = threading.Event()
         self._done = threading.Event()
         self._failure: NodeFailedError | None = None
         self._stop_reason = ""
+        self._stop_listeners: list[Callable[[str], None]] = []
 
     # Called by launchers --------------------------------------------------------------------
 
@@ -66,7 +72,7 @@ class Running(abc.ABC):
                 s.state in (FINISHED, STOPPED) for s in self._statuses.values() if s.has_run
             )
         if all_work_done:
-            self.request_stop("every node with work of its own has finished")
+            self.request_stop(WORK_DONE)
 
     def node_restarting(self, name: str, cause: str, exitcode: int | None) -> None:
         """A crashed node is being brought back; it is not a program failure."""
@@ -83,8 +89,10 @@ class Running(abc.ABC):
     def node_failed(self, name: str, details: str, exitcode: int | None = None) -> None:
         with self._lock:
             status = self._statuses[name]
-            if self._stop_requested.is_set() and status.state != STARTING:
-                status.state, status.exitcode = STOPPED, exitcode  # death during teardown is not a failure
+            if self._stop_requested.is_set() and (status.state != STARTING or status.restarts):
+                # Death during teardown is not a failure, nor is a restart the stop cut short;
+                # a node that never got through its first start still is.
+                status.state, status.exitcode = STOPPED, exitcode
                 return
             status.state, status.error, status.exitcode = FAILED, details, exitcode
             if self._failure is None:
@@ -99,6 +107,11 @@ class Running(abc.ABC):
             self._stop_requested.set()
             self._stop_reason = reason
         threading.Thread(target=self._teardown, name="jaxdist-stop", daemon=True).start()
+
+    def on_stop(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(reason)`` once the stop begins, before the nodes are stopped (the
+        multihost launcher tells the other hosts this way)."""
+        self._stop_listeners.append(listener)
 
     @abc.abstractmethod
     def _shut_down(self) -> None:
@@ -138,6 +151,11 @@ class Running(abc.ABC):
 
     def _teardown(self) -> None:
         try:
+            for listener in self._stop_listeners:
+                try:
+                    listener(self._stop_reason)
+                except Exception as exc:  # noqa: BLE001 - a listener must not keep the nodes running
+                    print(f"[launcher] a stop listener failed: {exc!r}", flush=True)
             self._shut_down()
         finally:
             with self._lock:

@@ -135,14 +135,15 @@ def test_every_host_computes_the_same_table_with_ports_in_its_own_range():
     plan = placement.plan(rl_program(), ("h0", "h1"), RL_PLACEMENT, base_port=41000)
     again = placement.plan(rl_program(), ("h0", "h1"), RL_PLACEMENT, base_port=41000)
     assert plan == again
-    per_host_ports = 6  # host 0 serves 5 nodes, plus the coordinator's port
+    per_host_ports = 7  # host 0 serves 5 nodes, plus the control and coordinator ports
     for name, address in plan.addresses.items():
         host, port = address.rsplit(":", 1)
         index = plan.host_of[name]
         assert host == f"h{index}"
-        assert 41000 + index * per_host_ports <= int(port) < 41000 + (index + 1) * per_host_ports - (index == 0)
+        assert 41000 + index * per_host_ports <= int(port) < 41000 + (index + 1) * per_host_ports - 2
     assert len(set(plan.addresses.values())) == len(plan.addresses)
-    assert plan.coordinator == "h0:41005"
+    assert plan.controls == ("h0:41005", "h1:41012")
+    assert plan.coordinator == "h0:41006"
 
 
 def test_fixed_port_ranges_and_an_explicit_coordinator():
@@ -151,6 +152,7 @@ def test_fixed_port_ranges_and_an_explicit_coordinator():
     assert plan.addresses["replay/0"] == "h1:41100"
     assert plan.addresses["actor/4"] == "h0:41003"
     assert plan.coordinator == "h1:9999"
+    assert plan.controls == ("h0:41098", "h1:41198")
 
 
 def test_threads_colocations_get_a_port_for_each_part():
@@ -171,7 +173,7 @@ def test_bad_placements_are_refused_with_the_fix():
     with pytest.raises(TypeError, match="must be jd.per_host"):
         placement.plan(rl_program(), ("a", "b"), {"actor": "spread"})
     with pytest.raises(ValueError, match="raise ports_per_host"):
-        placement.plan(rl_program(), ("a", "b"), RL_PLACEMENT, ports_per_host=3)
+        placement.plan(rl_program(), ("a", "b"), RL_PLACEMENT, ports_per_host=6)
     with pytest.raises(ValueError, match="do not fit in 1..65535"):
         placement.plan(rl_program(), ("a", "b"), RL_PLACEMENT, base_port=65530)
 
@@ -215,7 +217,7 @@ def test_only_the_per_host_group_gets_the_distributed_environment(tmp_path, capf
                         placement={"learner": placement.per_host()}, run_dir=str(tmp_path))
     assert running.wait(timeout=60)
     out = capfd.readouterr().out
-    assert f"[learner/0] JAXDIST_COORDINATOR_ADDRESS=127.0.0.1:{base + 2}" in out  # after 2 nodes' ports
+    assert f"[learner/0] JAXDIST_COORDINATOR_ADDRESS=127.0.0.1:{base + 3}" in out  # 2 nodes', the control port
     assert "[actor/0] JAXDIST_COORDINATOR_ADDRESS=None" in out
 
 
@@ -233,7 +235,7 @@ def test_one_host_runs_only_its_share_on_the_planned_addresses_bound_on_every_in
         assert set(running.status()) == {"service/0"}
         plan = multihost.plan_for(program, **options)
         # it bound 0.0.0.0, yet the table keeps the address other hosts reach it on
-        assert running.addresses["service/0"] == plan.addresses["service/0"] == f"127.0.0.1:{base + 2}"
+        assert running.addresses["service/0"] == plan.addresses["service/0"] == f"127.0.0.1:{base + 3}"
         assert running.addresses["other/0"] == f"127.0.0.1:{base}"  # known, though host 0 runs it
         with courier.Client(plan.addresses["service/0"], token="t") as client:
             assert client.increment() == 1
@@ -292,7 +294,7 @@ def read_pids(process: subprocess.Popen, lines: list[str]) -> dict[str, int]:
 
 
 @pytest.mark.slow
-def test_killing_one_hosts_actors_leaves_the_other_host_running(tmp_path):
+def test_a_killed_caller_on_one_host_is_restarted_and_a_stop_on_the_other_host_travels_to_it(tmp_path):
     base = free_base_port()
     extra = ("--mode", "forever", "--callers", "2")
     host0 = subprocess.Popen(script(0, base, str(tmp_path / "h0"), *extra), stdout=subprocess.PIPE,
@@ -304,19 +306,20 @@ def test_killing_one_hosts_actors_leaves_the_other_host_running(tmp_path):
         read_pids(host0, lines0)
         pids1 = read_pids(host1, lines1)
         assert set(pids1) == {"caller/1"}
-        os.kill(pids1["caller/1"], signal.SIGKILL)
-        out1, _ = host1.communicate(timeout=60)
-        assert host1.returncode != 0  # host 1's program failed: its caller died, with no restart policy
-        assert "caller/1" in out1
+        os.kill(pids1["caller/1"], signal.SIGKILL)  # host 1's supervisor brings it back
         with courier.Client(f"127.0.0.1:{base}", token="shared-secret") as service:
             first = service.with_timeout(10).peek()
             time.sleep(1.0)
             assert service.with_timeout(10).peek() > first  # host 0's caller keeps calling
-        assert host0.poll() is None
+        assert host0.poll() is None and host1.poll() is None
         host0.send_signal(signal.SIGTERM)  # as scancel would: a graceful stop, exit 0
         out0, _ = host0.communicate(timeout=60)
+        out1, _ = host1.communicate(timeout=60)  # the stop reached host 1 through its control port
         assert host0.returncode == 0, "".join(lines0) + out0
+        assert host1.returncode == 0, "".join(lines1) + out1
         assert "host 0 finished: the launcher got SIGTERM" in out0
+        assert "host 1 finished: host 0 stopped the program: the launcher got SIGTERM" in out1
+        assert "restarting caller/1 (1 of 3 in a row)" in "".join(lines1) + out1
     finally:
         for host in (host0, host1):
             if host.poll() is None:

@@ -49,7 +49,8 @@ def main() -> None:
         plan = multihost.plan_for(program, **options)
         print(json.dumps({"addresses": plan.addresses, "host_of": plan.host_of, "coordinator": plan.coordinator}))
         return
-    running = jd.launch(program, launcher="multihost", run_dir=args.run_dir, grace=5.0, **options)
+    restart = {"caller": jd.Restart(max_restarts=3, backoff=0.1)} if args.mode == "forever" else None
+    running = jd.launch(program, launcher="multihost", run_dir=args.run_dir, grace=5.0, restart=restart, **options)
     pids = {name: status["pid"] for name, status in running.status().items()}
     print(f"host {args.host_index} running pids {json.dumps(pids)}", flush=True)
     running.wait()

@@ -13,9 +13,10 @@ Across hosts nothing is exchanged, so a node may be constructed before a server 
 is bound; that is fine because every address is known in advance and courier clients wait for
 a server to come up (gRPC `wait_for_ready`): a call to a peer not yet up waits, it does not fail.
 
-Each host's program ends on its own: when its nodes with work finish, on `jd.stop()` in one of
-its nodes, or on SIGTERM (`srun`/`scancel` send it to every host). A stop does not yet travel
-from one host to the others; a host given no node with work of its own runs until stopped.
+A host's program ends when its nodes with work finish, on `jd.stop()` in one of its nodes, on
+SIGTERM (`srun`/`scancel` send it to every host), or on a failure; whichever host stops first
+tells the others through their control ports (see `jaxdist.launch.host_control`), so the whole
+program stops together.
 
 Nodes of the group that joins `jax.distributed` (the only per_host() group, or the one named by
 `distributed=`) get JAXDIST_COORDINATOR_ADDRESS, JAXDIST_NUM_PROCESSES and JAXDIST_PROCESS_ID
@@ -28,6 +29,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from jaxdist.launch import host_control
 from jaxdist.launch import hosts as hosts_module
 from jaxdist.launch import placement as placement_module
 from jaxdist.launch import preflight
@@ -76,7 +78,7 @@ def launch(
         )
     resources = preflight.check_resources(program, resources, SUPPORTED_RESOURCES)
     resources = _with_distributed_env(resources, the_plan, _distributed_group(the_plan, distributed), cluster.host_index)
-    return processes.launch(
+    running = processes.launch(
         program,
         resources=resources,
         token=token,
@@ -85,6 +87,14 @@ def launch(
         bind_host=bind_host,
         **options,
     )
+    running.host_index = cluster.host_index
+    if len(cluster.hosts) > 1:
+        try:
+            host_control.serve(running, cluster.host_index, the_plan.controls, bind_host, token)
+        except BaseException:
+            running.stop()
+            raise
+    return running
 
 
 def plan_for(program: Program, **options: Any) -> Plan:

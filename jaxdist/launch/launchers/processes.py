@@ -229,7 +229,7 @@ class _ProcessesRunning(Running):
                 flush=True,
             )
             return
-        if child.restarts:
+        if child.restarts and child.restarts >= child.policy.max_restarts:
             cause = f"crashed {child.restarts + 1} times, more than its restart limit allows; last:\n{cause}"
         self.node_failed(child.name, cause, exitcode)
 
