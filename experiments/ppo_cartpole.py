@@ -9,6 +9,12 @@ episodes across actors, the learner's version, the policy lag and restarts.
     python experiments/ppo_cartpole.py --stop-at-target       # stop once the mean return hits 475
     python experiments/ppo_cartpole.py --launcher threads --num-actors 1 --total-steps 100000
 
+On several hosts, the same command on each (README: "Running on several hosts"), e.g. a learner
+spanning two machines, each with its own actors:
+
+    JAXDIST_TOKEN=secret python experiments/ppo_cartpole.py --launcher multihost --learner-hosts 2 \
+        --hosts m0,m1 --host-index 0        # and --host-index 1 on m1
+
 Everything lands in runs/<name>/ (--run-dir): logs/ (one log per node), metrics.csv (the
 learner: losses, policy lag, ...), progress.csv and tensorboard/ (env steps, return, steps/s),
 learning_curve.png, summary.json, checkpoints/. Running again with the same --run-dir resumes
@@ -24,7 +30,7 @@ START = time.time()  # the clock starts before the imports: start-up counts
 import argparse  # noqa: E402
 
 from jaxdist.agents import cli  # noqa: E402
-from jaxdist.agents.ppo import PPOConfig, train  # noqa: E402
+from jaxdist.agents.ppo import PPOConfig, builder, train  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -38,6 +44,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=defaults.epochs)
     parser.add_argument("--minibatches", type=int, default=defaults.minibatches)
     parser.add_argument("--max-policy-lag", type=int, default=defaults.max_policy_lag)
+    parser.add_argument("--learner-hosts", type=int, default=defaults.learner_hosts,
+                        help="learner processes, one per host, as one jax.distributed learner (multihost)")
     return parser.parse_args()
 
 
@@ -46,11 +54,12 @@ def main() -> None:
     config = PPOConfig(num_actors=args.num_actors, envs_per_actor=args.envs_per_actor, total_steps=args.total_steps,
                        seed=args.seed, env_backend=args.env_backend, trajectory_length=args.trajectory_length,
                        learning_rate=args.learning_rate, epochs=args.epochs, minibatches=args.minibatches,
-                       max_policy_lag=args.max_policy_lag)
+                       max_policy_lag=args.max_policy_lag, learner_hosts=args.learner_hosts)
     run_dir = cli.prepare_run_dir(args, "ppo", config.env_id)
     summary = train(config, launcher=args.launcher, run_dir=run_dir, target_return=args.target_return,
                     stop_at_target=args.stop_at_target, start_time=START,
-                    compilation_cache=args.compilation_cache or None, echo=not args.quiet)
+                    compilation_cache=args.compilation_cache or None, echo=not args.quiet,
+                    launch_options=cli.launch_options(args, builder.placement(config)))
     cli.report(summary, args.target_return, run_dir)
 
 

@@ -8,11 +8,14 @@ import os
 import shutil
 from typing import Any
 
+from jaxdist.launch import hosts
+
 
 def parser(doc: str | None, *, num_actors: int, total_steps: int, target_return: float) -> argparse.ArgumentParser:
     """A parser with the shared flags; a script adds its algorithm's own."""
     result = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    result.add_argument("--launcher", choices=["threads", "processes"], default="processes")
+    result.add_argument("--launcher", choices=["threads", "processes", "multihost"], default="processes",
+                        help="multihost: run this same command on every host (see the README's runbook)")
     result.add_argument("--num-actors", type=int, default=num_actors)
     result.add_argument("--total-steps", type=int, default=total_steps,
                         help="env steps the learner learns from (sets its number of updates)")
@@ -25,7 +28,15 @@ def parser(doc: str | None, *, num_actors: int, total_steps: int, target_return:
     result.add_argument("--compilation-cache", default=os.path.expanduser("~/.cache/jaxdist/jax"),
                         help="JAX's persistent compilation cache ('' to turn it off)")
     result.add_argument("--quiet", action="store_true", help="do not echo the nodes' output")
+    hosts.add_arguments(result)
     return result
+
+
+def launch_options(args: argparse.Namespace, placement: dict[str, Any]) -> dict[str, Any] | None:
+    """The multihost launcher's options from the flags (None for the other launchers)."""
+    if args.launcher != "multihost":
+        return None
+    return dict(hosts.from_args(args), placement=placement)
 
 
 def prepare_run_dir(args: argparse.Namespace, agent: str, env_id: str) -> str:
@@ -40,6 +51,9 @@ def prepare_run_dir(args: argparse.Namespace, agent: str, env_id: str) -> str:
 def report(summary: dict[str, Any], target_return: float, run_dir: str) -> None:
     """The closing lines: when the target was reached, throughput, why the run stopped."""
     if summary["stop_reason"] == "the run had already finished":
+        return
+    if "host_index" in summary:  # a multihost share: host 0 reports the run
+        print(f"host {summary['host_index']} stopped: {summary['stop_reason']}")
         return
     if summary["wall_time_to_target"] is not None:
         print(f"reached mean return {target_return:g} after {summary['wall_time_to_target']:.1f} s "

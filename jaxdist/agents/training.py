@@ -62,14 +62,16 @@ class RunSpec:
 def run(program: jd.Program, spec: RunSpec, *, launcher: str = "processes", run_dir: str | None = None,
         target_return: float = 475.0, stop_at_target: bool = False, window: int = 20,
         start_time: float | None = None, poll_interval: float = 0.1, progress_interval: float = 1.0,
-        echo: bool = True, out: TextIO | None = None) -> dict[str, Any]:
+        echo: bool = True, out: TextIO | None = None, launch_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Launch ``program``, watch it until it ends, and return a summary dict:
     ``wall_time_to_target`` / ``steps_to_target`` (None if the mean return of the last
     ``window`` episodes never reached ``target_return``), ``env_steps``, ``steps_per_second``
     (steady: from the first learner update to the end), ``wall_time``, ``final_return``.
 
     ``start_time`` (a ``time.time()``) is when the clock started, e.g. at the top of a script,
-    so that imports and start-up count; default: now.
+    so that imports and start-up count; default: now. ``launch_options`` go to ``jd.launch``
+    (the multihost launcher's hosts, host_index, placement, ...); under it, host 0 watches the
+    whole program and the other hosts only run their share (their summary: the stop reason).
     """
     start_time = time.time() if start_time is None else start_time
     run_dir = os.path.abspath(run_dir or os.path.join("runs", program.name))
@@ -77,7 +79,9 @@ def run(program: jd.Program, spec: RunSpec, *, launcher: str = "processes", run_
     if launcher != "threads":
         options.update(resources=spec.resources or {}, restart=spec.restart or {})
     out = out or sys.stdout
-    running = jd.launch(program, launcher=launcher, **options)
+    running = jd.launch(program, launcher=launcher, **options, **(launch_options or {}))
+    if running.host_index:
+        return _serve_share(running, spec, out)
     try:
         monitor = Monitor(running, spec, run_dir, start_time, target_return=target_return, window=window,
                           progress_interval=progress_interval, out=out)
@@ -98,7 +102,9 @@ def run(program: jd.Program, spec: RunSpec, *, launcher: str = "processes", run_
         while not (over := running.wait(timeout=poll_interval)):
             monitor.poll()
             if monitor.learner_done:
-                reason = f"the learner finished its {spec.total_updates} updates"
+                reason = (f"the learner finished its {spec.total_updates} updates"
+                          if monitor.version >= spec.total_updates
+                          else f"the learner stopped: {running.stop_reason or 'see its log'}")
                 break
             if stop_at_target and monitor.solved_at is not None:
                 reason = f"the mean return reached {target_return}"
@@ -113,6 +119,17 @@ def run(program: jd.Program, spec: RunSpec, *, launcher: str = "processes", run_
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     return summary
+
+
+def _serve_share(running: jd.Running, spec: RunSpec, out: TextIO) -> dict[str, Any]:
+    """A host other than 0: run this host's nodes until the program stops (host 0 reports)."""
+    print(f"[{spec.agent}] host {running.host_index} runs its share of the program; host 0 reports progress",
+          file=out, flush=True)
+    try:
+        running.wait()
+    finally:
+        running.stop()
+    return {"stop_reason": running.stop_reason, "host_index": running.host_index}
 
 
 @dataclasses.dataclass

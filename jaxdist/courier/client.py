@@ -261,7 +261,7 @@ class _Connection:
                 f"use client.with_timeout(...) for longer calls)"
             )
         if code == grpc.StatusCode.UNIMPLEMENTED:
-            return UnknownMethodError(f"{where}: {details}{self._listing_hint(details)}")
+            return UnknownMethodError(f"{where}: {details}{self._listing_hint(name, details)}")
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             return MalformedMessageError(f"{where}: {details}")
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -274,11 +274,13 @@ class _Connection:
             return futures.CancelledError(f"{where}: cancelled ({details})")
         return RemoteError(f"{where}: {code.name}: {details}")
 
-    def _listing_hint(self, details: str) -> str:
-        if "serves:" in (details or ""):
+    def _listing_hint(self, name: str, details: str) -> str:
+        if "serves:" in (details or "") or name == wire.LIST_METHODS:
             return ""
         try:
             return f"; this server serves: {', '.join(self.list_methods(5.0))}"
+        except UnknownMethodError:  # not even the listing: some other gRPC service is there
+            return " (this is not a courier server)"
         except CourierError:
             return ""
 

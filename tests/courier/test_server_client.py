@@ -117,6 +117,20 @@ def test_unknown_method_names_what_is_served(client):
     assert client.add(1) == 2
 
 
+def test_calling_a_grpc_server_that_is_not_courier_says_so():
+    from concurrent import futures
+
+    other = grpc.server(futures.ThreadPoolExecutor(2))  # e.g. JAX's coordination service
+    port = other.add_insecure_port("127.0.0.1:0")
+    other.start()
+    try:
+        with courier.Client(f"127.0.0.1:{port}", timeout=5) as stranger:
+            with pytest.raises(courier.UnknownMethodError, match="this is not a courier server"):
+                stranger.stats()  # once: the hint's own listing call is not hinted again
+    finally:
+        other.stop(grace=0)
+
+
 def test_unsendable_argument_fails_at_the_sender_naming_its_path(client, service):
     class Foo:
         pass

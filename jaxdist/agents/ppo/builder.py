@@ -1,9 +1,11 @@
 """PPO as a jaxdist program: ``make_program(config)``.
 
-    learner/0   one process: a FIFO replay node and the generic Learner, colocated as threads
-                (learner/0/0 the queue, learner/0/1 the learner, which also serves parameters)
+    learner/h   one process per learner host h (one in all unless ``learner_hosts`` > 1): a FIFO
+                replay node and the generic Learner, colocated as threads (learner/h/0 the
+                queue, learner/h/1 the learner; learner/0/1 also serves parameters)
     actor/i     Actor nodes: a vector env of ``envs_per_actor`` envs each, sending trajectories
-                to the queue and fetching parameters from the learner's ``get_params``
+                to the queue of host i % learner_hosts and fetching parameters from the
+                learner's ``get_params``
 
 Building the program has no side effects and is deterministic (the same config builds the
 same program on every host). It imports no JAX: every node's process imports what its node
@@ -23,7 +25,17 @@ from jaxdist.agents.ppo.config import PPOConfig, PPOHyperparams
 from jaxdist.envs import EnvSpec
 from jaxdist.nodes.actor import Actor
 
-QUEUE, LEARNER = "learner/0/0", "learner/0/1"
+
+
+def queue_name(host: int) -> str:
+    return f"learner/{host}/0"
+
+
+def learner_name(host: int) -> str:
+    return f"learner/{host}/1"
+
+
+QUEUE, LEARNER = queue_name(0), learner_name(0)
 
 
 class PPOLearner:
@@ -57,24 +69,36 @@ def actor_seed(config: PPOConfig, index: int) -> int:
 def make_program(config: PPOConfig) -> jd.Program:
     hp = config.hyperparams()
     program = jd.Program(f"ppo-{config.env_id.lower()}")
-    queue, learner = jd.Handle(QUEUE), jd.Handle(LEARNER)
-    learner_node = jd.CourierNode(
-        PPOLearner, hp, queue, config.batch_size, mode=config.learner_mode,
-        publish_every=1, seed=config.seed, max_steps=config.total_updates, log_every=config.log_every_updates,
-        checkpoint={"save_every_steps": config.checkpoint_every_updates, "keep": 2},
-        prefetch=config.learner_prefetch)
-    handles = program.add_node(jd.ColocationNode([jd.ReplayNode(jd.replay.Fifo(max_size=config.queue_size)),
-                                                  learner_node], mode="threads"), label="learner")
-    assert [h.node_name for h in handles] == [QUEUE, LEARNER], handles
+    hosts = config.learner_hosts
+    queues = [jd.Handle(queue_name(host)) for host in range(hosts)]
+    for host, queue in enumerate(queues):
+        learner_node = jd.CourierNode(
+            PPOLearner, hp, queue, config.batch_size // hosts, mode=config.learner_mode,
+            publish_every=1, seed=config.seed, max_steps=config.total_updates, log_every=config.log_every_updates,
+            checkpoint={"save_every_steps": config.checkpoint_every_updates, "keep": 2},
+            prefetch=config.learner_prefetch, distributed="env" if hosts > 1 else None,
+            # Across processes an update waits on the slowest host: dispatching ahead of it
+            # would only age the on-policy data (the lag counts dispatched updates).
+            cpu_block_every=1 if hosts > 1 else 8)
+        fifo = jd.ReplayNode(jd.replay.Fifo(max_size=config.queue_size // hosts))
+        handles = program.add_node(jd.ColocationNode([fifo, learner_node], mode="threads"), label="learner")
+        assert [h.node_name for h in handles] == [queue_name(host), learner_name(host)], handles
+    learner = jd.Handle(LEARNER)
     policy = PolicyStep(hp.num_actions, hp.hidden, with_value=not hp.recompute_values)
     env = EnvSpec(config.env_id, config.envs_per_actor, config.env_backend)
     with program.group("actor"):
         for i in range(config.num_actors):
             program.add_node(jd.CourierNode(
-                Actor, policy, env, learner, queue, trajectory_length=config.trajectory_length,
+                Actor, policy, env, learner, queues[i % hosts], trajectory_length=config.trajectory_length,
                 seed=actor_seed(config, i), params_method="get_params",
                 refresh_every_seconds=config.param_refresh_seconds, max_in_flight=config.max_in_flight))
     return program
+
+
+def placement(config: PPOConfig) -> dict[str, Any]:
+    """For the multihost launcher: a learner process on every host (``learner_hosts`` of them),
+    actors round-robin over the hosts, so actor i runs beside the queue it feeds."""
+    return {"learner": jd.per_host(), "actor": jd.spread()}
 
 
 def restarts() -> dict[str, jd.Restart]:

@@ -52,6 +52,11 @@ class PPOConfig:
     defaults: data collected during update k is learned from at update k + 1, by a policy the
     actors fetched a little after update k - 1 was published). Transitions more than
     ``max_policy_lag`` versions old are not learned from.
+
+    ``learner_hosts`` > 1: one learner process per host (launcher ``multihost``, ``placement()``),
+    together one ``jax.distributed`` SPMD learner. Each host has its own FIFO queue, fed by the
+    actors placed on it, and its learner takes ``batch_size / learner_hosts`` trajectories of
+    every update from there; host 0's learner publishes parameters.
     """
 
     # Environment and actors.
@@ -85,6 +90,7 @@ class PPOConfig:
     max_in_flight: int = 1
     learner_prefetch: int = 0
     learner_mode: Literal["jit", "pmap"] = "jit"
+    learner_hosts: int = 1
     checkpoint_every_updates: int = 200
     log_every_updates: int = 5
 
@@ -95,6 +101,10 @@ class PPOConfig:
         if (self.batch_size * self.trajectory_length) % self.minibatches:
             raise ValueError(f"an update's {self.batch_size} x {self.trajectory_length} transitions do not split "
                              f"into {self.minibatches} minibatches")
+        if self.learner_hosts < 1 or self.batch_size % self.learner_hosts or self.num_actors % self.learner_hosts:
+            raise ValueError(f"learner_hosts ({self.learner_hosts}) must divide the batch ({self.batch_size} "
+                             f"trajectories) and num_actors ({self.num_actors}): each host's learner learns from "
+                             f"its own actors' share")
         if self.queue_size < self.batch_size:
             raise ValueError(f"queue_trajectories ({self.queue_size}) must hold one batch ({self.batch_size})")
 
