@@ -44,6 +44,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=defaults.epochs)
     parser.add_argument("--minibatches", type=int, default=defaults.minibatches)
     parser.add_argument("--max-policy-lag", type=int, default=defaults.max_policy_lag)
+    parser.add_argument("--checkpoint-every", type=int, default=defaults.checkpoint_every_updates,
+                        help="learner updates between checkpoints")
     parser.add_argument("--learner-hosts", type=int, default=defaults.learner_hosts,
                         help="learner processes, one per host, as one jax.distributed learner (multihost)")
     return parser.parse_args()
@@ -54,7 +56,8 @@ def main() -> None:
     config = PPOConfig(num_actors=args.num_actors, envs_per_actor=args.envs_per_actor, total_steps=args.total_steps,
                        seed=args.seed, env_backend=args.env_backend, trajectory_length=args.trajectory_length,
                        learning_rate=args.learning_rate, epochs=args.epochs, minibatches=args.minibatches,
-                       max_policy_lag=args.max_policy_lag, learner_hosts=args.learner_hosts)
+                       max_policy_lag=args.max_policy_lag, learner_hosts=args.learner_hosts,
+                       checkpoint_every_updates=args.checkpoint_every)
     run_dir = cli.prepare_run_dir(args, "ppo", config.env_id)
     summary = train(config, launcher=args.launcher, run_dir=run_dir, target_return=args.target_return,
                     stop_at_target=args.stop_at_target, start_time=START,

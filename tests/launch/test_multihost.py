@@ -6,10 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +16,7 @@ import pytest
 
 import jaxdist as jd
 import launch_nodes
+from ports import free_base_port
 import multihost_nodes as nodes
 from jaxdist import courier
 from jaxdist.launch import hosts, placement
@@ -179,25 +178,6 @@ def test_bad_placements_are_refused_with_the_fix():
 
 
 # Launching -----------------------------------------------------------------------------------
-
-
-def free_base_port(span: int = 20) -> int:
-    """A base port whose next `span` ports are free now (the tests' two hosts share 127.0.0.1)."""
-    for _ in range(50):
-        base = random.randrange(30000, 60000)
-        try:
-            sockets = []
-            for port in range(base, base + span):
-                sock = socket.socket()
-                sockets.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in sockets:
-                sock.close()
-    raise RuntimeError("no free port range found")
 
 
 def test_a_multi_host_launch_needs_a_shared_token(tmp_path, monkeypatch):

@@ -1,0 +1,161 @@
+"""A learner spanning hosts: the PPO demo on two "hosts", each its own process tree running the
+same command, whose learner processes form one jax.distributed learner.
+
+The hosts are two process trees on 127.0.0.1 with their own port ranges, or, where the test
+runs as root, two network namespaces joined by a veth pair, each with its own address (then
+nothing can take a shortcut through a shared loopback).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import psutil
+import pytest
+
+from ports import free_base_port
+
+pytestmark = pytest.mark.slow
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEMO = os.path.join(REPO, "experiments", "ppo_cartpole.py")
+
+
+@contextlib.contextmanager
+def loopback_hosts():
+    yield ["127.0.0.1", "127.0.0.1"], [[], []]
+
+
+@contextlib.contextmanager
+def namespace_hosts():
+    """Two network namespaces, 10.77.x.1 and 10.77.x.2, linked by a veth pair."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root (ip netns); the loopback variant covers the same path")
+    tag = uuid.uuid4().hex[:6]
+    names, subnet = [f"jd{tag}a", f"jd{tag}b"], 77
+    addresses = [f"10.{subnet}.0.1", f"10.{subnet}.0.2"]
+    commands = [
+        *[["ip", "netns", "add", name] for name in names],
+        ["ip", "link", "add", f"v{tag}a", "type", "veth", "peer", "name", f"v{tag}b"],
+        *[["ip", "link", "set", f"v{tag}{side}", "netns", name] for side, name in zip("ab", names)],
+        *[["ip", "-n", name, "addr", "add", f"{address}/24", "dev", f"v{tag}{side}"]
+          for side, name, address in zip("ab", names, addresses)],
+        *[["ip", "-n", name, "link", "set", f"v{tag}{side}", "up"] for side, name in zip("ab", names)],
+        *[["ip", "-n", name, "link", "set", "lo", "up"] for name in names],
+    ]
+    try:
+        for command in commands:
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode:
+                pytest.skip(f"cannot set up network namespaces here ({' '.join(command)}: {done.stderr.strip()})")
+        for name, address in zip(names, addresses):
+            # Gloo (JAX's CPU collectives) advertises what the hostname resolves to, as on a real
+            # host; `ip netns exec` mounts /etc/netns/<name>/hosts over /etc/hosts.
+            os.makedirs(f"/etc/netns/{name}", exist_ok=True)
+            with open(f"/etc/netns/{name}/hosts", "w") as hosts_file:
+                hosts_file.write(f"127.0.0.1 localhost\n{address} {socket.gethostname()}\n")
+        yield addresses, [["ip", "netns", "exec", name] for name in names]
+    finally:
+        for name in names:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+            shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
+
+
+NETWORKS = {"loopback": loopback_hosts, "netns": namespace_hosts}
+
+
+def start_hosts(hosts, prefixes, run_dir, base_port, *extra):
+    env = dict(os.environ, JAXDIST_TOKEN="shared-secret", PYTHONUNBUFFERED="1")
+    processes = []
+    for index, prefix in enumerate(prefixes):
+        command = [*prefix, sys.executable, DEMO, "--launcher", "multihost", "--learner-hosts", "2",
+                   "--hosts", ",".join(hosts), "--host-index", str(index), "--base-port", str(base_port),
+                   "--run-dir", str(run_dir), "--compilation-cache", "", *extra]
+        log = open(run_dir.parent / f"host{index}.out", "w")
+        processes.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                           start_new_session=True), log))
+    return processes
+
+
+def finish(processes, timeout: float) -> list[str]:
+    outputs = []
+    for process, log in processes:
+        try:
+            process.wait(timeout=timeout)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            log.close()
+        outputs.append(open(log.name).read())
+    return outputs
+
+
+def learner_pid(host: subprocess.Popen) -> int | None:
+    """The host's learner process: the node process (not multiprocessing's resource tracker)
+    with the jax.distributed environment."""
+    for child in psutil.Process(host.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "spawn_main" in " ".join(child.cmdline()) and "JAXDIST_COORDINATOR_ADDRESS" in child.environ():
+                return child.pid
+    raise AssertionError("host 1 has no learner process")
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("network", sorted(NETWORKS))
+def test_ppo_solves_cartpole_with_one_learner_spanning_two_hosts(tmp_path, network):
+    run_dir = tmp_path / "run"
+    with NETWORKS[network]() as (hosts, prefixes):
+        processes = start_hosts(hosts, prefixes, run_dir, free_base_port(), "--stop-at-target")
+        out0, out1 = finish(processes, timeout=420)
+    assert processes[0][0].returncode == 0 and processes[1][0].returncode == 0, out0[-3000:] + out1[-3000:]
+    assert "reached mean return 475" in out0, out0[-3000:]
+    assert "host 1 stopped: host 0 stopped the program" in out1, out1[-3000:]  # the stop travelled
+    logs = [(run_dir / "logs" / f"learner-{h}.log").read_text() for h in (0, 1)]
+    for log in logs:
+        assert "fresh start on 2 device(s)" in log  # one SPMD learner over both hosts' devices
+    # The learners stopped at one step (JAX's preemption sync point) and saved it together.
+    stops = [re.findall(r"stopped at step (\d+): preempted \(checkpoint saved\)", log) for log in logs]
+    assert stops[0] and stops[0] == stops[1], stops
+    saved = sorted(int(name) for name in os.listdir(run_dir / "checkpoints" / "learner") if name.isdigit())
+    assert saved[-1] == int(stops[0][-1])
+
+
+@pytest.mark.timeout(600)
+def test_killing_one_learner_process_brings_the_group_back_from_its_checkpoint_on_both_hosts(tmp_path):
+    run_dir = tmp_path / "run"
+    with loopback_hosts() as (hosts, prefixes):
+        processes = start_hosts(hosts, prefixes, run_dir, free_base_port(), "--stop-at-target",
+                                "--checkpoint-every", "10")
+        checkpoints = run_dir / "checkpoints" / "learner"
+        deadline = time.monotonic() + 300
+        while not (checkpoints.is_dir() and any(name.isdigit() for name in os.listdir(checkpoints))):
+            assert time.monotonic() < deadline, "no checkpoint was written"
+            assert all(p.poll() is None for p, _ in processes), "a host exited early"
+            time.sleep(0.5)
+        killed_at = time.monotonic()
+        os.kill(learner_pid(processes[1][0]), signal.SIGKILL)
+        # Host 0's learner is stuck in a collective until the heartbeat aborts it; then both
+        # supervisors restart their learner and the group restores the latest checkpoint.
+        logs = [run_dir / "logs" / f"learner-{h}.log" for h in (0, 1)]
+        while not all("restored step" in log.read_text() for log in logs):
+            assert time.monotonic() < killed_at + 120, "the learner group did not come back"
+            time.sleep(0.5)
+        recovered_after = time.monotonic() - killed_at
+        out0, out1 = finish(processes, timeout=420)
+    assert processes[0][0].returncode == 0 and processes[1][0].returncode == 0, out0[-3000:] + out1[-3000:]
+    assert "reached mean return 475" in out0, out0[-3000:]
+    assert re.search(r"restarting learner/1 \(1 of \d+ in a row\) .* killed by SIGKILL", out1), out1[-3000:]
+    assert re.search(r"restarting learner/0 \(1 of \d+ in a row\)", out0), out0[-3000:]  # the heartbeat's abort
+    restored = [re.findall(r"restored step (\d+)", log.read_text()) for log in logs]
+    assert restored[0][0] == restored[1][0] and int(restored[0][0]) >= 10, restored
+    print(f"\nlearner group back {recovered_after:.1f} s after the SIGKILL, at step {restored[0][0]}")
