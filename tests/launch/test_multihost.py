@@ -244,14 +244,26 @@ def test_the_address_tables_of_two_hosts_agree(tmp_path):
     assert {tables[0]["host_of"][f"caller/{i}"] for i in range(4)} == {0, 1}
 
 
-def test_callers_on_host_1_reach_the_service_on_host_0(tmp_path):
+def slurm_host(host_index: int, base: int, run_dir: str) -> tuple[list[str], dict[str, str]]:
+    """Host `host_index` of a faked two-node SLURM step: no --hosts, only SLURM's variables."""
+    env = dict(host_env(), SLURM_JOB_NODELIST=TWO_HOSTS, SLURM_NODEID=str(host_index), SLURM_NTASKS="2")
+    return [sys.executable, SCRIPT, "--base-port", str(base), "--run-dir", run_dir], env
+
+
+@pytest.mark.parametrize("detection", ["flags", "slurm"])
+def test_callers_on_host_1_reach_the_service_on_host_0(tmp_path, detection):
     base = free_base_port()
+
+    def start(index: int) -> subprocess.Popen:
+        run_dir = str(tmp_path / f"h{index}")
+        command, env = (script(index, base, run_dir), host_env()) if detection == "flags" else \
+            slurm_host(index, base, run_dir)
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
     # Host 1 starts first: its callers wait for the service that host 0 has not bound yet.
-    host1 = subprocess.Popen(script(1, base, str(tmp_path / "h1")), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, env=host_env())
+    host1 = start(1)
     time.sleep(1.0)
-    host0 = subprocess.Popen(script(0, base, str(tmp_path / "h0")), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, env=host_env())
+    host0 = start(0)
     outputs = []
     for host in (host1, host0):
         out, _ = host.communicate(timeout=120)

@@ -52,9 +52,9 @@ def main() -> None:
     restart = {"caller": jd.Restart(max_restarts=3, backoff=0.1)} if args.mode == "forever" else None
     running = jd.launch(program, launcher="multihost", run_dir=args.run_dir, grace=5.0, restart=restart, **options)
     pids = {name: status["pid"] for name, status in running.status().items()}
-    print(f"host {args.host_index} running pids {json.dumps(pids)}", flush=True)
+    print(f"host {running.host_index} running pids {json.dumps(pids)}", flush=True)
     running.wait()
-    print(f"host {args.host_index} finished: {running.stop_reason}", flush=True)
+    print(f"host {running.host_index} finished: {running.stop_reason}", flush=True)
 
 
 if __name__ == "__main__":
