@@ -100,14 +100,15 @@ def finish(processes, timeout: float) -> list[str]:
     return outputs
 
 
-def learner_pid(host: subprocess.Popen) -> int | None:
-    """The host's learner process: the node process (not multiprocessing's resource tracker)
-    with the jax.distributed environment."""
+def node_pid(host: subprocess.Popen, learner: bool) -> int:
+    """A node process of the host (not multiprocessing's resource tracker): its learner, the one
+    with the jax.distributed environment, or else its actor."""
     for child in psutil.Process(host.pid).children(recursive=True):
         with contextlib.suppress(psutil.Error):
-            if "spawn_main" in " ".join(child.cmdline()) and "JAXDIST_COORDINATOR_ADDRESS" in child.environ():
+            if "spawn_main" in " ".join(child.cmdline()) and \
+                    ("JAXDIST_COORDINATOR_ADDRESS" in child.environ()) == learner:
                 return child.pid
-    raise AssertionError("host 1 has no learner process")
+    raise AssertionError(f"the host has no {'learner' if learner else 'actor'} process")
 
 
 @pytest.mark.timeout(600)
@@ -131,7 +132,7 @@ def test_ppo_solves_cartpole_with_one_learner_spanning_two_hosts(tmp_path, netwo
 
 
 @pytest.mark.timeout(600)
-def test_killing_one_learner_process_brings_the_group_back_from_its_checkpoint_on_both_hosts(tmp_path):
+def test_killing_one_hosts_actor_and_learner_process_brings_them_back_and_learning_goes_on(tmp_path):
     run_dir = tmp_path / "run"
     with loopback_hosts() as (hosts, prefixes):
         processes = start_hosts(hosts, prefixes, run_dir, free_base_port(), "--stop-at-target",
@@ -142,8 +143,9 @@ def test_killing_one_learner_process_brings_the_group_back_from_its_checkpoint_o
             assert time.monotonic() < deadline, "no checkpoint was written"
             assert all(p.poll() is None for p, _ in processes), "a host exited early"
             time.sleep(0.5)
+        os.kill(node_pid(processes[1][0], learner=False), signal.SIGKILL)  # host 1's actor: restarted alone
         killed_at = time.monotonic()
-        os.kill(learner_pid(processes[1][0]), signal.SIGKILL)
+        os.kill(node_pid(processes[1][0], learner=True), signal.SIGKILL)
         # Host 0's learner is stuck in a collective until the heartbeat aborts it; then both
         # supervisors restart their learner and the group restores the latest checkpoint.
         logs = [run_dir / "logs" / f"learner-{h}.log" for h in (0, 1)]
@@ -154,6 +156,7 @@ def test_killing_one_learner_process_brings_the_group_back_from_its_checkpoint_o
         out0, out1 = finish(processes, timeout=420)
     assert processes[0][0].returncode == 0 and processes[1][0].returncode == 0, out0[-3000:] + out1[-3000:]
     assert "reached mean return 475" in out0, out0[-3000:]
+    assert re.search(r"restarting actor/1 \(1 of \d+ in a row\) .* killed by SIGKILL", out1), out1[-3000:]
     assert re.search(r"restarting learner/1 \(1 of \d+ in a row\) .* killed by SIGKILL", out1), out1[-3000:]
     assert re.search(r"restarting learner/0 \(1 of \d+ in a row\)", out0), out0[-3000:]  # the heartbeat's abort
     restored = [re.findall(r"restored step (\d+)", log.read_text()) for log in logs]
