@@ -99,17 +99,18 @@ def line_plot(path: str, series: dict[str, tuple[list[float], list[float]]], *, 
     ys = [y for _, y_values in series.values() for y in y_values]
     fx = (lambda x: math.log2(x)) if log2_x else (lambda x: x)
     x_min, x_max = fx(min(xs)), fx(max(xs))
-    step = _nice_step(max(ys) or 1.0)
-    y_max = step * math.ceil(max(ys) / step)
+    low, high = min(0.0, min(ys)), max(0.0, max(ys))  # the axis spans 0 and every value, negative too
+    step = _nice_step((high - low) or 1.0)
+    y_min, y_max = step * math.floor(low / step), step * math.ceil(high / step)
 
     def px(x: float) -> int:
         return round(left + (fx(x) - x_min) / ((x_max - x_min) or 1) * (right - left))
 
     def py(y: float) -> int:
-        return round(bottom - y / y_max * (bottom - top))
+        return round(bottom - (y - y_min) / ((y_max - y_min) or 1) * (bottom - top))
 
-    for i in range(int(round(y_max / step)) + 1):  # grid and y ticks
-        y = i * step
+    for i in range(int(round((y_max - y_min) / step)) + 1):  # grid and y ticks
+        y = y_min + i * step
         canvas.line(left, py(y), right, py(y), (225, 225, 225))
         label = f"{y:g}"
         canvas.text(left - 8 - 6 * len(label), py(y) - 3, label)

@@ -1,10 +1,10 @@
-"""Pieces every agent's program uses: the learner's batch source over a FIFO of trajectories,
+"""Pieces every agent's program uses: a learner fed from a FIFO of trajectories, actor seeds,
 and the per-group environment of CPU processes. No JAX here: launching processes import it."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 # Small XLA computations on a shared CPU: one thread each, no pool hand-offs.
 SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
@@ -32,6 +32,26 @@ class TrajectoryBatches:
             except TimeoutError:
                 if context.stop_requested():
                     raise StopIteration from None
+
+
+class FifoLearner:
+    """``FifoLearner(make_logic, hp, queue, batch_size, **options)`` is the generic ``Learner``
+    with the ``LearnerLogic`` that ``make_logic(hp)`` returns, learning from ``batch_size``
+    trajectories of the FIFO replay node ``queue`` per update. It is built in the process it
+    runs in, so that the launching process needs no JAX."""
+
+    def __new__(cls, make_logic: Callable[[Any], Any], hp: Any, queue: Any, batch_size: int, **options: Any) -> Any:
+        from jaxdist.nodes.learner import Learner
+
+        return Learner(make_logic(hp), TrajectoryBatches(queue, batch_size), **options)
+
+    def run(self) -> None:  # pragma: no cover - marks a node with work; the Learner's run() runs
+        raise NotImplementedError
+
+
+def actor_seed(seed: int, index: int) -> int:
+    """Distinct per actor and run; spaced so sync/async sub-envs (seed + i) never collide."""
+    return seed * 1_000_003 + index * 10_007
 
 
 def cpu_resources(groups: tuple[str, ...] = ("learner", "actor"),

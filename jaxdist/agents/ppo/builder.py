@@ -19,7 +19,7 @@ import functools
 from typing import Any
 
 import jaxdist as jd
-from jaxdist.agents.common import TrajectoryBatches, cpu_resources
+from jaxdist.agents.common import FifoLearner, actor_seed, cpu_resources
 from jaxdist.agents.ppo.acting import PolicyStep
 from jaxdist.agents.ppo.config import PPOConfig, PPOHyperparams
 from jaxdist.envs import EnvSpec
@@ -38,32 +38,12 @@ def learner_name(host: int) -> str:
 QUEUE, LEARNER = queue_name(0), learner_name(0)
 
 
-class PPOLearner:
-    """``PPOLearner(hp, queue, batch_size, **options)`` is the generic ``Learner`` with PPO's
-    ``learning.init`` / ``learning.update``, learning from ``batch_size`` trajectories of the
-    FIFO replay node ``queue`` per update. It is built in the process it runs in, so that the
-    launching process needs no JAX."""
-
-    def __new__(cls, hp: PPOHyperparams, queue: Any, batch_size: int, **options: Any) -> Any:
-        from jaxdist.nodes.learner import Learner
-
-        return Learner(learner_logic(hp), TrajectoryBatches(queue, batch_size), **options)
-
-    def run(self) -> None:  # pragma: no cover - marks a node with work; the Learner's run() runs
-        raise NotImplementedError
-
-
 def learner_logic(hp: PPOHyperparams) -> Any:
     """PPO's ``LearnerLogic`` for the generic ``jaxdist.nodes.learner.Learner``."""
     from jaxdist.agents.ppo import learning
     from jaxdist.nodes.learner import LearnerLogic
 
     return LearnerLogic(init=functools.partial(learning.init, hp), update=functools.partial(learning.update, hp))
-
-
-def actor_seed(config: PPOConfig, index: int) -> int:
-    """Distinct per actor and run; spaced so sync/async sub-envs (seed + i) never collide."""
-    return config.seed * 1_000_003 + index * 10_007
 
 
 def make_program(config: PPOConfig) -> jd.Program:
@@ -73,7 +53,7 @@ def make_program(config: PPOConfig) -> jd.Program:
     queues = [jd.Handle(queue_name(host)) for host in range(hosts)]
     for host, queue in enumerate(queues):
         learner_node = jd.CourierNode(
-            PPOLearner, hp, queue, config.batch_size // hosts, mode=config.learner_mode,
+            FifoLearner, learner_logic, hp, queue, config.batch_size // hosts, mode=config.learner_mode,
             publish_every=1, seed=config.seed, max_steps=config.total_updates, log_every=config.log_every_updates,
             checkpoint={"save_every_steps": config.checkpoint_every_updates, "keep": 2},
             prefetch=config.learner_prefetch, distributed="env" if hosts > 1 else None,
@@ -90,7 +70,7 @@ def make_program(config: PPOConfig) -> jd.Program:
         for i in range(config.num_actors):
             program.add_node(jd.CourierNode(
                 Actor, policy, env, learner, queues[i % hosts], trajectory_length=config.trajectory_length,
-                seed=actor_seed(config, i), params_method="get_params",
+                seed=actor_seed(config.seed, i), params_method="get_params",
                 refresh_every_seconds=config.param_refresh_seconds, max_in_flight=config.max_in_flight))
     return program
 
