@@ -16,6 +16,7 @@ from jaxdist.nodes.courier_node import CourierNode
 from jaxdist.nodes.parameter_server import ParameterServer, VariableClient
 from jaxdist.nodes.py_node import PyNode
 from jaxdist.nodes.replay import ReplayNode
+from jaxdist.pool import Pool
 from jaxdist.program import Handle, Node, Program
 
 # These import JAX; programs that do not use them (the non-RL examples) should not pay for it.
@@ -39,6 +40,7 @@ __all__ = [
     "Node",
     "NodeFailedError",
     "ParameterServer",
+    "Pool",
     "Program",
     "PyNode",
     "ReplayNode",

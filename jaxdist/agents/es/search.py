@@ -1,0 +1,90 @@
+"""The JAX side of ES, imported only where its nodes run (the launching process needs no JAX):
+``Rollouts`` evaluates parameters (perturbed ones for evaluators, the mean policy for the
+master) and ``Search`` is the master's state (mean parameters, optimizer state, generation,
+env steps) with its update and its Orbax checkpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdist.agents.es import gym_eval, learning, rollout
+from jaxdist.agents.es.config import ESConfig
+from jaxdist.agents.es.dynamics import dynamics
+from jaxdist.agents.es.policy import Policy
+from jaxdist.checkpoint import Checkpointer
+
+TRAIN, EVAL = 0, 1  # the two streams of start states (learning.episode_keys' purpose)
+
+
+class Rollouts:
+    """Episodes of the config's env and policy, on the JAX port (training, scoring) or on
+    gymnasium's env (the reported returns)."""
+
+    def __init__(self, config: ESConfig) -> None:
+        self.config = config
+        self.dynamics = dynamics(config.env_id)
+        self.policy = Policy.for_env(self.dynamics, config.hidden)
+
+    def antithetic(self, theta: Any, generation: int, seeds: Any) -> tuple[np.ndarray, int]:
+        """Fitness ``[n, 2]`` of the generation's pairs of ``seeds`` around ``theta``, and env steps."""
+        config = self.config
+        keys = learning.episode_keys(config.seed, generation, config.episodes_per_member, TRAIN)
+        fitness, steps = rollout.antithetic_fitness(self.policy, self.dynamics, jnp.asarray(theta),
+                                                    jnp.asarray(seeds, jnp.int32), config.sigma, keys)
+        return np.asarray(fitness), int(steps)
+
+    def mean_policy_return(self, theta: jax.Array, generation: int) -> float:
+        """Mean return of ``theta`` itself over ``eval_episodes`` start states of the JAX env."""
+        keys = learning.episode_keys(self.config.seed, generation, self.config.eval_episodes, EVAL)
+        returns, _ = rollout.episodes(self.policy, self.dynamics, theta[None], keys)
+        return float(returns.mean())
+
+    def gymnasium_returns(self, theta: jax.Array, episodes: int, seed: int) -> np.ndarray:
+        return gym_eval.gymnasium_returns(self.config.env_id, self.policy, theta, episodes, seed)
+
+
+class Search:
+    """Mean parameters and optimizer state, advanced one generation at a time; restored from
+    ``checkpoint_directory`` when it holds a checkpoint (whose step is the generation)."""
+
+    def __init__(self, config: ESConfig, policy: Policy, checkpoint_directory: str) -> None:
+        self.config = config
+        self._tx = learning.optimizer(config.optimizer, config.learning_rate, config.weight_decay, config.momentum)
+        self.theta = policy.init(jax.random.key(config.seed))
+        self.opt_state = self._tx.init(self.theta)
+        self.generation, self.env_steps = 0, 0
+        self._checkpointer = Checkpointer(checkpoint_directory, save_every_steps=config.checkpoint_every_generations,
+                                          keep=2)
+        self.restored_generation = self._checkpointer.latest_step() or 0
+        if self.restored_generation:
+            state = self._checkpointer.restore(self._state())
+            self.theta, self.opt_state = state["theta"], state["opt_state"]
+            self.generation, self.env_steps = int(state["generation"]), int(state["env_steps"])
+
+    def seeds(self) -> np.ndarray:
+        return learning.generation_seeds(self.config.seed, self.generation, self.config.pairs)
+
+    def step(self, seeds: np.ndarray, fitness: np.ndarray, env_steps: int) -> float:
+        """Apply one generation's update; returns the norm of the ES gradient."""
+        self.theta, self.opt_state, grad_norm = learning.update(
+            self._tx, self.theta, self.opt_state, jnp.asarray(seeds), jnp.asarray(fitness), self.config.sigma)
+        self.generation += 1
+        self.env_steps += env_steps
+        self._checkpointer.maybe_save(self.generation, self._state())
+        return float(grad_norm)
+
+    def save(self) -> None:
+        """Save now (unless this generation is saved) and wait until it is on disk."""
+        self._checkpointer.maybe_save(self.generation, self._state(), force=True)
+        self._checkpointer.wait()
+
+    def close(self) -> None:
+        self._checkpointer.close()
+
+    def _state(self) -> dict[str, Any]:
+        return {"theta": self.theta, "opt_state": self.opt_state, "generation": self.generation,
+                "env_steps": self.env_steps}
