@@ -91,13 +91,16 @@ def test_actors_keep_acting_while_the_learner_is_killed_and_comes_back_from_its_
                 time.sleep(0.05)
             raise AssertionError(f"timed out waiting for {what}; status {running.status()}")
 
-        wait_for(lambda: learner.status()["step"] >= 30, "30 updates (a checkpoint at 20)")
+        checkpoints = tmp_path / "checkpoints" / builder.LEARNER
+        wait_for(lambda: checkpoints.is_dir() and any(name.isdigit() for name in os.listdir(checkpoints)),
+                 "a committed checkpoint (saves are asynchronous)", timeout=120)
         os.kill(running.status()["learner/0"]["pid"], signal.SIGKILL)
         steps = [a.stats()["env_steps"] for a in actors]
         wait_for(lambda: running.status()["learner/0"]["restarts"] == 1, "the supervisor to restart the learner")
         # The actors never stopped: they acted on, with the parameters they held.
         wait_for(lambda: all(a.stats()["env_steps"] > s + 2000 for a, s in zip(actors, steps)), "acting on")
-        wait_for(lambda: (learner.status()["restored_step"] or 0) >= 20, "a learner restored from its checkpoint")
+        wait_for(lambda: (learner.status()["restored_step"] or 0) >= 20, "a learner restored from its checkpoint",
+                 timeout=120)
         restored = learner.status()["restored_step"]
         wait_for(lambda: learner.status()["step"] > restored + 10, "learning again")
         # ... and follow the new learner's parameters.
