@@ -140,6 +140,14 @@ class ReplayClient:
             priorities = np.asarray(priorities, dtype=np.float64)
         return self._retrying("insert_many", (list(items),), {"priorities": priorities, "table": table}, timeout)
 
+    def insert_batch(self, batch: Any, priorities: Sequence[float] | None = None,
+                     table: str = DEFAULT_TABLE, timeout: float | None = None) -> list[int]:
+        """``insert_many`` for items already stacked along a leading axis (one array per leaf on
+        the wire, not one per item per leaf: far cheaper for many small items)."""
+        if priorities is not None:
+            priorities = np.asarray(priorities, dtype=np.float64)
+        return self._retrying("insert_batch", (batch,), {"priorities": priorities, "table": table}, timeout)
+
     def sample(self, batch_size: int, table: str = DEFAULT_TABLE, timeout: float | None = None) -> dict[str, Any]:
         """``{"keys": int64 (batch_size,), "data": stacked pytree, "probabilities": array or None}``."""
         return self._retrying("sample", (batch_size,), {"table": table}, timeout)

@@ -6,6 +6,7 @@
 
 Served methods: ``insert(item, priority=None, table="default", timeout=None) -> key``,
 ``insert_many(items, priorities=None, table=..., timeout=None) -> keys`` (one call, atomic),
+``insert_batch(batch, ...)`` (the same, items stacked along a leading axis),
 ``sample(batch_size, table=..., timeout=None) -> {"keys", "data", "probabilities"}``,
 ``update_priorities(keys, priorities, table=...)``, ``size(table=...)``, ``stats()`` (per
 table) and ``checkpoint() -> step``. Call them through ``ReplayClient`` (``client.py``), which
@@ -209,6 +210,13 @@ class _ReplayService:
             raise TypeError(f"insert_many takes a list of items, got {type(items).__name__}")
         target = self._table(table)
         keys = self._bounded(table, lambda wait: target.insert_many(items, priorities, wait), timeout)
+        self._inserted(len(keys))
+        return keys.tolist()
+
+    def insert_batch(self, batch: Any, priorities: Any = None, table: str = DEFAULT_TABLE,
+                     timeout: float | None = None) -> list[int]:
+        target = self._table(table)
+        keys = self._bounded(table, lambda wait: target.insert_batch(batch, priorities, wait), timeout)
         self._inserted(len(keys))
         return keys.tolist()
 

@@ -11,6 +11,8 @@ items first (``Fifo`` by delivering them, the others by eviction), so the live k
 
 ``insert_many`` stores a batch atomically: it waits until the whole batch is admitted, then
 writes it with consecutive keys, so a caller never has to guess which part of a batch got in.
+``insert_batch`` does the same for a batch already stacked (every leaf with a leading items
+axis, as ``sample`` returns them): no per-item work, for producers of many small items.
 
 A table remembers the arguments it was built with (``table.spec``); a fresh table pickles as
 them, so a program can ship ``Fifo(64)`` to a node's process. A used table refuses to pickle
@@ -194,6 +196,21 @@ class _Table:
                     raise ValueError(f"items[{i}]: {path} has shape {b.shape} {b.dtype} but in items[0] it has "
                                      f"{a.shape} {a.dtype}")
         columns = [np.stack(column) for column in zip(*(leaves for _, leaves, _ in flat))]
+        return self._insert_rows(n, treedef, columns, paths, priorities, timeout)
+
+    def insert_batch(self, batch: Any, priorities: Sequence[float] | None = None,
+                     timeout: float | None = None) -> np.ndarray:
+        """``insert_many`` for items stacked along a leading axis of every leaf of ``batch``."""
+        treedef, columns, paths = _flatten(batch)
+        lengths = {len(column) if column.ndim else None for column in columns}
+        if len(lengths) != 1 or None in lengths:
+            raise ValueError(f"insert_batch takes leaves stacked along a leading items axis of one length; got "
+                             f"shapes {', '.join(f'{path}: {c.shape}' for path, c in zip(paths, columns))}")
+        n = lengths.pop()
+        priorities = self._check_priorities(priorities, n)
+        if n == 0:
+            return np.empty(0, np.int64)
+        self._check_insert_batch(n)
         return self._insert_rows(n, treedef, columns, paths, priorities, timeout)
 
     def _insert_rows(self, n: int, treedef: Any, rows: list[np.ndarray], paths: list[str],

@@ -396,6 +396,33 @@ def test_insert_many_is_atomic_and_refuses_batches_that_could_never_fit():
     table = Prioritized(8)
     table.insert_many([rn.chunk(0, 0)] * 6, priorities=[0, 0, 0, 0, 0, 7.0])
     assert table.sample(4).keys.tolist() == [5] * 4
+
+
+def stacked(chunks: list[dict]) -> dict:
+    return {"id": np.stack([c["id"] for c in chunks]),
+            "step": rn.Step(*(np.stack([c["step"][i] for c in chunks]) for i in range(2)))}
+
+
+def test_insert_batch_stores_stacked_items_as_insert_many_stores_them(tmp_path):
+    chunks = [rn.chunk(3, seq) for seq in range(5)]
+    by_items, by_batch = Prioritized(8, seed=0), Prioritized(8, seed=0)
+    by_items.insert_many(chunks, priorities=[1, 2, 3, 4, 5])
+    np.testing.assert_array_equal(by_batch.insert_batch(stacked(chunks), priorities=[1, 2, 3, 4, 5]), range(5))
+    expected, got = by_items.state(), by_batch.state()
+    np.testing.assert_array_equal(got["priorities"], expected["priorities"])
+    assert rn.ids(got["items"]) == rn.ids(expected["items"]) and isinstance(got["items"]["step"], rn.Step)
+    with pytest.raises(ValueError, match="leading items axis of one length"):
+        by_batch.insert_batch({"a": np.zeros(3), "b": np.zeros(4)})
+    with pytest.raises(ValueError, match="a batch of 5 items exceeds"):
+        Fifo(4).insert_batch(stacked(chunks))
+
+    program = jd.Program("batch")
+    handle = program.add_node(ReplayNode(Prioritized(16, priority_exponent=1.0, seed=0)))
+    with launched(program, tmp_path) as running:
+        replay = ReplayClient(courier_client(running, handle.node_name))
+        assert replay.insert_batch(stacked(chunks), priorities=[0, 0, 0, 0, 1.0], timeout=5) == [0, 1, 2, 3, 4]
+        assert rn.ids(replay.sample(3)["data"]) == [(3, 4)] * 3
+        replay.close()
     uniform = Uniform(4)
     uniform.insert_many([rn.chunk(0, s) for s in range(3)])
     uniform.insert_many([rn.chunk(0, s) for s in range(3, 6)])  # evicts the two oldest in one go

@@ -95,3 +95,54 @@ def test_bad_input_is_refused_with_clear_errors():
         tree.sample(np.array([0.5]))
     with pytest.raises(ValueError, match="capacity"):
         SumTree(0)
+
+
+# Against a NumPy reference over whole histories, and through the prioritized table --------------
+
+
+def test_a_history_of_batched_updates_and_draws_matches_a_numpy_reference():
+    """Rounds of batched writes (duplicates included) and draws: after each, the leaves, the total
+    and every draw agree with plain arrays, a cumulative sum and a prefix-sum search. Priorities
+    are multiples of 1/8, so every sum is exact whatever the order of additions."""
+    rng = np.random.default_rng(7)
+    capacity = 37
+    tree, reference = SumTree(capacity), np.zeros(capacity)
+    for _ in range(50):
+        indices = rng.integers(0, capacity, rng.integers(1, 20))
+        priorities = rng.integers(0, 64, len(indices)) / 8
+        tree.set(indices, priorities)
+        for index, priority in zip(indices, priorities):  # one at a time: the last write wins
+            reference[index] = priority
+        np.testing.assert_array_equal(tree.get(np.arange(capacity)), reference)
+        assert tree.total() == reference.sum()
+        if reference.sum() > 0:
+            uniforms = rng.random(200)
+            np.testing.assert_array_equal(tree.sample(uniforms), reference_sample(reference, uniforms))
+
+
+@pytest.mark.parametrize("exponent", [0.0, 0.6, 1.0])
+def test_prioritized_draw_probabilities_are_priority_to_the_exponent_over_their_sum(exponent):
+    """Through the table: inserts with priorities, evictions and priority updates, then each draw's
+    reported probability is p_i^alpha / sum_j p_j^alpha over the live items, and the draws follow it."""
+    from jaxdist.nodes.replay.tables import Prioritized
+
+    rng = np.random.default_rng(8)
+    table = Prioritized(max_size=20, priority_exponent=exponent, seed=3)
+    priorities = {}
+    for key in range(30):  # keys 0..9 are evicted
+        priorities[key] = float(rng.random() * 5 + 0.1)
+        table.insert({"x": np.float32(key)}, priority=priorities[key])
+    updated = np.array([12, 15, 29, 3])  # key 3 is gone: skipped
+    for key, value in zip(updated, [0.01, 9.0, 2.5, 100.0]):
+        if key >= 10:
+            priorities[int(key)] = value
+    table.update_priorities(updated, np.array([0.01, 9.0, 2.5, 100.0]))
+    live = np.arange(10, 30)
+    weights = np.array([priorities[k] for k in live]) ** exponent
+    expected = weights / weights.sum()
+    draws = 50_000
+    sample = table.sample(draws)
+    np.testing.assert_allclose(sample.probabilities, expected[sample.keys - 10], rtol=1e-12)
+    counts = np.bincount(sample.keys - 10, minlength=20)
+    chi_square = ((counts - draws * expected) ** 2 / (draws * expected)).sum()
+    assert chi_square < 19 + 5 * np.sqrt(2 * 19)  # mean + 5 sd for 19 degrees of freedom

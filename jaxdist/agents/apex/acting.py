@@ -1,0 +1,80 @@
+"""The actors' side of Ape-X: each actor's exploration epsilon, the epsilon-greedy policy step
+(its Q-values ride along as extras), and the sink that turns each trajectory into n-step
+transitions with initial priorities and inserts them into the prioritized replay."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from jaxdist.agents.apex.config import ApexHyperparams
+
+def actor_epsilons(num_actors: int, base: float = 0.4, alpha: float = 7.0) -> list[float]:
+    """``base ** (1 + alpha * i / (N - 1))`` for actor i of N (Horgan et al. 2018); ``[base]``
+    for one actor. Spread over many orders of magnitude, so some actors explore hard and the
+    last are nearly greedy."""
+    if num_actors == 1:
+        return [base]
+    return [base ** (1 + alpha * i / (num_actors - 1)) for i in range(num_actors)]
+
+
+@dataclasses.dataclass(frozen=True)
+class EpsilonGreedy:
+    """``(params, obs, key) -> (action, {"q": Q-values})`` for a batch of observations; the actor
+    jits it. The Q-values go out with the trajectory, so the sink can compute initial
+    priorities without running the network again. Picklable and free of JAX imports until
+    called."""
+
+    hp: ApexHyperparams
+    epsilon: float
+
+    def __call__(self, params: Any, obs: Any, key: Any) -> tuple[Any, dict[str, Any]]:
+        import jax
+        import jax.numpy as jnp
+
+        q = self.hp.network().apply(params, obs)
+        explore_key, action_key = jax.random.split(key)
+        batch_shape = q.shape[:-1]
+        random_action = jax.random.randint(action_key, batch_shape, 0, self.hp.num_actions)
+        explore = jax.random.uniform(explore_key, batch_shape) < self.epsilon
+        action = jnp.where(explore, random_action, jnp.argmax(q, axis=-1))
+        return action.astype(jnp.int32), {"q": q}
+
+
+def to_transitions(trajectories: list[dict[str, np.ndarray]], gamma: float,
+                   n_step: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """An actor's per-env trajectories (``(T + 1, ...)`` rows with the policy's ``q``) -> the
+    real n-step transitions, stacked: ``{"obs", "action", "reward", "discount", "next_obs"}``
+    with a leading transitions axis (``reward`` the n-step return), and their initial
+    priorities."""
+    from jaxdist.agents.apex import learning
+
+    rows = {name: np.stack([item[name] for item in trajectories], axis=1)  # time-major (T + 1, envs, ...)
+            for name in ("obs", "action", "reward", "terminated", "truncated", "q")}
+    returns, discounts, bootstrap, real = learning.n_step_returns(
+        rows["reward"], rows["terminated"], rows["truncated"], gamma, n_step)
+    priorities = learning.initial_priorities(rows["q"], rows["action"], returns, discounts, bootstrap)
+    time, env = np.nonzero(real)
+    transitions = {"obs": rows["obs"][time, env], "action": rows["action"][time, env],
+                   "reward": returns[time, env], "discount": discounts[time, env],
+                   "next_obs": rows["obs"][bootstrap[time, env], env]}
+    return transitions, priorities[time, env]
+
+
+class TransitionSink:
+    """An actor's ``sink(items)``: its trajectories become n-step transitions, inserted into
+    the replay node ``replay`` (a client) with their initial priorities in one atomic call,
+    stacked (one array per field on the wire, not one per transition)."""
+
+    def __init__(self, replay: Any, gamma: float, n_step: int, timeout: float | None = 30.0) -> None:
+        from jaxdist.nodes.replay import ReplayClient
+
+        self._replay = ReplayClient(replay)
+        self._gamma, self._n_step, self._timeout = gamma, n_step, timeout
+
+    def __call__(self, trajectories: list[dict[str, np.ndarray]]) -> None:
+        transitions, priorities = to_transitions(trajectories, self._gamma, self._n_step)
+        if len(priorities):
+            self._replay.insert_batch(transitions, priorities=priorities, timeout=self._timeout)

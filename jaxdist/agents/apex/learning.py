@@ -1,0 +1,145 @@
+"""Ape-X DQN's math (Horgan et al. 2018): n-step transitions with the actors' initial
+priorities, double-DQN targets, the prioritized-replay loss, and one jitted update. Every
+function here is pure; the distribution (actors, replay, the learner node) lives elsewhere.
+
+**Rows and transitions.** Actors send trajectories of ``T + 1`` rows in the convention of
+:mod:`jaxdist.envs`: row t holds ``obs_t``, the reward earned arriving there, whether ``obs_t``
+ended its episode (``terminated`` / ``truncated``), and the action taken at ``obs_t``. The
+transition from row t is real unless row t ended an episode (the env then ignored the action and
+autoreset). Its n-step return looks ``m <= n`` rows ahead, stopping early at the row that ends
+the episode or at the trajectory's last row:
+
+    R_t = sum_{k<m} gamma^k r_{t+k+1},   discount_t = gamma^m (0 if row t+m is terminal),
+    target_t = R_t + discount_t Q_target(s_{t+m}, argmax_a Q_online(s_{t+m}, a)).
+
+A truncated episode bootstraps from its true last observation, a row of its own.
+
+**Priorities.** An actor inserts each transition with ``|target_t - Q(s_t, a_t)|`` computed
+from its own Q-values (its copy of the online network stands in for both networks); after every
+update the learner replaces the priorities of the transitions it sampled with their new
+``|TD error|``.
+
+**Loss.** ``mean_i w_i huber(target_i - Q(s_i, a_i))`` with importance weights
+``w_i = (P_min / P_i)^beta``, i.e. ``(N P_i)^-beta`` normalised by the batch's largest weight.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxdist.agents.apex.config import ApexHyperparams
+
+PyTree = Any
+
+
+# n-step transitions and the actors' priorities (NumPy: they run in the actors' send thread) -----
+
+
+def n_step_returns(reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, gamma: float,
+                   n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """n-step returns along axis 0 (time) of rows ``(T + 1, ...)``: ``(returns, discounts,
+    bootstrap rows, real)``, each ``(T, ...)``. ``real`` marks the transitions that did not
+    cross an autoreset; for the others the returns and discounts are 0."""
+    last = reward.shape[0] - 1
+    ended = np.logical_or(terminated, truncated)
+    column = lambda x: x.reshape((-1,) + (1,) * (reward.ndim - 1))  # noqa: E731 - (T,) against (T, ...)
+    t = np.arange(last)
+    real = ~ended[:-1]
+    returns = np.zeros(reward[:-1].shape, np.float32)
+    discounts = np.zeros(reward[:-1].shape, np.float32)
+    bootstrap = np.broadcast_to(column(t), returns.shape)
+    going = real  # still looking further ahead
+    for k in range(1, n + 1):
+        row = np.minimum(t + k, last)
+        step = going & column(t + k <= last)
+        returns = returns + np.where(step, np.float32(gamma ** (k - 1)) * reward[row], np.float32(0))
+        discounts = np.where(step, np.float32(gamma**k) * ~terminated[row], discounts)
+        bootstrap = np.where(step, column(row), bootstrap)
+        going = step & ~ended[row]
+    return returns, discounts.astype(np.float32), bootstrap, real
+
+
+def initial_priorities(q: np.ndarray, action: np.ndarray, returns: np.ndarray, discounts: np.ndarray,
+                       bootstrap: np.ndarray) -> np.ndarray:
+    """|n-step TD error| of every transition of a trajectory from the actor's own Q-values:
+    ``q (T + 1, ..., A)`` and ``action (T + 1, ...)`` per row; the rest as ``n_step_returns``
+    gives them. With one network, the double-DQN bootstrap is ``max_a Q(s_{t+m}, a)``."""
+    q_max = np.max(q, axis=-1)
+    bootstrap_value = np.take_along_axis(q_max, bootstrap, axis=0)
+    q_taken = np.take_along_axis(q[:-1], action[:-1, ..., None].astype(np.int64), axis=-1)[..., 0]
+    return np.abs(returns + discounts * bootstrap_value - q_taken)
+
+
+# Targets and loss ------------------------------------------------------------------------------
+
+
+def double_q_targets(reward: jax.Array, discount: jax.Array, q_next_online: jax.Array,
+                     q_next_target: jax.Array) -> jax.Array:
+    """``reward + discount * Q_target(s', argmax_a Q_online(s', a))`` (van Hasselt et al. 2016)."""
+    best = jnp.argmax(q_next_online, axis=-1)
+    return reward + discount * jnp.take_along_axis(q_next_target, best[..., None], axis=-1)[..., 0]
+
+
+def importance_weights(probabilities: jax.Array, exponent: float) -> jax.Array:
+    """``(N P_i)^-exponent / max_j (N P_j)^-exponent``: N cancels, so the table size is not needed."""
+    return (jnp.min(probabilities) / probabilities) ** exponent
+
+
+def dqn_loss(params: PyTree, target_params: PyTree, batch: dict[str, Any],
+             hp: ApexHyperparams) -> tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]:
+    """The importance-weighted Huber loss of one sample ``{"data", "probabilities"}``; also the
+    TD errors (the new priorities) and metrics."""
+    data, network = batch["data"], hp.network()
+    q = network.apply(params, data["obs"])
+    q_taken = jnp.take_along_axis(q, data["action"][..., None].astype(jnp.int32), axis=-1)[..., 0]
+    q_next_online = network.apply(params, data["next_obs"])
+    q_next_target = network.apply(target_params, data["next_obs"])
+    target = jax.lax.stop_gradient(double_q_targets(data["reward"], data["discount"], q_next_online, q_next_target))
+    td = target - q_taken
+    weights = importance_weights(batch["probabilities"].astype(jnp.float32), hp.importance_exponent)
+    loss = jnp.mean(weights * optax.huber_loss(td, delta=hp.huber_delta))
+    return loss, (td, {"loss": loss, "q_mean": jnp.mean(q_taken), "td_abs_mean": jnp.mean(jnp.abs(td)),
+                       "importance_weight_mean": jnp.mean(weights)})
+
+
+# State and update ------------------------------------------------------------------------------
+
+
+def optimizer(hp: ApexHyperparams) -> optax.GradientTransformation:
+    return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm), optax.adam(hp.learning_rate, eps=hp.adam_eps))
+
+
+def init(hp: ApexHyperparams, rng: jax.Array) -> dict[str, PyTree]:
+    """``{"params", "target_params", "opt_state", "updates"}``, in one jitted call (one compile)."""
+    return _jitted_init(hp, rng)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _jitted_init(hp: ApexHyperparams, rng: jax.Array) -> dict[str, PyTree]:
+    params = hp.network().init(rng, jnp.zeros((1, *hp.obs_shape), jnp.float32))
+    return {"params": params, "target_params": params, "opt_state": optimizer(hp).init(params),
+            "updates": jnp.zeros((), jnp.int32)}
+
+
+def update(hp: ApexHyperparams, state: dict[str, PyTree], batch: dict[str, Any],
+           rng: jax.Array) -> tuple[dict[str, PyTree], dict[str, jax.Array]]:
+    """One SGD step on a prioritized sample; the target network follows every
+    ``target_update_period`` updates. ``metrics["priorities"]`` holds the sampled transitions'
+    new priorities, ``|TD error|`` before the step, in sample order (for the learner's
+    ``after_update``, which writes them back to the replay). Runs under jit (not pmap: the
+    priorities are per transition)."""
+    del rng
+    (_, (td, metrics)), grads = jax.value_and_grad(dqn_loss, has_aux=True)(
+        state["params"], state["target_params"], batch, hp)
+    updates, opt_state = optimizer(hp).update(grads, state["opt_state"], state["params"])
+    params = optax.apply_updates(state["params"], updates)
+    count = state["updates"] + 1
+    target_params = optax.periodic_update(params, state["target_params"], count, hp.target_update_period)
+    metrics = dict(metrics, priorities=jnp.abs(td))
+    return {"params": params, "target_params": target_params, "opt_state": opt_state, "updates": count}, metrics
