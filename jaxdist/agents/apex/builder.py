@@ -26,7 +26,7 @@ import numpy as np
 import jaxdist as jd
 from jaxdist.agents.apex.acting import EpsilonGreedy, TransitionSink
 from jaxdist.agents.apex.config import ApexConfig, ApexHyperparams
-from jaxdist.agents.common import cpu_resources
+from jaxdist.agents.common import actor_seed, cpu_resources
 from jaxdist.envs import EnvSpec
 
 REPLAY, LEARNER = "learner/0/0", "learner/0/1"
@@ -102,11 +102,6 @@ class PriorityWriter:
                       f"{str(exc).splitlines()[0] if str(exc) else ''}", flush=True)
 
 
-def actor_seed(config: ApexConfig, index: int) -> int:
-    """Distinct per actor and run; spaced so sync/async sub-envs (seed + i) never collide."""
-    return config.seed * 1_000_003 + index * 10_007
-
-
 def replay_table(config: ApexConfig) -> jd.replay.Prioritized:
     """The prioritized table, rate-limited to ``samples_per_insert``. Its window leaves room for
     every actor's largest insert (and one batch) on either side of the target ratio."""
@@ -133,7 +128,7 @@ def make_program(config: ApexConfig) -> jd.Program:
         for i, epsilon in enumerate(config.epsilons()):
             program.add_node(jd.CourierNode(
                 ApexActor, EpsilonGreedy(hp, epsilon), env, learner, replay, gamma=config.gamma,
-                n_step=config.n_step, trajectory_length=config.trajectory_length, seed=actor_seed(config, i),
+                n_step=config.n_step, trajectory_length=config.trajectory_length, seed=actor_seed(config.seed, i),
                 params_method="get_params", refresh_every_seconds=config.param_refresh_seconds,
                 max_in_flight=config.max_in_flight, max_send_wait=60.0))
     return program
