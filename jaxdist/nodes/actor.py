@@ -346,7 +346,8 @@ def _insert(replay: Any, table: str, timeout: float, items: list) -> None:
 class _Sender:
     """Splits trajectories into items and sends them on background threads, at most
     ``max_in_flight`` pending; see the module doc. A send that fails because the receiver is
-    away (``ConnectionError``, ``TimeoutError``: a restarting replay node, a full queue) is
+    away (``ConnectionError``, ``TimeoutError``, a call cancelled by a server shutting down: a
+    restarting replay node, a full queue) is
     retried with jittered exponential backoff for up to ``retry_for`` seconds, holding its slot;
     other errors (a malformed item) fail at once. Without a sink the items are made and dropped
     (benchmarks)."""
@@ -387,7 +388,8 @@ class _Sender:
             try:
                 self._send(items)
                 return
-            except (ConnectionError, TimeoutError) as exc:  # the receiver is away: it may come back
+            # The receiver is away and may come back (a server shutting down cancels the calls in flight).
+            except (ConnectionError, TimeoutError, futures.CancelledError) as exc:
                 wait = delay * (0.5 + random.random())
                 if time.monotonic() + wait > give_up_at or self._closed.is_set():
                     raise
