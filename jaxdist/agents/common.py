@@ -3,6 +3,7 @@ and the per-group environment of CPU processes. No JAX here: launching processes
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Callable
 
@@ -64,3 +65,17 @@ def cpu_resources(groups: tuple[str, ...] = ("learner", "actor"),
         env.update(JAX_COMPILATION_CACHE_DIR=compilation_cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     return {group: {"env": dict(env)} for group in groups}
+
+
+@functools.lru_cache(maxsize=None)
+def env_dims(env_id: str, agent: str = "this agent") -> tuple[tuple[int, ...], int]:
+    """(observation shape, number of actions) of a gymnasium env with discrete actions."""
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    try:
+        if not hasattr(env.action_space, "n"):
+            raise ValueError(f"{agent} chooses among discrete actions; {env_id} has {env.action_space}")
+        return tuple(env.observation_space.shape), int(env.action_space.n)
+    finally:
+        env.close()

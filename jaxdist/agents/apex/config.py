@@ -7,8 +7,9 @@ Nothing here imports JAX: the launching process builds configs and programs with
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any
+
+from jaxdist.agents.common import env_dims
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,22 +136,8 @@ class ApexConfig:
         return actor_epsilons(self.num_actors, self.base_epsilon, self.epsilon_alpha)
 
     def hyperparams(self) -> ApexHyperparams:
-        obs_shape, num_actions = env_dims(self.env_id)
+        obs_shape, num_actions = env_dims(self.env_id, "DQN")
         return ApexHyperparams(
             num_actions=num_actions, obs_shape=obs_shape, hidden=tuple(self.hidden), dueling=self.dueling,
             learning_rate=self.learning_rate, max_grad_norm=self.max_grad_norm,
             importance_exponent=self.importance_exponent, target_update_period=self.target_update_period)
-
-
-@functools.lru_cache(maxsize=None)
-def env_dims(env_id: str) -> tuple[tuple[int, ...], int]:
-    """(observation shape, number of actions) of a gymnasium env with discrete actions."""
-    import gymnasium as gym
-
-    env = gym.make(env_id)
-    try:
-        if not hasattr(env.action_space, "n"):
-            raise ValueError(f"DQN chooses among discrete actions; {env_id} has {env.action_space}")
-        return tuple(env.observation_space.shape), int(env.action_space.n)
-    finally:
-        env.close()

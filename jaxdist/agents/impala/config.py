@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-from jaxdist.agents.ppo.config import env_dims
+from jaxdist.agents.common import env_dims
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +107,7 @@ class IMPALAConfig:
         return max(1, self.total_steps // self.steps_per_update)
 
     def hyperparams(self) -> IMPALAHyperparams:
-        obs_shape, num_actions = env_dims(self.env_id)
+        obs_shape, num_actions = env_dims(self.env_id, "IMPALA")
         return IMPALAHyperparams(
             num_actions=num_actions, obs_shape=obs_shape, hidden=tuple(self.hidden),
             learning_rate=self.learning_rate, anneal_lr=self.anneal_lr, total_updates=self.total_updates,

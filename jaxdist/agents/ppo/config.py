@@ -6,8 +6,9 @@ Nothing here imports JAX: the launching process builds configs and programs with
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Literal
+
+from jaxdist.agents.common import env_dims
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +127,7 @@ class PPOConfig:
         return max(1, self.total_steps // self.steps_per_update)
 
     def hyperparams(self) -> PPOHyperparams:
-        obs_shape, num_actions = env_dims(self.env_id)
+        obs_shape, num_actions = env_dims(self.env_id, "PPO here")
         return PPOHyperparams(
             num_actions=num_actions, obs_shape=obs_shape, hidden=tuple(self.hidden),
             learning_rate=self.learning_rate, anneal_lr=self.anneal_lr, total_updates=self.total_updates,
@@ -134,17 +135,3 @@ class PPOConfig:
             ent_coef=self.ent_coef, max_grad_norm=self.max_grad_norm, epochs=self.epochs,
             minibatches=self.minibatches, normalize_advantages=self.normalize_advantages,
             recompute_values=True, max_policy_lag=self.max_policy_lag)
-
-
-@functools.lru_cache(maxsize=None)
-def env_dims(env_id: str) -> tuple[tuple[int, ...], int]:
-    """(observation shape, number of actions) of a gymnasium env with discrete actions."""
-    import gymnasium as gym
-
-    env = gym.make(env_id)
-    try:
-        if not hasattr(env.action_space, "n"):
-            raise ValueError(f"PPO here handles discrete actions; {env_id} has {env.action_space}")
-        return tuple(env.observation_space.shape), int(env.action_space.n)
-    finally:
-        env.close()
