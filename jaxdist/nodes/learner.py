@@ -16,7 +16,9 @@ The algorithm is three pure functions in a :class:`LearnerLogic`; the node does 
 - Batches come from a *source*: any callable ``next_batch() -> pytree`` (this process's rows
   of one step's batch; raising ``StopIteration`` ends training), or the client(s) of replay
   nodes (wrapped in :class:`ReplaySource`), fetched and put on devices ahead of use by a
-  background thread. Without a source, callers push batches with the served ``update(batch)``.
+  background thread. A source with a ``seek(step)`` method is told the step training starts
+  at (0, or the restored step) before its first call, so a deterministic source (a dataset
+  read in order) resumes where the checkpoint left off rather than from its beginning. Without a source, callers push batches with the served ``update(batch)``.
 - Served: ``update(batch)``, ``get_params(min_version=-1, wait=0)`` (the ParameterServer
   ``get`` contract, also served as ``get`` so actors' ``VariableClient`` can read it, directly
   or through a ``CacherNode``: give the cacher ``uncached=("update",)``), ``status()``.
@@ -464,6 +466,8 @@ class Learner:
             if batch_size is None:
                 raise ValueError(f"learner {self.name}: sampling from replay needs batch_size=")
             return ReplaySource(source, batch_size, **replay_options)
+        if callable(getattr(source, "seek", None)):
+            source.seek(self._step)
         if callable(source):
             return source
         if hasattr(source, "__next__"):

@@ -235,6 +235,24 @@ def test_steps_per_call_counts_sgd_steps_and_intervals_fire_when_crossed(tmp_pat
     assert saved_steps(tmp_path) == [6, 9]  # 6 crossed 4, 9 crossed 8
 
 
+def test_a_resumed_run_seeks_its_source_and_ends_where_an_uninterrupted_one_does(tmp_path):
+    def train(run_dir, max_steps: int) -> dict:
+        learner = Learner(ln.CLEAN_LOGIC, ln.RegressionBatches(), max_steps=max_steps, metrics=False,
+                          checkpoint={"save_every_steps": 5, "async_save": False},
+                          run_dir=str(run_dir), name="learner/0")
+        learner.run()
+        params = learner.get_params()
+        learner.close()
+        return params
+
+    train(tmp_path / "interrupted", 10)
+    resumed = train(tmp_path / "interrupted", 15)  # restores step 10; the source seeks batch 10
+    uninterrupted = train(tmp_path / "whole", 15)
+    assert resumed["version"] == uninterrupted["version"] == 15
+    for name in uninterrupted["params"]:
+        np.testing.assert_array_equal(resumed["params"][name], uninterrupted["params"][name])
+
+
 def test_learner_logic_and_options_are_checked_with_clear_messages(tmp_path):
     with pytest.raises(TypeError, match="LearnerLogic"):
         Learner(ln.update)

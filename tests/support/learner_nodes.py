@@ -63,8 +63,9 @@ def make_batch(index: int, batch_size: int, seed: int = 0) -> dict:
 
 @dataclasses.dataclass
 class RegressionBatches:
-    """Batch ``i`` is ``make_batch(i, ...)``. After ``limit`` batches it blocks forever, so a
-    learner fed by it sits at step ``limit`` (waiting for data) until it is stopped."""
+    """Batch ``i`` is ``make_batch(i, ...)``, for step ``i``. After batch ``limit - 1`` it blocks
+    forever, so a learner fed by it sits at step ``limit`` (waiting for data) until it is
+    stopped; a restored learner seeks it to its step, so it resumes with the next batch."""
 
     batch_size: int = 32
     limit: int | None = None
@@ -73,6 +74,9 @@ class RegressionBatches:
 
     def __post_init__(self) -> None:
         self._index = 0
+
+    def seek(self, step: int) -> None:
+        self._index = step
 
     def __call__(self) -> dict:
         if self.limit is not None and self._index >= self.limit:
