@@ -110,6 +110,11 @@ class Node(abc.ABC):
         """The `jd.Restart` policy this kind of node gets when its group is given none."""
         return None
 
+    def stops_first(self) -> bool:
+        """Whether a launcher stops this node, and waits for it, before the others: a learner
+        that saves at a step agreed with its other processes needs its inputs still running."""
+        return False
+
 
 class Program:
     """Nodes in groups; a group holds nodes of one type, and resources are given per group."""

@@ -16,13 +16,15 @@ class TrajectoryBatches:
 
     It waits for data in short slices and ends the source (``StopIteration``: the learner saves
     and returns) once the program is stopping, so a learner fetching inline (``prefetch=0``,
-    which keeps the policy lag lowest) is never left waiting on actors that have stopped."""
+    which keeps the policy lag lowest) is never left waiting on actors that have stopped. A
+    learner spanning processes passes ``end_on_stop=False``: all its processes must step on to
+    the step they agreed to stop at, and its actors still run until it has."""
 
-    def __init__(self, queue: Any, batch_size: int, slice_seconds: float = 0.25) -> None:
+    def __init__(self, queue: Any, batch_size: int, slice_seconds: float = 0.25, end_on_stop: bool = True) -> None:
         from jaxdist.nodes.replay import ReplayClient
 
         self._replay = ReplayClient(queue)
-        self._batch_size, self._slice = batch_size, slice_seconds
+        self._batch_size, self._slice, self._end_on_stop = batch_size, slice_seconds, end_on_stop
 
     def __call__(self) -> Any:
         from jaxdist.launch import context
@@ -31,7 +33,7 @@ class TrajectoryBatches:
             try:
                 return self._replay.sample(self._batch_size, timeout=self._slice)["data"]
             except TimeoutError:
-                if context.stop_requested():
+                if self._end_on_stop and context.stop_requested():
                     raise StopIteration from None
 
 
@@ -41,10 +43,13 @@ class FifoLearner:
     trajectories of the FIFO replay node ``queue`` per update. It is built in the process it
     runs in, so that the launching process needs no JAX."""
 
+    stops_first = True  # as the Learner it builds
+
     def __new__(cls, make_logic: Callable[[Any], Any], hp: Any, queue: Any, batch_size: int, **options: Any) -> Any:
         from jaxdist.nodes.learner import Learner
 
-        return Learner(make_logic(hp), TrajectoryBatches(queue, batch_size), **options)
+        source = TrajectoryBatches(queue, batch_size, end_on_stop=options.get("distributed") is None)
+        return Learner(make_logic(hp), source, **options)
 
     def run(self) -> None:  # pragma: no cover - marks a node with work; the Learner's run() runs
         raise NotImplementedError

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from jaxdist.program import NodeContext
 
 _stop_event = threading.Event()
+_interrupt_waived = threading.Event()
 _request_stop: Callable[[], None] | None = None
 _current_node: contextvars.ContextVar[NodeContext | None] = contextvars.ContextVar("current_node", default=None)
 
@@ -20,6 +21,7 @@ def install(request_stop: Callable[[], None]) -> threading.Event:
     global _request_stop
     _request_stop = request_stop
     _stop_event.clear()
+    _interrupt_waived.clear()
     return _stop_event
 
 
@@ -45,6 +47,17 @@ def stop_requested() -> bool:
 def wait_for_stop(timeout: float | None = None) -> bool:
     """Block until the program is stopping (True) or `timeout` passes (False)."""
     return _stop_event.wait(timeout)
+
+
+def finish_on_stop() -> None:
+    """Ask the launcher not to interrupt this process's `run()` after a stop: it returns by
+    itself, within the grace period. A learner spanning processes must step on to the step they
+    all stop at; cut short, it would leave the others waiting in a collective."""
+    _interrupt_waived.set()
+
+
+def interrupt_waived() -> bool:
+    return _interrupt_waived.is_set()
 
 
 def current_node() -> NodeContext | None:

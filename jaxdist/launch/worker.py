@@ -4,7 +4,8 @@ The node arrives pickled over the pipe its parent made for it (never over a sock
 then follows the parent's two-phase start: bind and report addresses, construct when given the
 address table, run when told. A stop (the parent's message, SIGTERM, or the parent's death)
 sets the stop event first; if `run()` has not returned `interrupt_after` seconds later, its
-calls in flight are cancelled and KeyboardInterrupt is raised in it.
+calls in flight are cancelled and KeyboardInterrupt is raised in it (unless the node asked
+for none: `context.finish_on_stop()`).
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ class _Worker:
         threading.Timer(self._interrupt_after, self._interrupt_run).start()
 
     def _interrupt_run(self) -> None:
-        if self._in_run:
+        if self._in_run and not context.interrupt_waived():
             if self._clients is not None:
                 self._clients.close_all()
             _thread.interrupt_main()

@@ -46,6 +46,9 @@ class ColocationNode(Node):
     def create_handle(self) -> list[Any]:
         return [node.create_handle() for node in self.nodes]
 
+    def stops_first(self) -> bool:
+        return any(node.stops_first() for node in self.nodes)
+
     def units(self) -> list[Node]:
         return list(self.nodes) if self.mode == "processes" else [self]
 

@@ -40,6 +40,10 @@ class CourierNode(Node):
         """A served class may declare `default_restart = jd.Restart(...)` (learners do)."""
         return getattr(self.cls, "default_restart", None)
 
+    def stops_first(self) -> bool:
+        """A served class may declare `stops_first = True` (learners do)."""
+        return bool(getattr(self.cls, "stops_first", False))
+
     def executable(self, context: NodeContext) -> Executable:
         return _CourierExecutable(self, context)
 

@@ -152,10 +152,13 @@ class Learner:
 
     Several processes (``distributed``): each feeds its own rows and all must step together,
     so use a source on every process (not ``update()`` calls) and end by ``max_steps`` or a
-    stop; a stop is taken at JAX's preemption sync point, the same step everywhere.
+    stop; a stop is taken at JAX's preemption sync point, the same step everywhere. Launchers
+    stop learners before the other nodes, so every process's source still has data to step on
+    to that point, and do not interrupt them meanwhile; a source must not end on a stop there.
     """
 
     default_restart = Restart(max_restarts=10, backoff=1.0)  # it resumes from its checkpoint
+    stops_first = True  # it saves at its final step while its inputs still run
 
     def __init__(self, logic: LearnerLogic, source: BatchSource | Any = None, *,
                  batch_size: int | None = None, steps_per_call: int = 1,
@@ -191,6 +194,8 @@ class Learner:
         self._after_update = after_update
         self._primary = parallel.is_primary()
         self._multiprocess = jax.process_count() > 1
+        if self._multiprocess and self._in_program:
+            context.finish_on_stop()
         self._lock = threading.RLock()
         self._closed = False
         self._dp = parallel.data_parallel(_CountedUpdate(logic.update), mode=mode,

@@ -171,6 +171,23 @@ def test_processes_stop_kills_stubborn_nodes_and_grandchildren(tmp_path):
         assert not alive(status["pid"])
 
 
+def test_processes_stop_nodes_that_stop_first_while_the_others_still_serve(tmp_path):
+    program = jd.Program("phased-stop")
+    counter = program.add_node(jd.CourierNode(nodes.Counter))
+    report = tmp_path / "calls-after-stop"
+    program.add_node(jd.CourierNode(nodes.FinishesWithItsPeer, counter, str(report), 1.0), label="learner")
+    running = jd.launch(program, launcher="processes", run_dir=str(tmp_path / "run"), echo=False,
+                        interrupt_after=0.2)
+    running.stop()
+    # The learner called the counter for a second after the stop, uninterrupted, before the
+    # counter was told to stop.
+    assert report.read_text() and int(report.read_text()) >= 10
+    assert [status["exitcode"] for status in running.status().values()] == [0, 0]
+    assert jd.ColocationNode([jd.CourierNode(nodes.Counter),
+                              jd.CourierNode(nodes.FinishesWithItsPeer, None, "", 0.0)]).stops_first()
+    assert not jd.ColocationNode([jd.CourierNode(nodes.Counter)]).stops_first()
+
+
 def test_processes_report_a_node_killed_by_a_signal(tmp_path):
     program = jd.Program("killed")
     program.add_node(jd.CourierNode(nodes.SelfKilling))

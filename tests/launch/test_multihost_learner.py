@@ -124,10 +124,12 @@ def test_ppo_solves_cartpole_with_one_learner_spanning_two_hosts(tmp_path, netwo
     logs = [(run_dir / "logs" / f"learner-{h}.log").read_text() for h in (0, 1)]
     for log in logs:
         assert "fresh start on 2 device(s)" in log  # one SPMD learner over both hosts' devices
-    # Not asserted yet: that a stop from the monitor ends both learners at one step with a
-    # checkpoint. Each host's batch source ends on the stop on its own, so one learner can be
-    # left in a collective until the grace period's SIGKILL (seen in CI); SIGTERM preemption
-    # (JAX's sync point) is covered by tests/test_checkpoint.py.
+    # The monitor's stop ended both learners at one step (JAX's preemption sync point, reached
+    # while the actors still fed them) and they saved it together.
+    stops = [re.findall(r"stopped at step (\d+): preempted \(checkpoint saved\)", log) for log in logs]
+    assert stops[0] and stops[0] == stops[1], stops
+    saved = sorted(int(name) for name in os.listdir(run_dir / "checkpoints" / "learner") if name.isdigit())
+    assert saved[-1] == int(stops[0][-1])
 
 
 @pytest.mark.timeout(600)

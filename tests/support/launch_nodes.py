@@ -161,3 +161,27 @@ def call_until(target, expected_starts: int) -> None:
             failed_calls += 1
         time.sleep(0.05)
     print(f"reached start {expected_starts} ({failed_calls} calls cut by a crash)", flush=True)
+
+
+class FinishesWithItsPeer:
+    """Like a learner spanning processes: stops before other nodes and asks not to be
+    interrupted; after the stop it keeps calling its peer for `linger` seconds, then writes how
+    many calls succeeded to `report`."""
+
+    stops_first = True
+
+    def __init__(self, peer, report: str, linger: float) -> None:
+        from jaxdist.launch import context
+
+        context.finish_on_stop()
+        self._peer, self._report, self._linger = peer.with_timeout(2.0), report, linger
+
+    def run(self) -> None:
+        jd.wait_for_stop()
+        calls, deadline = 0, time.monotonic() + self._linger
+        while time.monotonic() < deadline:
+            self._peer.increment()
+            calls += 1
+            time.sleep(0.05)
+        with open(self._report, "w") as report:
+            report.write(str(calls))

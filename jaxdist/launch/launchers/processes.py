@@ -3,7 +3,9 @@
 Children are started with multiprocessing's spawn, which hands each its node pickled over an
 inherited pipe; the same pipe then carries the two-phase start (bind, construct, run) and stop.
 Each child leads a process group, so a stop reaches its whole tree: the stop message and
-SIGTERM, a grace period, then SIGKILL of every process below it.
+SIGTERM, a grace period, then SIGKILL of every process below it. Nodes that stop first
+(`Node.stops_first()`: learners) are stopped, and waited for, before the rest, so a learner
+saving at a step agreed across hosts still has its actors and queues feeding it.
 
 A monitor thread watches every child. A node that crashes (raises, or dies by a signal or a
 non-zero exit) is started again if its group's `jd.Restart` policy allows: after a backoff, on
@@ -286,14 +288,17 @@ class _ProcessesRunning(Running):
     # Stopping -------------------------------------------------------------------------------
 
     def _shut_down(self) -> None:
-        """Stop message and SIGTERM, `grace` seconds, then SIGKILL of every tree. Only the
+        """Stop message and SIGTERM, `grace` seconds, then SIGKILL of every tree; nodes that
+        stop first (learners) get their own `grace` before the others are told. Only the
         monitor reaps children (two threads joining one process lose its exit code)."""
         children = [child for child in self._children.values() if child.process is not None]
-        for child in children:
-            self._send(child, "stop")
-            if not _exited(child.process):
-                signal_tree(child.process.pid, signal.SIGTERM)
-        self._wait_for_exits(children, time.monotonic() + self._grace)
+        first = [child for child in children if child.node.stops_first()]
+        for phase in (first, [child for child in children if child not in first]):
+            for child in phase:
+                self._send(child, "stop")
+                if not _exited(child.process):
+                    signal_tree(child.process.pid, signal.SIGTERM)
+            self._wait_for_exits(phase, time.monotonic() + self._grace)
         for child in children:
             if not _exited(child.process):
                 signal_tree(child.process.pid, signal.SIGKILL)
