@@ -2,8 +2,9 @@
 
 The node arrives pickled over the pipe its parent made for it (never over a socket). The child
 then follows the parent's two-phase start: bind and report addresses, construct when given the
-address table, run when told. A stop (the parent's message, SIGTERM, or the parent's death)
-sets the stop event first; if `run()` has not returned `interrupt_after` seconds later, its
+address table, run when told. SIGTERM asks the parent to stop the whole program (it stops
+nodes in order: learners first). A stop (the parent's message, or the parent's death) sets
+the stop event first; if `run()` has not returned `interrupt_after` seconds later, its
 calls in flight are cancelled and KeyboardInterrupt is raised in it (unless the node asked
 for none: `context.finish_on_stop()`).
 """
@@ -54,7 +55,9 @@ class _Worker:
         self._stopping = False
 
     def serve(self, payload: bytes) -> int:
-        signal.signal(signal.SIGTERM, lambda signum, frame: self._begin_stop())
+        # Off the main thread: the handler may have interrupted a send that holds the lock.
+        signal.signal(signal.SIGTERM, lambda signum, frame: threading.Thread(
+            target=self._on_sigterm, name="jaxdist-sigterm", daemon=True).start())
         threading.Thread(target=self._listen, name="jaxdist-control", daemon=True).start()
         executable = None
         try:
@@ -101,12 +104,14 @@ class _Worker:
     def stopping(self) -> bool:
         return self._stopping
 
-    def _send(self, *message: Any) -> None:
+    def _send(self, *message: Any) -> bool:
+        """Whether the message went; when the parent is gone, the listener handles that."""
         with self._send_lock:
             try:
                 self._conn.send(message)
+                return True
             except (OSError, ValueError):
-                pass  # the parent is gone; the listener handles that
+                return False
 
     def _wait_for(self, kind: str) -> Any:
         """The payload of the parent's `kind` message, or None when a stop came first."""
@@ -128,6 +133,13 @@ class _Worker:
                 with self._arrived:
                     self._messages[kind] = body[0] if body else True
                     self._arrived.notify_all()
+
+    def _on_sigterm(self) -> None:
+        """SIGTERM is a preemption notice (`scancel` and a VM's shutdown signal every process):
+        the launcher stops the whole program, in order, and tells this node when; without a
+        launcher to ask, the node stops now."""
+        if not self._send("stop_program", f"node '{self._context.node_name}' got SIGTERM"):
+            self._begin_stop()
 
     def _ask_program_to_stop(self) -> None:
         self._send("stop_program", f"jd.stop() was called in node '{self._context.node_name}'")

@@ -242,3 +242,20 @@ def test_processes_stop_reports_every_exit_code(tmp_path):
         running = jd.launch(program, launcher="processes", run_dir=str(tmp_path / str(attempt)), echo=False)
         running.stop()
         assert [status["exitcode"] for status in running.status().values()] == [0, 0, 0]
+
+
+def test_sigterm_to_every_node_stops_the_program_in_order_through_the_launcher(tmp_path):
+    # As `scancel` or a VM's shutdown would: every process gets SIGTERM at once. The counter
+    # must not just exit: the learner still calls it while it stops.
+    program = jd.Program("preempted")
+    counter = program.add_node(jd.CourierNode(nodes.Counter))
+    report = tmp_path / "calls-after-stop"
+    program.add_node(jd.CourierNode(nodes.FinishesWithItsPeer, counter, str(report), 1.0), label="learner")
+    running = jd.launch(program, launcher="processes", run_dir=str(tmp_path / "run"), echo=False)
+    for status in running.status().values():
+        os.kill(status["pid"], signal.SIGTERM)
+    assert running.wait(timeout=30)
+    assert running.stop_reason == "node 'counter/0' got SIGTERM" or \
+        running.stop_reason == "node 'learner/0' got SIGTERM", running.stop_reason
+    assert int(report.read_text()) >= 10
+    assert [status["exitcode"] for status in running.status().values()] == [0, 0]
