@@ -53,7 +53,7 @@ def _policy_and_params(num_actions: int = 2):
     import jax
 
     from jaxdist.agents.ppo.acting import PolicyStep
-    from jaxdist.agents.ppo.networks import ActorCritic
+    from jaxdist.agents.networks import ActorCritic
 
     params = ActorCritic(num_actions).init(jax.random.key(0), np.zeros((1, 4), np.float32))
     return PolicyStep(num_actions), jax.tree.map(np.asarray, params)

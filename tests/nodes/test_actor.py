@@ -12,7 +12,7 @@ import pytest
 
 from jaxdist import courier
 from jaxdist.agents.ppo.acting import PolicyStep
-from jaxdist.agents.ppo.networks import ActorCritic
+from jaxdist.agents.networks import ActorCritic
 from jaxdist.envs import EnvSpec
 from jaxdist.nodes.actor import Actor
 from jaxdist.nodes.parameter_server import ParameterServer

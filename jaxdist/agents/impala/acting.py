@@ -22,7 +22,7 @@ class PolicyStep:
         import jax
         import jax.numpy as jnp
 
-        from jaxdist.agents.impala.networks import ActorCritic
+        from jaxdist.agents.networks import ActorCritic
 
         logits = ActorCritic(self.num_actions, self.hidden).apply(params, obs, method="logits")
         action = jax.random.categorical(key, logits)

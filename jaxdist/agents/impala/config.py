@@ -32,7 +32,7 @@ class IMPALAHyperparams:
 
     def network(self) -> Any:
         """The flax actor-critic (imported here: building a config needs no JAX)."""
-        from jaxdist.agents.impala.networks import ActorCritic
+        from jaxdist.agents.networks import ActorCritic
 
         return ActorCritic(self.num_actions, self.hidden)
 

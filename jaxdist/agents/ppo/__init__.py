@@ -1,5 +1,5 @@
-"""PPO: ``learning.py`` (the math: GAE, the clipped loss, the jitted update), ``networks.py``
-(flax actor-critic), ``acting.py`` (the actors' policy step), ``config.py`` (``PPOConfig``),
+"""PPO: ``learning.py`` (the math: GAE, the clipped loss, the jitted update), the flax
+actor-critic in ``jaxdist.agents.networks``, ``acting.py`` (the actors' policy step), ``config.py`` (``PPOConfig``),
 ``builder.py`` (``make_program``: actors, FIFO replay and the generic learner), ``training.py``
 (``train``: launch under the shared monitor of ``jaxdist.agents.training``)."""
 

@@ -21,7 +21,7 @@ class PolicyStep:
         import jax
         import jax.numpy as jnp
 
-        from jaxdist.agents.ppo.networks import ActorCritic
+        from jaxdist.agents.networks import ActorCritic
 
         network = ActorCritic(self.num_actions, self.hidden)
         if self.with_value:

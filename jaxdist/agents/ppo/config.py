@@ -35,7 +35,7 @@ class PPOHyperparams:
 
     def network(self) -> Any:
         """The flax ``ActorCritic`` (imported here: building a config needs no JAX)."""
-        from jaxdist.agents.ppo.networks import ActorCritic
+        from jaxdist.agents.networks import ActorCritic
 
         return ActorCritic(self.num_actions, self.hidden)
 

@@ -1,14 +1,14 @@
-"""PPO's actor-critic for discrete actions.
+"""The actor-critic for discrete actions that PPO and IMPALA share.
 
 Separate policy and value MLPs (tanh, orthogonal init: policy head gain 0.01, value head 1),
 as in CleanRL and PureJaxRL: sharing a torso couples the two losses' scales for no gain on
-small control tasks.
+small control tasks (IMPALA's paper shares one; here the baseline loss would pull on the
+policy's features), and ``method="logits"`` lets actors run the policy alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import flax.linen as nn
 import jax
@@ -46,7 +46,3 @@ class ActorCritic(nn.Module):
 
     def logits(self, obs: jax.Array) -> jax.Array:
         return self.policy(obs.astype(jnp.float32))
-
-
-def init_params(network: ActorCritic, obs_shape: Sequence[int], rng: jax.Array) -> Any:
-    return network.init(rng, jnp.zeros((1, *obs_shape), jnp.float32))
