@@ -133,6 +133,34 @@ def test_ppo_solves_cartpole_with_one_learner_spanning_two_hosts(tmp_path, netwo
 
 
 @pytest.mark.timeout(600)
+def test_sigterm_to_every_process_of_both_hosts_saves_one_step_and_every_host_exits_zero(tmp_path):
+    # As `scancel` or a pod-wide preemption: every process of every host gets SIGTERM at once.
+    # Each launcher stops its learner first, still fed by its actors, so both reach the step
+    # JAX's preemption sync point agrees on, and save it together.
+    run_dir = tmp_path / "run"
+    with loopback_hosts() as (hosts, prefixes):
+        processes = start_hosts(hosts, prefixes, run_dir, free_base_port(), "--checkpoint-every", "100000")
+        metrics = run_dir / "metrics.csv"
+        deadline = time.monotonic() + 300
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+            assert time.monotonic() < deadline, "the learner did not log two rows"
+            assert all(p.poll() is None for p, _ in processes), "a host exited early"
+            time.sleep(0.5)
+        everyone = [psutil.Process(p.pid) for p, _ in processes]
+        everyone += [child for host in list(everyone) for child in host.children(recursive=True)]
+        for process in everyone:
+            with contextlib.suppress(psutil.Error):
+                process.send_signal(signal.SIGTERM)
+        out0, out1 = finish(processes, timeout=120)
+    assert processes[0][0].returncode == 0 and processes[1][0].returncode == 0, out0[-3000:] + out1[-3000:]
+    logs = [(run_dir / "logs" / f"learner-{h}.log").read_text() for h in (0, 1)]
+    stops = [re.findall(r"stopped at step (\d+): preempted \(checkpoint saved\)", log) for log in logs]
+    assert stops[0] and stops[0] == stops[1], (stops, logs[0][-2000:], logs[1][-2000:])
+    saved = sorted(int(name) for name in os.listdir(run_dir / "checkpoints" / "learner") if name.isdigit())
+    assert saved == [int(stops[0][-1])]  # the stop's own save: the interval never came
+
+
+@pytest.mark.timeout(600)
 def test_killing_one_hosts_actor_and_learner_process_brings_them_back_and_learning_goes_on(tmp_path):
     run_dir = tmp_path / "run"
     with loopback_hosts() as (hosts, prefixes):
