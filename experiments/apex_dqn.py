@@ -40,6 +40,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
     parser.add_argument("--samples-per-insert", type=float, default=defaults.samples_per_insert)
     parser.add_argument("--target-update-period", type=int, default=defaults.target_update_period)
+    parser.add_argument("--replay-checkpoint-seconds", type=float, default=defaults.replay_checkpoint_seconds,
+                        help="save the replay this often and at a stop (0: do not save it)")
     return parser.parse_args()
 
 
@@ -48,7 +50,8 @@ def main() -> None:
     config = ApexConfig(num_actors=args.num_actors, envs_per_actor=args.envs_per_actor, total_steps=args.total_steps,
                         seed=args.seed, env_backend=args.env_backend, n_step=args.n_step,
                         learning_rate=args.learning_rate, batch_size=args.batch_size,
-                        samples_per_insert=args.samples_per_insert, target_update_period=args.target_update_period)
+                        samples_per_insert=args.samples_per_insert, target_update_period=args.target_update_period,
+                        replay_checkpoint_seconds=args.replay_checkpoint_seconds or None)
     run_dir = cli.prepare_run_dir(args, "apex", config.env_id)
     summary = train(config, launcher=args.launcher, run_dir=run_dir, target_return=args.target_return,
                     stop_at_target=args.stop_at_target, start_time=START,

@@ -4,7 +4,9 @@ the greediest actor's return clearly improves."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import re
 import time
 
 import numpy as np
@@ -63,3 +65,20 @@ def test_threads_launcher_run_clearly_improves_the_greedy_return(tmp_path):
     assert rows[-1]["q_mean"] > rows[0]["q_mean"]  # values grow as episodes lengthen
     assert (tmp_path / "learning_curve.png").read_bytes().startswith(b"\x89PNG")
     assert "[apex]" in out.getvalue()
+
+
+@pytest.mark.slow
+def test_a_relaunched_run_resumes_with_its_replay_and_learner_step(tmp_path, capsys):
+    # The first run ends at its step budget and saves the replay at the stop; the second, on
+    # the same run directory, starts from both instead of refilling min_replay.
+    config = ApexConfig(num_actors=2, envs_per_actor=4, report_actors=1, total_steps=4_000, min_replay=500,
+                        seed=2, log_every_updates=50)
+    train(config, launcher="threads", run_dir=str(tmp_path), echo=False, out=io.StringIO())
+    assert "restored" not in capsys.readouterr().out
+    first = read_metrics(tmp_path / "metrics.csv")[-1]["step"]
+    train(dataclasses.replace(config, total_steps=6_000), launcher="threads", run_dir=str(tmp_path), echo=False,
+          out=io.StringIO())
+    log = capsys.readouterr().out  # the threads launcher's nodes print here
+    restored = re.findall(r"replay node learner/0/0 restored checkpoint step \d+ \(default: (\d+)", log)
+    assert restored and int(restored[-1]) >= config.min_replay, log[-3000:]
+    assert f"learner/0/1: restored step {first}" in log

@@ -120,8 +120,9 @@ def make_program(config: ApexConfig) -> jd.Program:
         max_steps=config.total_updates, log_every=config.log_every_updates,
         checkpoint={"save_every_steps": config.checkpoint_every_updates, "keep": 2},
         prefetch=config.learner_prefetch)
-    handles = program.add_node(jd.ColocationNode([jd.ReplayNode(replay_table(config)), learner_node],
-                                                 mode="threads"), label="learner")
+    replay_node = jd.ReplayNode(replay_table(config), checkpoint=config.replay_checkpoint_seconds is not None,
+                                checkpoint_every_seconds=config.replay_checkpoint_seconds)
+    handles = program.add_node(jd.ColocationNode([replay_node, learner_node], mode="threads"), label="learner")
     assert [h.node_name for h in handles] == [REPLAY, LEARNER], handles
     env = EnvSpec(config.env_id, config.envs_per_actor, config.env_backend)
     with program.group("actor"):

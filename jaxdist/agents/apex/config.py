@@ -61,6 +61,11 @@ class ApexConfig:
     network is copied from the online one every ``target_update_period`` updates; after every
     update the sampled transitions get their new priorities. ``total_steps`` env steps set the
     number of updates: ``total_steps * samples_per_insert / batch_size``.
+
+    **Checkpoints.** The learner saves every ``checkpoint_every_updates``; the replay (items,
+    priorities and the rate limiter's counts) every ``replay_checkpoint_seconds`` and at a stop,
+    so a preempted or crashed run resumes with the data it had rather than refilling
+    ``min_replay`` first (None: the replay is not saved).
     """
 
     # Environment and actors.
@@ -98,6 +103,7 @@ class ApexConfig:
     max_in_flight: int = 2
     learner_prefetch: int = 1
     checkpoint_every_updates: int = 1_000
+    replay_checkpoint_seconds: float | None = 300.0
     log_every_updates: int = 100
 
     def __post_init__(self) -> None:
@@ -112,6 +118,8 @@ class ApexConfig:
         if not self.batch_size <= self.min_replay <= self.replay_size:
             raise ValueError(f"need batch_size ({self.batch_size}) <= min_replay ({self.min_replay}) <= "
                              f"replay_size ({self.replay_size})")
+        if self.replay_checkpoint_seconds is not None and not self.replay_checkpoint_seconds > 0:
+            raise ValueError(f"replay_checkpoint_seconds must be > 0 or None, got {self.replay_checkpoint_seconds}")
         if self.samples_per_insert <= 0:
             raise ValueError(f"samples_per_insert must be > 0, got {self.samples_per_insert}")
 
