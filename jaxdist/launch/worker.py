@@ -50,6 +50,7 @@ class _Worker:
         self._arrived = threading.Condition()
         self._clients: ClientPool | None = None
         self._in_run = False
+        self._run_lock = threading.Lock()  # an interrupt is sent only while run() runs
         self._stop_event = context.install(self._ask_program_to_stop)
         self._stop_once = threading.Lock()
         self._stopping = False
@@ -74,8 +75,10 @@ class _Worker:
                 return 0
             if executable.has_run:
                 self._in_run = True
-                executable.run()
-                self._in_run = False
+                try:
+                    executable.run()
+                finally:
+                    self._leave_run()
                 self._send("finished")
             else:
                 self._stop_event.wait()
@@ -94,7 +97,6 @@ class _Worker:
             self._send("failed", details)
             return 1
         finally:
-            self._in_run = False
             if executable is not None:
                 executable.shutdown()
             if self._clients is not None:
@@ -155,7 +157,26 @@ class _Worker:
         threading.Timer(self._interrupt_after, self._interrupt_run).start()
 
     def _interrupt_run(self) -> None:
-        if self._in_run and not context.interrupt_waived():
-            if self._clients is not None:
-                self._clients.close_all()
-            _thread.interrupt_main()
+        if not self._in_run or context.interrupt_waived():
+            return
+        if self._clients is not None:
+            self._clients.close_all()
+        with self._run_lock:
+            if self._in_run:
+                _thread.interrupt_main()
+
+    def _leave_run(self) -> None:
+        """No interrupt is sent after this; one sent just before lands here (or as this is
+        called), inside run()'s handling, never in the cleanup that follows: there it escaped
+        `main` and the process exited 120 without its final messages."""
+        try:
+            with self._run_lock:
+                self._in_run = False
+            _handle_pending_signals()
+        except KeyboardInterrupt:
+            if not self._stopping:
+                raise
+
+
+def _handle_pending_signals() -> None:
+    """Empty: the interpreter runs pending signal handlers on entering a Python function."""

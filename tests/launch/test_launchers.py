@@ -188,6 +188,17 @@ def test_processes_stop_nodes_that_stop_first_while_the_others_still_serve(tmp_p
     assert not jd.ColocationNode([jd.CourierNode(nodes.Counter)]).stops_first()
 
 
+def test_the_stops_interrupt_never_cuts_a_nodes_cleanup_short(tmp_path):
+    # run() ended with an error at the stop while the interrupt was on its way (closing the
+    # clients first was slow, as under load): it landed in close(), escaped the worker, and
+    # the process exited 120 (seen in CI).
+    closed = tmp_path / "closed"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "tests", "support"), REPO]))
+    result = subprocess.run([sys.executable, os.path.join(REPO, "tests", "helpers", "interrupted_worker.py"),
+                             str(tmp_path), str(closed)], capture_output=True, text=True, env=env, timeout=60)
+    assert result.stdout.strip().endswith("exit 0 closed"), result.stdout + result.stderr
+
+
 def test_processes_report_a_node_killed_by_a_signal(tmp_path):
     program = jd.Program("killed")
     program.add_node(jd.CourierNode(nodes.SelfKilling))

@@ -185,3 +185,26 @@ class FinishesWithItsPeer:
             time.sleep(0.05)
         with open(self._report, "w") as report:
             report.write(str(calls))
+
+
+class SlowToDescribe(ConnectionError):
+    def __str__(self) -> str:
+        time.sleep(0.3)  # the worker's handler formats it: run() has ended, the handler has not
+        return "a peer went away with the stop"
+
+
+class RaisesAtStopClosesSlowly:
+    """run() raises when the stop comes, an error slow to format; close() takes
+    `close_seconds`, then writes `closed`. The stop's interrupt must not cut close() short."""
+
+    def __init__(self, closed: str, close_seconds: float) -> None:
+        self._closed, self._close_seconds = closed, close_seconds
+
+    def run(self) -> None:
+        jd.wait_for_stop()
+        raise SlowToDescribe()
+
+    def close(self) -> None:
+        time.sleep(self._close_seconds)
+        with open(self._closed, "w") as marker:
+            marker.write("closed")
