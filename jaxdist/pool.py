@@ -12,11 +12,11 @@ again once it answers. Only when no evaluator has been reachable for ``unavailab
 seconds does a map raise :class:`EvaluatorsUnavailableError`. Any other exception of a task
 (the remote method raised) is the caller's and is raised as it is.
 
-Courier clients wait for a server that is down to come back (within the deadline), so a call
-to an evaluator that died between two tasks does not fail: it waits for the restart. With
+The pool calls with ``client.failing_fast()``: a call to an evaluator that died between two
+tasks fails at once instead of waiting for its restart, so its task goes to another. With
 ``backup_after`` set, an evaluator left idle at the end of a map runs a copy of a task that has
 been running longer than that, and the first copy to finish counts (MapReduce's backup tasks):
-a dead, restarting, slow or hung evaluator then holds a map up by about ``backup_after``.
+a slow or hung evaluator then holds a map up by about ``backup_after``.
 
 Tasks may therefore run more than once, and should be pure functions of their argument.
 """
@@ -61,7 +61,7 @@ class PoolStats:
 class _Evaluator:
     def __init__(self, client: Any, task_timeout: float | None, probe_timeout: float) -> None:
         self.name = getattr(client, "address", repr(client))
-        self.calls = client.with_timeout(task_timeout)
+        self.calls = client.with_timeout(task_timeout).failing_fast()
         self.prober = client.with_timeout(probe_timeout)
         self.live = True
         self.busy = False
@@ -92,8 +92,9 @@ class Pool:
         if not clients:
             raise ValueError("a Pool needs at least one evaluator client")
         for client in clients:
-            if not callable(getattr(client, "with_timeout", None)):
-                raise TypeError(f"Pool takes courier clients (with .futures and .with_timeout), got {client!r}")
+            if not (callable(getattr(client, "with_timeout", None)) and callable(getattr(client, "failing_fast", None))):
+                raise TypeError(f"Pool takes courier clients (with .futures, .with_timeout and .failing_fast), "
+                                f"got {client!r}")
         self._evaluators = [_Evaluator(client, task_timeout, probe_timeout) for client in clients]
         self._unavailable_timeout = unavailable_timeout
         self._retry_interval = retry_interval

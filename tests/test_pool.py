@@ -73,6 +73,18 @@ def test_the_task_of_a_stopped_server_is_requeued_and_the_map_completes_in_order
     pool.close()
 
 
+def test_an_evaluator_down_before_the_map_is_taken_out_at_once_not_waited_for(servers):
+    down = servers(nodes.Squarer())
+    down.stop(grace=0)
+    pool = jd.Pool(clients_of(down, servers(nodes.Squarer())), task_timeout=30.0, retry_interval=60.0)
+    start = time.monotonic()
+    assert [r["value"] for r in pool.map("square", range(4))] == [0, 1, 4, 9]
+    assert time.monotonic() - start < 5  # not the 30 s deadline a waiting call would take
+    stats = pool.stats()
+    assert (stats.lost, stats.requeued, stats.live) == (1, 1, 1)
+    pool.close()
+
+
 def test_an_evaluator_that_misses_its_deadline_is_taken_out_and_its_task_done_elsewhere(servers):
     pool = jd.Pool(clients_of(servers(nodes.Hangs()), servers(nodes.Squarer())), task_timeout=0.5,
                    retry_interval=60.0)
@@ -184,13 +196,13 @@ def test_an_evaluator_process_killed_mid_task_under_the_processes_launcher_is_re
         assert new_pid != victim_pid and new_pid in {r["pid"] for r in again}
         assert pool.stats().rejoined >= 1 and pool.stats().live == 3
 
-        # Killed while idle: the next call to it waits for its restart (2 s away), so an idle
-        # evaluator runs a backup of that task and the map does not wait.
+        # Killed while idle: the next call to it fails at once (the pool's calls fail fast)
+        # rather than waiting for its restart, 2 s away; its task goes to the others.
         os.kill(new_pid, signal.SIGKILL)
         wait_until(lambda: running.status()["evaluator/1"]["restarts"] == 2, "the supervisor to see the death")
-        backups = pool.stats().backups
+        requeued = pool.stats().requeued
         assert [r["value"] for r in pool.map("square", range(6))] == [x * x for x in range(6)]
-        assert pool.stats().backups > backups
+        assert pool.stats().requeued > requeued and pool.stats().backups == 0  # a waiting call never fails
         pool.close()
     finally:
         running.stop()

@@ -7,6 +7,7 @@ backoff is capped at one second instead of gRPC's 120 s.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from concurrent import futures
@@ -50,33 +51,34 @@ class Client:
         inline_limit: int = wire.DEFAULT_INLINE_LIMIT,
     ) -> None:
         self.address = address
-        self._timeout = timeout
-        self._connection = _Connection(address, token, wait_for_ready, max_message_bytes, inline_limit)
+        self._options = _CallOptions(timeout, wait_for_ready)
+        self._connection = _Connection(address, token, max_message_bytes, inline_limit)
         self.futures = _FutureMethods(self)
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         if name.startswith("_"):
             raise AttributeError(name)
-        method = _BlockingMethod(self._connection, name, self._timeout)
+        method = _BlockingMethod(self._connection, name, self._options)
         self.__dict__[name] = method  # later lookups skip __getattr__
         return method
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """`client.call("m", x)` is `client.m(x)`, for method names held in variables."""
-        return self._connection.call(method, args, kwargs, self._timeout)
+        return self._connection.call(method, args, kwargs, self._options)
 
     def with_timeout(self, timeout: float | None) -> "Client":
         """A client on the same connection whose calls have another deadline (None: none)."""
-        clone = object.__new__(Client)
-        clone.address = self.address
-        clone._timeout = timeout
-        clone._connection = self._connection
-        clone.futures = _FutureMethods(clone)
-        return clone
+        return self._with(_CallOptions(timeout, self._options.wait_for_ready))
+
+    def failing_fast(self) -> "Client":
+        """A client on the same connection whose calls fail at once (`UnavailableError`) while
+        the server is unreachable, instead of waiting for it within their deadline: for callers
+        with somewhere else to go, such as a pool of evaluators."""
+        return self._with(_CallOptions(self._options.timeout, False))
 
     def methods(self) -> list[str]:
         """The method names the server serves."""
-        return self._connection.list_methods(self._timeout)
+        return self._connection.list_methods(self._options)
 
     def close(self) -> None:
         self._connection.close()
@@ -90,15 +92,27 @@ class Client:
     def __repr__(self) -> str:
         return f"courier.Client({self.address!r})"
 
+    def _with(self, options: "_CallOptions") -> "Client":
+        clone = object.__new__(Client)
+        clone.address, clone._options, clone._connection = self.address, options, self._connection
+        clone.futures = _FutureMethods(clone)
+        return clone
+
+
+@dataclasses.dataclass(frozen=True)
+class _CallOptions:
+    timeout: float | None
+    wait_for_ready: bool
+
 
 class _BlockingMethod:
-    __slots__ = ("_connection", "_name", "_timeout")
+    __slots__ = ("_connection", "_name", "_options")
 
-    def __init__(self, connection: "_Connection", name: str, timeout: float | None) -> None:
-        self._connection, self._name, self._timeout = connection, name, timeout
+    def __init__(self, connection: "_Connection", name: str, options: _CallOptions) -> None:
+        self._connection, self._name, self._options = connection, name, options
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._connection.call(self._name, args, kwargs, self._timeout)
+        return self._connection.call(self._name, args, kwargs, self._options)
 
 
 class _FutureMethods:
@@ -110,10 +124,10 @@ class _FutureMethods:
     def __getattr__(self, name: str) -> Callable[..., futures.Future]:
         if name.startswith("_"):
             raise AttributeError(name)
-        connection, timeout = self._client._connection, self._client._timeout
+        connection, options = self._client._connection, self._client._options
 
         def submit(*args: Any, **kwargs: Any) -> futures.Future:
-            return connection.call_future(name, args, kwargs, timeout)
+            return connection.call_future(name, args, kwargs, options)
 
         self.__dict__[name] = submit
         return submit
@@ -122,12 +136,9 @@ class _FutureMethods:
 class _Connection:
     """One gRPC channel and the encoding, staging and error translation around it."""
 
-    def __init__(
-        self, address: str, token: str | None, wait_for_ready: bool, max_message_bytes: int, inline_limit: int
-    ) -> None:
+    def __init__(self, address: str, token: str | None, max_message_bytes: int, inline_limit: int) -> None:
         self._address = address
         self._metadata = ((wire.TOKEN_KEY, token),) if token is not None else None
-        self._wait_for_ready = wait_for_ready
         self._max_message_bytes = max_message_bytes
         self._inline_limit = inline_limit
         self._channel = grpc.insecure_channel(
@@ -139,40 +150,42 @@ class _Connection:
         self._background: futures.ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
-    def call(self, name: str, args: tuple, kwargs: dict, timeout: float | None) -> Any:
-        deadline = _Deadline(timeout)
-        request = self._request(name, _encode_call(args, kwargs), deadline)
+    def call(self, name: str, args: tuple, kwargs: dict, options: _CallOptions) -> Any:
+        deadline = _Deadline(options.timeout)
+        request = self._request(name, _encode_call(args, kwargs), deadline, options)
         try:
             response = self._stub(name)(
-                request, timeout=deadline.remaining(), metadata=self._metadata, wait_for_ready=self._wait_for_ready
+                request, timeout=deadline.remaining(), metadata=self._metadata, wait_for_ready=options.wait_for_ready
             )
         except grpc.RpcError as error:
-            raise self._translate(error, name, timeout) from None
+            raise self._translate(error, name, options.timeout) from None
         return self._result(name, response, deadline)
 
-    def call_future(self, name: str, args: tuple, kwargs: dict, timeout: float | None) -> futures.Future:
+    def call_future(self, name: str, args: tuple, kwargs: dict, options: _CallOptions) -> futures.Future:
         parts = _encode_call(args, kwargs)
         if codec.frame_size(parts) > self._inline_limit:
-            return self._executor().submit(self.call, name, args, kwargs, timeout)
-        deadline = _Deadline(timeout)
+            return self._executor().submit(self.call, name, args, kwargs, options)
+        deadline = _Deadline(options.timeout)
         outcome: futures.Future = futures.Future()
         call = self._stub(name).future(
-            self._request(name, parts, deadline),
+            self._request(name, parts, deadline, options),
             timeout=deadline.remaining(),
             metadata=self._metadata,
-            wait_for_ready=self._wait_for_ready,
+            wait_for_ready=options.wait_for_ready,
         )
-        call.add_done_callback(lambda done: self._settle(outcome, done, name, deadline, timeout))
+        call.add_done_callback(lambda done: self._settle(outcome, done, name, deadline, options.timeout))
         return outcome
 
-    def list_methods(self, timeout: float | None) -> list[str]:
-        return self._result(wire.LIST_METHODS, self.call_raw(wire.LIST_METHODS, timeout), _Deadline(timeout))
+    def list_methods(self, options: _CallOptions) -> list[str]:
+        response = self.call_raw(wire.LIST_METHODS, options)
+        return self._result(wire.LIST_METHODS, response, _Deadline(options.timeout))
 
-    def call_raw(self, name: str, timeout: float | None) -> bytes:
+    def call_raw(self, name: str, options: _CallOptions) -> bytes:
         try:
-            return self._stub(name)(b"", timeout=timeout, metadata=self._metadata, wait_for_ready=self._wait_for_ready)
+            return self._stub(name)(b"", timeout=options.timeout, metadata=self._metadata,
+                                    wait_for_ready=options.wait_for_ready)
         except grpc.RpcError as error:
-            raise self._translate(error, name, timeout) from None
+            raise self._translate(error, name, options.timeout) from None
 
     def close(self) -> None:
         self._channel.close()
@@ -191,7 +204,7 @@ class _Connection:
                 self._background = futures.ThreadPoolExecutor(4, thread_name_prefix="courier-client")
             return self._background
 
-    def _request(self, name: str, parts: list, deadline: "_Deadline") -> bytes:
+    def _request(self, name: str, parts: list, deadline: "_Deadline", options: _CallOptions) -> bytes:
         if len(parts) == 1 and len(parts[0]) <= self._inline_limit:
             return wire.INLINE + parts[0]
         size = codec.frame_size(parts)
@@ -200,7 +213,7 @@ class _Connection:
         metadata = ((wire.SIZE_KEY, str(size)),) + (self._metadata or ())
         try:
             blob_id = self._upload(
-                wire.chunks(parts), timeout=deadline.remaining(), metadata=metadata, wait_for_ready=self._wait_for_ready
+                wire.chunks(parts), timeout=deadline.remaining(), metadata=metadata, wait_for_ready=options.wait_for_ready
             )
         except grpc.RpcError as error:
             raise self._translate(error, name, deadline.timeout) from None
@@ -278,7 +291,7 @@ class _Connection:
         if "serves:" in (details or "") or name == wire.LIST_METHODS:
             return ""
         try:
-            return f"; this server serves: {', '.join(self.list_methods(5.0))}"
+            return f"; this server serves: {', '.join(self.list_methods(_CallOptions(5.0, True)))}"
         except UnknownMethodError:  # not even the listing: some other gRPC service is there
             return " (this is not a courier server)"
         except CourierError:

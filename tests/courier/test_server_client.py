@@ -220,6 +220,25 @@ def test_client_made_before_its_server_waits_for_it(service):
         server.stop(grace=0)
 
 
+def test_a_failing_fast_client_raises_at_once_while_its_server_is_down_and_works_once_it_is_up(service):
+    address = f"127.0.0.1:{free_port()}"
+    client = courier.Client(address, timeout=20)
+    fast = client.failing_fast()
+    began = time.monotonic()
+    with pytest.raises(courier.UnavailableError):
+        fast.add(1)
+    with pytest.raises(courier.UnavailableError):
+        fast.futures.add(1).result(timeout=20)
+    assert time.monotonic() - began < 5  # not the 20 s deadline
+    waiting = client.futures.add(40, b=2)  # the client it came from still waits, on the same connection
+    server = courier.Server(service, address).start()
+    try:
+        assert waiting.result(timeout=20) == 42
+        assert fast.add(1) == 2 and fast.with_timeout(5).add(2) == 3
+    finally:
+        server.stop(grace=0)
+
+
 def test_client_reconnects_after_server_restarts_on_same_address(service):
     server = courier.Server(service).start()
     address = server.address
