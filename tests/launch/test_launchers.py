@@ -33,6 +33,13 @@ def processes_with_marker(marker: str) -> list[int]:
     return found
 
 
+def wait_for_text(path, text: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and path.read_text() == text):
+        assert time.monotonic() < deadline, f"{path} did not say {text!r} within {timeout} s"
+        time.sleep(0.02)
+
+
 def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as stat:
@@ -178,6 +185,7 @@ def test_processes_stop_nodes_that_stop_first_while_the_others_still_serve(tmp_p
     program.add_node(jd.CourierNode(nodes.FinishesWithItsPeer, counter, str(report), 1.0), label="learner")
     running = jd.launch(program, launcher="processes", run_dir=str(tmp_path / "run"), echo=False,
                         interrupt_after=0.2)
+    wait_for_text(report, "running")
     running.stop()
     # The learner called the counter for a second after the stop, uninterrupted, before the
     # counter was told to stop.
@@ -263,6 +271,7 @@ def test_sigterm_to_every_node_stops_the_program_in_order_through_the_launcher(t
     report = tmp_path / "calls-after-stop"
     program.add_node(jd.CourierNode(nodes.FinishesWithItsPeer, counter, str(report), 1.0), label="learner")
     running = jd.launch(program, launcher="processes", run_dir=str(tmp_path / "run"), echo=False)
+    wait_for_text(report, "running")
     for status in running.status().values():
         os.kill(status["pid"], signal.SIGTERM)
     assert running.wait(timeout=30)

@@ -165,8 +165,9 @@ def call_until(target, expected_starts: int) -> None:
 
 class FinishesWithItsPeer:
     """Like a learner spanning processes: stops before other nodes and asks not to be
-    interrupted; after the stop it keeps calling its peer for `linger` seconds, then writes how
-    many calls succeeded to `report`."""
+    interrupted. `report` says "running" once run() runs (a stop that comes before never starts
+    it); after the stop it keeps calling its peer for `linger` seconds, then holds how many
+    calls succeeded."""
 
     stops_first = True
 
@@ -177,6 +178,8 @@ class FinishesWithItsPeer:
         self._peer, self._report, self._linger = peer.with_timeout(2.0), report, linger
 
     def run(self) -> None:
+        with open(self._report, "w") as report:
+            report.write("running")
         jd.wait_for_stop()
         calls, deadline = 0, time.monotonic() + self._linger
         while time.monotonic() < deadline:
