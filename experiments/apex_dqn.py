@@ -14,7 +14,8 @@ two greediest actors (epsilons ~ 0.006 and ~ 0.0007), which stand in for an eval
 Everything lands in runs/<name>/ (--run-dir, default runs/apex-cartpole-seed<seed>): logs/,
 metrics.csv (the learner: loss, Q, |TD|, priorities), progress.csv and tensorboard/,
 learning_curve.png, summary.json, checkpoints/. Running again with the same --run-dir resumes
-from the learner's latest checkpoint (with an empty replay); --fresh starts over.
+from the learner's latest checkpoint and the replay's (--replay-checkpoint-seconds); --fresh
+starts over.
 """
 
 from __future__ import annotations
@@ -52,11 +53,7 @@ def main() -> None:
                         learning_rate=args.learning_rate, batch_size=args.batch_size,
                         samples_per_insert=args.samples_per_insert, target_update_period=args.target_update_period,
                         replay_checkpoint_seconds=args.replay_checkpoint_seconds or None)
-    run_dir = cli.prepare_run_dir(args, "apex", config.env_id)
-    summary = train(config, launcher=args.launcher, run_dir=run_dir, target_return=args.target_return,
-                    stop_at_target=args.stop_at_target, start_time=START,
-                    compilation_cache=args.compilation_cache or None, echo=not args.quiet)
-    cli.report(summary, args.target_return, run_dir)
+    cli.train_and_report(args, "apex", config, train, START)
 
 
 if __name__ == "__main__":

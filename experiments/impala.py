@@ -62,12 +62,7 @@ def main() -> None:
                           total_steps=args.total_steps, seed=args.seed, env_backend=args.env_backend,
                           trajectory_length=args.trajectory_length, batch_trajectories=args.batch_trajectories,
                           learning_rate=args.learning_rate, ent_coef=args.ent_coef)
-    run_dir = cli.prepare_run_dir(args, "impala", config.env_id)
-    summary = train(config, launcher=args.launcher, run_dir=run_dir, target_return=args.target_return,
-                    stop_at_target=args.stop_at_target, start_time=START,
-                    compilation_cache=args.compilation_cache or None, echo=not args.quiet,
-                    launch_options=cli.launch_options(args, builder.placement(config)))
-    cli.report(summary, args.target_return, run_dir)
+    cli.train_and_report(args, "impala", config, train, START, builder.placement(config))
 
 
 if __name__ == "__main__":

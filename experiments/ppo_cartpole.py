@@ -58,12 +58,7 @@ def main() -> None:
                        learning_rate=args.learning_rate, epochs=args.epochs, minibatches=args.minibatches,
                        max_policy_lag=args.max_policy_lag, learner_hosts=args.learner_hosts,
                        checkpoint_every_updates=args.checkpoint_every)
-    run_dir = cli.prepare_run_dir(args, "ppo", config.env_id)
-    summary = train(config, launcher=args.launcher, run_dir=run_dir, target_return=args.target_return,
-                    stop_at_target=args.stop_at_target, start_time=START,
-                    compilation_cache=args.compilation_cache or None, echo=not args.quiet,
-                    launch_options=cli.launch_options(args, builder.placement(config)))
-    cli.report(summary, args.target_return, run_dir)
+    cli.train_and_report(args, "ppo", config, train, START, builder.placement(config))
 
 
 if __name__ == "__main__":

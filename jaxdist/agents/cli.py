@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 from jaxdist.launch import hosts
@@ -46,6 +47,18 @@ def prepare_run_dir(args: argparse.Namespace, agent: str, env_id: str) -> str:
     if args.fresh:
         shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
     return run_dir
+
+
+def train_and_report(args: argparse.Namespace, agent: str, config: Any, train: Callable[..., dict[str, Any]],
+                     start_time: float, placement: dict[str, Any] | None = None) -> None:
+    """What an agent's script ends with: its run directory, ``train(config, ...)`` with the
+    shared flags, and the report. ``placement``: the agent's for the multihost launcher."""
+    run_dir = prepare_run_dir(args, agent, config.env_id)
+    summary = train(config, launcher=args.launcher, run_dir=run_dir, target_return=args.target_return,
+                    stop_at_target=args.stop_at_target, start_time=start_time,
+                    compilation_cache=args.compilation_cache or None, echo=not args.quiet,
+                    launch_options=launch_options(args, placement) if placement is not None else None)
+    report(summary, args.target_return, run_dir)
 
 
 def report(summary: dict[str, Any], target_return: float, run_dir: str) -> None:

@@ -19,7 +19,6 @@ transition is learned from however stale: the truncated importance weights are t
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
@@ -27,6 +26,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxdist import parallel
+from jaxdist.agents import networks
 from jaxdist.agents.impala.config import IMPALAHyperparams
 from jaxdist.agents.impala.vtrace import vtrace
 
@@ -72,24 +72,14 @@ def impala_loss(params: PyTree, batch: dict[str, jax.Array], hp: IMPALAHyperpara
 
 
 def optimizer(hp: IMPALAHyperparams) -> optax.GradientTransformation:
-    """Adam (eps 1e-5) after global-norm clipping; with ``anneal_lr`` the rate falls linearly to 0
-    over the run."""
-    rate: Any = hp.learning_rate
-    if hp.anneal_lr and hp.total_updates:
-        rate = optax.linear_schedule(hp.learning_rate, 0.0, hp.total_updates)
-    return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm), optax.adam(rate, eps=1e-5))
+    """Clipped Adam; with ``anneal_lr`` the rate falls linearly to 0 over the run's updates."""
+    return networks.clipped_adam(hp.learning_rate, hp.max_grad_norm,
+                                 hp.total_updates if hp.anneal_lr and hp.total_updates else None)
 
 
 def init(hp: IMPALAHyperparams, rng: jax.Array) -> dict[str, PyTree]:
-    """``{"params", "opt_state", "version"}``; ``version`` counts updates, as the learner's step
-    does. Jitted as a whole: one compile (or one cache hit) instead of a dozen small ones."""
-    return _jitted_init(hp, rng)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _jitted_init(hp: IMPALAHyperparams, rng: jax.Array) -> dict[str, PyTree]:
-    params = hp.network().init(rng, jnp.zeros((1, *hp.obs_shape), jnp.float32))
-    return {"params": params, "opt_state": optimizer(hp).init(params), "version": jnp.zeros((), jnp.int32)}
+    """``{"params", "opt_state", "version"}`` (see ``networks.init_train_state``)."""
+    return networks.init_train_state(hp, optimizer, rng)
 
 
 def update(hp: IMPALAHyperparams, state: dict[str, PyTree], batch: dict[str, jax.Array],

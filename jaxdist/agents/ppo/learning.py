@@ -28,7 +28,6 @@ may be a few versions old.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
@@ -36,6 +35,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxdist import parallel
+from jaxdist.agents import networks
 from jaxdist.agents.ppo.config import PPOHyperparams
 
 PyTree = Any
@@ -103,25 +103,14 @@ def ppo_loss(params: PyTree, minibatch: dict[str, jax.Array], hp: PPOHyperparams
 
 
 def optimizer(hp: PPOHyperparams) -> optax.GradientTransformation:
-    """Adam (eps 1e-5) after global-norm clipping; the rate falls linearly to 0 over the run."""
-    rate: Any = hp.learning_rate
-    if hp.anneal_lr and hp.total_updates:
-        rate = optax.linear_schedule(hp.learning_rate, 0.0, hp.total_updates * hp.epochs * hp.minibatches)
-    return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm), optax.adam(rate, eps=1e-5))
+    """Clipped Adam; with ``anneal_lr`` the rate falls linearly to 0 over the run's SGD steps."""
+    steps = hp.total_updates * hp.epochs * hp.minibatches if hp.anneal_lr and hp.total_updates else None
+    return networks.clipped_adam(hp.learning_rate, hp.max_grad_norm, steps)
 
 
 def init(hp: PPOHyperparams, rng: jax.Array) -> dict[str, PyTree]:
-    """``{"params", "opt_state", "version"}``; ``version`` counts updates, as the learner's step does.
-
-    Jitted as a whole: run op by op, flax's orthogonal initialisers compile a dozen small
-    programs (seconds on a cold start); one program is one compile, or one cache hit."""
-    return _jitted_init(hp, rng)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _jitted_init(hp: PPOHyperparams, rng: jax.Array) -> dict[str, PyTree]:
-    params = hp.network().init(rng, jnp.zeros((1, *hp.obs_shape), jnp.float32))
-    return {"params": params, "opt_state": optimizer(hp).init(params), "version": jnp.zeros((), jnp.int32)}
+    """``{"params", "opt_state", "version"}`` (see ``networks.init_train_state``)."""
+    return networks.init_train_state(hp, optimizer, rng)
 
 
 def update(hp: PPOHyperparams, state: dict[str, PyTree], batch: dict[str, jax.Array],
