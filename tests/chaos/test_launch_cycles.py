@@ -88,18 +88,24 @@ def resource_tracker_pid() -> int | None:
     return getattr(resource_tracker._resource_tracker, "_pid", None)
 
 
-def wait_for_no_marked(marker: str, exclude: set[int], timeout: float = 5.0) -> list[tuple[int, str]]:
+def wait_for_no_marked(marker: str, exclude: set[int], timeout: float = 30.0) -> list[tuple[int, str]]:
     deadline = time.monotonic() + timeout
     while (left := marked_processes(marker, exclude)) and time.monotonic() < deadline:
         time.sleep(0.05)
     return left
 
 
+def wait_for(condition, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.02)
+
+
 def test_fifty_launch_stop_cycles_leave_no_process_fd_or_thread_behind(tmp_path, monkeypatch):
     marker = uuid.uuid4().hex
     monkeypatch.setenv(MARKER_NAME, marker)  # every node process inherits it, and their children
     fds, threads, py_threads, durations = [], [], [], []
-    returned_early = 0
     for cycle in range(CYCLES):
         began = time.monotonic()
         # A runner may be in a call to a peer that already stopped (it waits for the peer to come
@@ -107,8 +113,8 @@ def test_fifty_launch_stop_cycles_leave_no_process_fd_or_thread_behind(tmp_path,
         running = jd.launch(make_program(cycle), launcher="processes", run_dir=str(tmp_path / "run"), echo=False,
                             grace=5.0, interrupt_after=0.5)
         try:
-            if any(s["state"] != "running" for s in running.status().values()):
-                returned_early += 1  # launch() returned before marking every node running: see below
+            states = {name: s["state"] for name, s in running.status().items()}
+            assert set(states.values()) == {"running"}, f"cycle {cycle}: launch() returned with {states}"
             with courier.Client(running.addresses["service/0"], token=running.token, timeout=30) as client:
                 assert client.increment() >= 1
         finally:
@@ -129,8 +135,7 @@ def test_fifty_launch_stop_cycles_leave_no_process_fd_or_thread_behind(tmp_path,
     print(f"\n{CYCLES} launch/stop cycles: {sum(durations):.1f} s (median {sorted(durations)[CYCLES // 2]:.2f} s "
           f"a cycle); open fds {fds[0]} -> {fds[-1]} (max {max(fds)}), OS threads {threads[0]} -> {threads[-1]} "
           f"(max {max(threads)}), Python threads {py_threads[0]} -> {py_threads[-1]}, "
-          f"live multiprocessing children {len(multiprocessing.active_children())}; launch() returned before "
-          f"every node was running {returned_early} times")
+          f"live multiprocessing children {len(multiprocessing.active_children())}")
     # After a few cycles every pool and cache has its size: from there on nothing may grow.
     settled = 5
     assert max(fds[settled:]) <= fds[settled - 1] + 2, fds
@@ -166,7 +171,8 @@ def test_a_node_blocked_in_a_call_when_the_program_stops_exits_cleanly(tmp_path)
     for attempt in range(2):
         running = jd.launch(program, launcher="processes", run_dir=str(tmp_path / str(attempt)), echo=False,
                             interrupt_after=0.5)
-        time.sleep(0.5)  # the caller is in its call
+        with courier.Client(running.addresses["service/0"], token=running.token, timeout=30) as client:
+            wait_for(lambda: client.sleepers() == 1, "the caller to be in its call")
         running.stop()
         status = running.status()
         assert {name: (s["state"], s["exitcode"]) for name, s in status.items()} == \

@@ -183,14 +183,20 @@ def serve_counting(conn: Any, options: dict) -> None:
 class Tally:
     def __init__(self) -> None:
         self.value = 0
+        self.sleeping = 0
 
     def increment(self) -> int:
         self.value += 1
         return self.value
 
     def sleep(self, seconds: float) -> float:
+        self.sleeping += 1
         time.sleep(seconds)
         return seconds
+
+    def sleepers(self) -> int:
+        """How many calls of ``sleep`` have begun: a caller is in one once this counts it."""
+        return self.sleeping
 
 
 def call_until_stopped(service: Any) -> None:
