@@ -1,46 +1,49 @@
-"""Finding and signalling a process's whole tree, so a stop leaves no orphan behind."""
+"""Finding and signalling a process's whole tree, so a stop leaves no orphan behind.
+
+psutil walks the tree (from /proc on Linux, sysctl on macOS) and, unlike a bare pid, notices when
+a pid was reused by another process between the walk and the signal.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 
+import psutil
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    """`pid` and every live process below it, or [] when `pid` is gone."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+
 
 def descendants(pid: int) -> list[int]:
-    """Every live process below `pid`, read from /proc (children first found, then theirs)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry))
-    found, frontier = [], [pid]
-    while frontier:
-        below = children.get(frontier.pop(), [])
-        found.extend(below)
-        frontier.extend(below)
-    return found
+    """Every live process below `pid`: its children, theirs, and so on."""
+    return [process.pid for process in _tree(pid)[1:]]
 
 
 def signal_tree(pid: int, sig: int) -> None:
-    """Signal `pid`, its process group (it leads one) and every descendant; the gone are skipped."""
-    targets = [pid, *descendants(pid)]
-    try:
+    """Signal `pid`, its process group (it leads one) and every descendant; the gone are skipped.
+
+    The tree is walked before anything is signalled: once `pid` dies, its children are
+    re-parented and no longer below it. The group reaches those that left the tree, the walk
+    those that left the group.
+    """
+    tree = _tree(pid)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for target in targets:
-        try:
-            os.kill(target, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+    for process in tree:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            process.send_signal(sig)
 
 
 def describe_exit(exitcode: int | None) -> str:
+    """A process's exit code in words, for error messages: "was killed by SIGKILL"."""
     if exitcode is None:
         return "is still running"
     if exitcode < 0:

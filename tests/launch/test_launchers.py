@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 
+import psutil
 import pytest
 
 import jaxdist as jd
@@ -22,14 +23,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def processes_with_marker(marker: str) -> list[int]:
     """Pids of live processes whose environment carries `marker` (children inherit it)."""
     found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as environ:
-                    if marker.encode() in environ.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
+    for process in psutil.process_iter(["environ"]):
+        environ = process.info["environ"] or {}  # None where it may not be read
+        if process.pid != os.getpid() and any(marker in f"{name}={value}" for name, value in environ.items()):
+            found.append(process.pid)
     return found
 
 
@@ -42,9 +39,8 @@ def wait_for_text(path, text: str, timeout: float = 30.0) -> None:
 
 def alive(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
 
 
