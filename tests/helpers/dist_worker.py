@@ -2,7 +2,8 @@
 
 Run as a subprocess: it sets its own CPU device count before JAX starts. With --coordinator
 it joins a jax.distributed group and feeds only its share of every global batch.
-Writes <out>.<process index>.npz with "<variant>/<param>" and "<variant>/loss" entries.
+Writes <out>.<process index>.npz with "<variant>/<param>" and "<variant>/loss" entries, and what
+a reference needs to train the same model: "init/<param>", "data/x" and "data/y" (global batches).
 """
 
 import argparse
@@ -85,7 +86,8 @@ def main() -> None:
     init_state = {"params": params, "opt": tx.init(params), "step": jnp.int32(0)}
 
     mesh = parallel.make_mesh()
-    results = {}
+    results = {f"init/{key}": np.asarray(value) for key, value in params.items()}
+    results.update({"data/x": xs, "data/y": ys})
     for name in args.variants.split(","):
         mode, k, noisy = VARIANTS[name]
         step = parallel.data_parallel(make_update(noisy), mesh=mesh, mode=mode, steps_per_call=k)
