@@ -8,10 +8,15 @@ import time
 
 
 class Squarer:
-    """``square(x)`` after ``delay`` seconds; ``current()`` tells which task it is working on."""
+    """``square(x)`` after ``delay`` seconds; ``current()`` tells which task it is working on.
 
-    def __init__(self, delay: float = 0.0) -> None:
+    Squarers in one process given the same ``barrier`` answer only when every one of them is in a
+    task at once: a pool that let any of them idle would break the barrier (after 30 s).
+    """
+
+    def __init__(self, delay: float = 0.0, barrier: threading.Barrier | None = None) -> None:
         self._delay = delay
+        self._barrier = barrier
         self._current: list[int] = []
         self._lock = threading.Lock()
 
@@ -19,6 +24,8 @@ class Squarer:
         with self._lock:
             self._current.append(x)
         try:
+            if self._barrier is not None:
+                self._barrier.wait(timeout=30)
             time.sleep(self._delay)
             return {"value": x * x, "pid": os.getpid()}
         finally:
@@ -43,8 +50,16 @@ class Refuser:
 
 
 class Hangs:
-    """Takes far longer than any test's deadline."""
+    """Answers nothing until ``release()``: an evaluator that hung."""
+
+    def __init__(self) -> None:
+        self._released = threading.Event()
+        self.calls = 0
 
     def square(self, x: int) -> int:
-        time.sleep(30)
+        self.calls += 1
+        self._released.wait()
         return x * x
+
+    def release(self) -> None:
+        self._released.set()
