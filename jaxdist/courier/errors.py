@@ -3,6 +3,10 @@
 A server-side exception of a builtin type (ValueError, KeyError, ...) is raised again on the
 caller as that same type, so `except KeyError` works across processes; anything else becomes a
 `RemoteError`. Either way the message carries the remote traceback.
+
+The caller decides what it builds: a report names a type, and the caller looks that name up in
+its own allow-list of builtin exception classes (`REBUILDABLE`), never in `builtins` at large, so
+a hostile peer cannot name `exec`, `exit`, `SystemExit` or `KeyboardInterrupt`.
 """
 
 from __future__ import annotations
@@ -12,12 +16,24 @@ import traceback
 from typing import Any
 
 
+# Builtin exceptions a report may name: ordinary errors only. BaseException-only types (SystemExit,
+# KeyboardInterrupt, GeneratorExit) are not Exceptions; StopIteration would end a caller's loop
+# silently; warnings are not errors.
+REBUILDABLE: dict[str, type[Exception]] = {
+    value.__name__: value
+    for value in vars(builtins).values()
+    if isinstance(value, type)
+    and issubclass(value, Exception)
+    and not issubclass(value, (StopIteration, StopAsyncIteration, Warning))
+}
+
+
 class CourierError(Exception):
     """Base class of the errors courier itself raises."""
 
 
 class RemoteError(CourierError):
-    """A remote exception whose type is not a builtin, so it cannot be rebuilt here."""
+    """A remote exception whose type this caller does not rebuild (not in `REBUILDABLE`)."""
 
 
 class UnknownMethodError(CourierError, AttributeError):
@@ -64,21 +80,19 @@ def rebuild_exception(description: Any, method: str, address: str) -> Exception:
     except (TypeError, KeyError):
         return MalformedMessageError(f"{method} on {address}: malformed error report {description!r}")
     text = f"{message}\n\nRemote traceback ({method} on {address}):\n{remote_traceback}"
-    if builtin:
+    exc: Exception | None = None
+    cls = REBUILDABLE.get(type_name) if builtin else None
+    if cls is not None:
         try:
-            exc = getattr(builtins, type_name)(text)
-        except Exception:  # a builtin whose constructor wants more arguments
-            exc = RemoteError(f"{type_name}: {text}")
-    else:
+            exc = cls(text)
+        except Exception:  # a builtin whose constructor wants more arguments (UnicodeDecodeError)
+            exc = None
+    if exc is None:
         exc = RemoteError(f"{type_name}: {text}")
     exc.remote_traceback = remote_traceback
     return exc
 
 
 def _is_rebuildable_builtin(exc_type: type) -> bool:
-    """Only ordinary builtin exceptions cross: a remote SystemExit must not exit the caller."""
-    return (
-        exc_type.__module__ == "builtins"
-        and issubclass(exc_type, Exception)
-        and getattr(builtins, exc_type.__name__, None) is exc_type
-    )
+    """Whether the sender vouches for a builtin: a user class named `ValueError` is not one."""
+    return REBUILDABLE.get(exc_type.__name__) is exc_type
