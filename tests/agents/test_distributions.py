@@ -84,9 +84,8 @@ def test_gaussian_samples_have_the_mean_and_std_and_are_not_clipped():
 def test_log_prob_of_own_samples_matches_the_reference(rng):
     mean, log_std = jnp.asarray(rng.normal(size=(8, 3)), jnp.float32), jnp.full(3, -0.5)
     action = D.sample(BOX, (mean, log_std), jax.random.key(2))
-    np.testing.assert_allclose(D.log_prob(BOX, (mean, log_std), action),
-                               np_gaussian_log_prob(np.asarray(action), np.asarray(mean), np.asarray(log_std)),
-                               rtol=1e-5)
+    expected = np_gaussian_log_prob(*map(np.asarray, (action, mean, log_std)))
+    np.testing.assert_allclose(D.log_prob(BOX, (mean, log_std), action), expected, rtol=1e-5)
 
 
 @pytest.mark.parametrize("space,dist,action", [
