@@ -30,6 +30,12 @@ classes registered on the receiver with ``register`` (looked up in a registry, n
 by name). Any other input raises ``CodecError``. ``encode`` refuses anything outside the
 whitelist with a ``TypeError`` naming where the value sits, e.g.
 ``args[1]['opt'][0]: cannot send <class 'Foo'>``.
+
+Decoding never amplifies: a message holds at most ``MAX_OBJECTS`` lists, dicts and items (one
+byte of ``0x90`` would otherwise become a 56-byte list), and dict keys are only str, bytes, int,
+float, bool or None (``KEY_TYPES``), whose hashes a peer cannot make collide by the thousand as it
+can a tuple's (20,000 such keys make building a dict quadratic: seconds of a server thread).
+Large collections belong in numpy arrays, which cost no objects.
 """
 
 from __future__ import annotations
@@ -45,8 +51,8 @@ import ml_dtypes
 import msgpack
 import numpy as np
 
-__all__ = ["CodecError", "decode", "encode", "encode_parts", "frame_size", "register",
-           "register_optax_states"]
+__all__ = ["KEY_TYPES", "MAX_OBJECTS", "CodecError", "decode", "encode", "encode_parts", "frame_size",
+           "register", "register_optax_states"]
 
 _ALIGN = 64
 _MAX_NDIM = 64  # numpy's own limit
@@ -55,6 +61,10 @@ _TAGS = {code: msgpack.ExtType(code, b"") for code in (_TUPLE, _ARRAY, _SCALAR, 
 _PREFIX = struct.Struct("<I")
 _ZEROS = bytes(_ALIGN)
 _INT_RANGE = range(-(2**63), 2**64)  # what msgpack's int encodings hold
+_MAX_EXT_BYTES = 12  # our tags carry no payload; msgpack's timestamps carry 4, 8 or 12 bytes
+
+MAX_OBJECTS = 1 << 20
+KEY_TYPES = frozenset({str, bytes, int, float, bool, type(None)})
 
 
 def _wire_dtypes() -> dict[str, np.dtype]:
@@ -150,11 +160,14 @@ def register_optax_states() -> None:
 class _Encoder:
     """State of one encode call: msgpack's ``default`` hook and the data section it lays out."""
 
-    __slots__ = ("buffers", "size")
+    __slots__ = ("buffers", "size", "hashables")
 
     def __init__(self) -> None:
         self.buffers: list[tuple[int, memoryview]] = []  # (offset in data section, bytes)
         self.size = 0
+        # Whether `default` saw a hashable value (tuple, registered, numpy scalar): only such a
+        # value can be a dict key outside KEY_TYPES, so only then are the keys checked.
+        self.hashables = False
 
     def pack(self, value: Any) -> bytes:
         # strict_types: tuple subclasses, float subclasses (np.float64), ... reach `default`.
@@ -165,14 +178,17 @@ class _Encoder:
     def default(self, obj: Any) -> list:
         cls = type(obj)
         if cls is tuple:
+            self.hashables = True
             return [_TAGS[_TUPLE], *obj]
         if cls is np.ndarray or cls is np.memmap:
             return self.array(obj)
         entry = _BY_CLASS.get(cls)
         if entry is not None:
+            self.hashables = True
             values = obj if entry.is_namedtuple else [getattr(obj, f) for f in entry.fields]
             return [_TAGS[_REGISTERED], entry.name, *values]
         if isinstance(obj, np.generic) and obj.dtype in _NAMES:  # native = little-endian
+            self.hashables = True
             return [_TAGS[_SCALAR], _NAMES[obj.dtype], obj.tobytes()]
         jax = sys.modules.get("jax")
         if jax is not None and isinstance(obj, jax.Array) and isinstance(obj.dtype, np.dtype):
@@ -215,7 +231,9 @@ def encode_parts(value: Any, root: str | tuple[str, ...] = "") -> list[bytes | m
     try:
         header = encoder.pack(value)
     except _Unsendable:
-        raise TypeError(_describe_unsendable(value, root)) from None
+        raise TypeError(_first_unsendable(value, root) or f"cannot send {type(value)!r}") from None
+    if encoder.hashables and _has_bad_key(value):
+        raise TypeError(_first_unsendable(value, root))
     prefix = _PREFIX.pack(len(header))
     if not encoder.buffers:
         return [prefix + header]
@@ -243,13 +261,28 @@ def frame_size(parts: list[bytes | memoryview]) -> int:
     return sum(len(part) for part in parts)
 
 
-def _describe_unsendable(value: Any, root: str | tuple[str, ...]) -> str:
+def _has_bad_key(value: Any) -> bool:
+    """Whether a dict in ``value`` has a key outside KEY_TYPES (msgpack packs any key it can)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        cls = type(item)
+        if cls is dict:
+            if not KEY_TYPES.issuperset(map(type, item)):
+                return True
+            stack.extend(item.values())
+        elif cls is list or cls is tuple:
+            stack.extend(item)
+        elif cls in _BY_CLASS:
+            stack.extend(getattr(item, name) for name in _BY_CLASS[cls].fields)
+    return False
+
+
+def _first_unsendable(value: Any, root: str | tuple[str, ...]) -> str | None:
     if isinstance(root, tuple) and type(value) in (list, tuple):
         paths = [root[i] if i < len(root) else f"[{i}]" for i in range(len(value))]
-        found = next(filter(None, map(_find_unsendable, value, paths)), None)
-    else:
-        found = _find_unsendable(value, root if isinstance(root, str) else "")
-    return found or f"cannot send {type(value)!r}"  # not expected: the walk mirrors the encoder
+        return next(filter(None, map(_find_unsendable, value, paths)), None)
+    return _find_unsendable(value, root if isinstance(root, str) else "")
 
 
 def _find_unsendable(value: Any, path: str) -> str | None:
@@ -263,6 +296,10 @@ def _find_unsendable(value: Any, path: str) -> str | None:
     if cls is list or cls is tuple:
         children = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
     elif cls is dict:
+        bad_key = next((k for k in value if type(k) not in KEY_TYPES), None)
+        if bad_key is not None:
+            return (f"{path}[{bad_key!r}]: cannot send {type(bad_key)!r} as a dict key "
+                    f"(keys are str, bytes, int, float, bool or None)")
         children = [(f"{path}[{k!r}]", x) for k, v in value.items() for x in (k, v)]
     elif entry is not None:
         children = [(f"{path}.{f}", getattr(value, f)) for f in entry.fields]
@@ -284,14 +321,16 @@ def _find_unsendable(value: Any, path: str) -> str | None:
 
 
 class _Decoder:
-    """State of one decode call: the frame (arrays view into it) and tags not yet consumed."""
+    """State of one decode call: the frame (arrays view into it), tags not yet consumed and the
+    objects the message may still hold."""
 
-    __slots__ = ("frame", "data_start", "open_tags")
+    __slots__ = ("frame", "data_start", "open_tags", "objects_left")
 
     def __init__(self, frame: memoryview, data_start: int) -> None:
         self.frame = frame
         self.data_start = data_start
         self.open_tags = 0
+        self.objects_left = MAX_OBJECTS
 
     def ext_hook(self, code: int, payload: bytes) -> msgpack.ExtType:
         tag = _TAGS.get(code)
@@ -300,7 +339,23 @@ class _Decoder:
         self.open_tags += 1
         return tag
 
+    def count(self, objects: int) -> None:
+        """A container counts itself and its items once it is complete (so an empty list costs
+        one): msgpack bounds each container's length, so what is built before a refusal is bounded."""
+        self.objects_left -= objects
+        if self.objects_left < 0:
+            raise CodecError(f"a message holds at most {MAX_OBJECTS} objects (lists, dicts and their items); "
+                             f"send large collections as numpy arrays")
+
+    def map_hook(self, pairs: list[tuple[Any, Any]]) -> dict:
+        self.count(1 + 2 * len(pairs))
+        for key, _ in pairs:
+            if type(key) not in KEY_TYPES:
+                raise CodecError(f"a dict key of {type(key)!r:.100}: keys are str, bytes, int, float, bool or None")
+        return dict(pairs)
+
     def list_hook(self, items: list) -> Any:
+        self.count(1 + len(items))
         if not items or type(items[0]) is not msgpack.ExtType:
             return items
         self.open_tags -= 1
@@ -382,9 +437,12 @@ def decode(frame: bytes | bytearray | memoryview) -> Any:
     decoder = _Decoder(view, _align(end))
     try:
         # timestamp=2: msgpack decodes ext type -1 itself, before ext_hook; this makes it a
-        # plain int (nanoseconds) rather than a msgpack.Timestamp.
-        value = msgpack.unpackb(view[_PREFIX.size:end], ext_hook=decoder.ext_hook,
-                                list_hook=decoder.list_hook, strict_map_key=False, timestamp=2)
+        # plain int (nanoseconds) rather than a msgpack.Timestamp. Strings and bytes copy at
+        # most the header (no amplification); container lengths are refused before allocation.
+        value = msgpack.unpackb(view[_PREFIX.size:end], ext_hook=decoder.ext_hook, list_hook=decoder.list_hook,
+                                object_pairs_hook=decoder.map_hook, strict_map_key=False, timestamp=2,
+                                max_str_len=header_len, max_bin_len=header_len, max_ext_len=_MAX_EXT_BYTES,
+                                max_array_len=MAX_OBJECTS, max_map_len=MAX_OBJECTS // 2)
     except CodecError:
         raise
     except (msgpack.UnpackException, ValueError, TypeError, OverflowError, RecursionError) as e:

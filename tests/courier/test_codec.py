@@ -5,6 +5,7 @@ import math
 import struct
 import subprocess
 import sys
+import time
 from collections import OrderedDict
 from typing import NamedTuple
 
@@ -117,7 +118,7 @@ leaves = st.one_of(
     st.none(), st.booleans(), ints, st.floats(), st.text(max_size=8), st.binary(max_size=8),
     arrays(), scalars(),
 )
-keys = st.one_of(st.text(max_size=4), ints, st.tuples(ints, st.text(max_size=4)))
+keys = st.one_of(st.text(max_size=4), st.binary(max_size=4), ints, st.floats(), st.booleans(), st.none())
 values = st.recursive(
     leaves,
     lambda children: st.one_of(
@@ -359,12 +360,12 @@ def frame(header, data=b""):
     (frame(b"\x90\x90"), "ExtraData"),
     (frame(b"\xc1"), "malformed frame"),
     (frame(b"\xa2\xff\xfe"), "UnicodeDecodeError"),
-    (frame(b"\x81\x91\x01\x02"), "unhashable"),
+    (frame(b"\x81\x91\x01\x02"), "a dict key of <class 'list'>"),
     (frame(b"\x91" * 5000 + b"\xc0"), "malformed frame"),
     (frame(msgpack.ExtType(9, b"")), "unknown msgpack ext type 9"),
     (frame(msgpack.ExtType(1, b"x")), "unknown msgpack ext type 1"),
     (frame([T, T]), "not at the head"),
-    (frame({T: 1}), "not at the head"),
+    (frame({T: 1}), "a dict key of <class 'msgpack.ext.ExtType'>"),
     (frame(T), "not at the head"),
     (frame([A, "float128", [1], 0, 16], bytes(16)), "dtype 'float128' is not sendable"),
     (frame([A, "object", [1], 0, 8], bytes(8)), "dtype 'object' is not sendable"),
@@ -423,3 +424,66 @@ def test_corrupted_frames_decode_to_wire_types_or_codec_error(value, data):
             assert_wire_types(decode(candidate))
         except CodecError:
             pass
+
+
+# --- Bounds on what a frame may make the receiver build (issue 13, item 4) ---------------------
+
+def test_colliding_pairs_do_collide(colliding_pairs):
+    pairs = colliding_pairs(50)
+    assert len(set(pairs)) == 50 and len({hash(pair) for pair in pairs}) == 1
+
+
+def test_twenty_thousand_colliding_tuple_keys_are_refused_fast(colliding_keys_frame):
+    data = colliding_keys_frame(20_000)
+    began = time.monotonic()
+    with pytest.raises(CodecError, match="a dict key of <class 'tuple'>"):
+        decode(data)
+    assert time.monotonic() - began < 1.0  # quadratic dict building took ~5 s here
+
+
+def test_a_16_mib_frame_of_empty_lists_is_refused_fast(empty_lists_frame):
+    data = empty_lists_frame(16 << 20)
+    began = time.monotonic()
+    with pytest.raises(CodecError, match="exceeds max_array_len"):
+        decode(data)
+    assert time.monotonic() - began < 1.0  # 16.7M Python lists took seconds and +1.2 GB
+
+
+@pytest.mark.parametrize("header", [
+    b"\x92\x92" + (b"\xdc\x80\x00" + b"\x90" * 0x8000) * 2 + b"\x80",  # nothing large, but many
+    b"\x92\x91" + b"\xdd\x00\x10\x00\x00" + b"\xc0" * (1 << 20) + b"\x80",  # one list of 2**20 items
+    b"\x92\x91\xdf\x00\x08\x00\x00" + b"".join(b"\xce" + struct.pack(">I", i) + b"\xc0" for i in range(1 << 19)) + b"\x80",
+], ids=["lists", "items", "map"])
+def test_a_message_holds_at_most_max_objects(header, monkeypatch):
+    monkeypatch.setattr(codec, "MAX_OBJECTS", 1 << 16)
+    with pytest.raises(CodecError, match="at most 65536 objects|exceeds max_"):
+        decode(frame(header))
+
+
+def test_a_message_of_max_objects_decodes():
+    value = [[[None] * 1000 for _ in range(1000)], {}]  # 1002003 objects, counting containers
+    assert decode(encode(value)) == value
+    with pytest.raises(CodecError, match="at most"):
+        decode(encode([[[None] * 1000 for _ in range(1100)], {}]))
+
+
+@pytest.mark.parametrize("key", [(1, 2), Point(1, 2), np.int64(3), np.float32(1.5), Box(1)])
+def test_dict_keys_outside_key_types_fail_at_the_sender_and_the_receiver(key):
+    with pytest.raises(TypeError, match=r"^args\[0\]\['outer'\]\[.*\]: cannot send <class .*> as a dict key"):
+        encode_parts(([{"outer": {key: 1}}], {}), root=("args", "kwargs"))
+    packed = msgpack.packb({"outer": [{0: 1}]})  # the same frame with a hostile key, packed by hand
+    hostile = frame(packed.replace(b"\x81\x00\x01", b"\x81" + _raw_header(key) + b"\x01"))
+    with pytest.raises(CodecError, match="a dict key of"):
+        decode(hostile)
+
+
+def _raw_header(value) -> bytes:
+    """The msgpack bytes of `value` in a codec header (without the frame around it)."""
+    raw = encode(value)
+    (length,) = struct.unpack_from("<I", raw)
+    return raw[4:4 + length]
+
+
+def test_allowed_dict_keys_round_trip_with_their_types():
+    value = {"s": 1, b"b": 2, -3: 3, 2**64 - 1: 4, 1.5: 5, True: 6, None: 7, "nested": [{0.25: {None: b"x"}}]}
+    assert_same(decode(encode(value)), value)
