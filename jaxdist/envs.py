@@ -3,7 +3,7 @@ with gymnasium's autoreset boundary made explicit so that no learner trains acro
 
     env = EnvSpec("CartPole-v1", num_envs=8, backend="auto").make(seed=0)
     step = env.reset()                       # a TimeStep of arrays with a leading num_envs axis
-    step = env.step(actions)
+    step = env.step(actions)                 # continuous actions are clipped to the bounds here
     returns, lengths = env.pop_episodes()    # episodes that ended since the last pop
 
 Backends: ``"vector"`` (the env's own vectorized implementation, ``make_vec(...,
@@ -111,6 +111,17 @@ def _make_raw(spec: EnvSpec, backend: str) -> Any:
                         **kwargs)
 
 
+def _box_bounds(space: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """(low, high) of a continuous action space, None for any other: continuous policies act
+    with unbounded samples (their log-probabilities are of those), and the env gets them
+    clipped to its bounds, as gymnasium's ``ClipAction`` would."""
+    import gymnasium as gym
+
+    if not isinstance(space, gym.spaces.Box):
+        return None
+    return space.low.astype(space.dtype), space.high.astype(space.dtype)
+
+
 class VectorEnv:
     """A gymnasium-style vector env in NEXT_STEP autoreset mode, returning ``TimeStep`` rows and
     keeping each env's episode returns and lengths.
@@ -133,6 +144,7 @@ class VectorEnv:
         self.single_observation_space = getattr(env, "single_observation_space", None) or env.observation_space
         self.single_action_space = getattr(env, "single_action_space", None) or env.action_space
         self._mask_first = backend == "envpool"
+        self._action_bounds = _box_bounds(self.single_action_space)
         self._reset_done = False
         self._clear()
 
@@ -159,6 +171,8 @@ class VectorEnv:
     def step(self, actions: np.ndarray) -> TimeStep:
         if not self._reset_done:
             raise RuntimeError("call reset() before step()")
+        if self._action_bounds is not None:  # a Gaussian policy's raw sample, clipped for the env only
+            actions = np.clip(actions, *self._action_bounds)
         obs, reward, terminated, truncated, _ = self.env.step(actions)
         reward = np.asarray(reward, np.float32)
         terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)

@@ -17,10 +17,23 @@ AddressTable = dict[str, str]
 
 
 class Handle:
-    """A placeholder for a node's client; it becomes a client inside the node that receives it."""
+    """A placeholder for a node's client; it becomes a client inside the node that receives it.
 
-    def __init__(self, node_name: str) -> None:
-        self.node_name = node_name
+    Made from a node (``node.create_handle()``) it takes the node's name when the node is added,
+    so two nodes colocated in one process can be wired to each other before either is added
+    (Launchpad's model: handles first, addresses at launch)."""
+
+    def __init__(self, node: "str | Node") -> None:
+        self._node = node
+
+    @property
+    def node_name(self) -> str:
+        if isinstance(self._node, str):
+            return self._node
+        if not self._node.name:
+            raise ValueError(f"a handle of {self._node!r}, which was never added to a program: add it with "
+                             f"program.add_node (alone or inside a ColocationNode)")
+        return self._node.name
 
     def dereference(self, make_client: Callable[[str], Any]) -> Any:
         return make_client(self.node_name)
@@ -59,7 +72,8 @@ class Executable(abc.ABC):
     """A node made ready to run in the thread or process a launcher gives it."""
 
     has_run: bool = False
-    """Whether the node does work of its own: the program ends when every such node returned."""
+    """Whether the node does work of its own: the program ends when every such node returned.
+    Read once the node is constructed (a factory's product decides)."""
 
     @abc.abstractmethod
     def bind(self) -> AddressTable:

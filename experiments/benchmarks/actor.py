@@ -63,9 +63,9 @@ def hand_loop(env, policy, params, steps: int) -> tuple[float, float]:
     """(wall s, CPU s) for `steps` steps of the bare loop."""
     import jax
 
-    from jaxdist.nodes.actor import _jitted_step
+    from jaxdist.nodes.actor import jitted_step
 
-    step = _jitted_step(policy, "unsafe_rbg")  # the actor's default sampling stream
+    step = jitted_step(policy, "unsafe_rbg")  # the actor's default sampling stream
     key = jax.random.key_data(jax.random.key(0, impl="unsafe_rbg"))
     params = jax.device_put(params)
     raw = env.env
@@ -81,9 +81,9 @@ def rollout_loop(env, policy, params, steps: int, trajectory_length: int) -> tup
     """The bare loop plus CleanRL-style recording into preallocated buffers."""
     import jax
 
-    from jaxdist.nodes.actor import _jitted_step
+    from jaxdist.nodes.actor import jitted_step
 
-    step = _jitted_step(policy, "unsafe_rbg")
+    step = jitted_step(policy, "unsafe_rbg")
     key = jax.random.key_data(jax.random.key(0, impl="unsafe_rbg"))
     params = jax.device_put(params)
     raw, n, T = env.env, env.num_envs, trajectory_length

@@ -1,78 +1,142 @@
-"""The command line every agent's experiment script shares: the same flags, run directory
-layout (``runs/<agent>-<env>-seed<seed>``) and final report."""
+"""The command line of every agent's script, generated from its config dataclass with tyro
+(CleanRL's choice): every config field is a flag with its default and its help text, beside
+the run's own options (launcher, run directory, ...).
+
+Defaults come in three layers: the config class's, then the preset of the env named by
+``--env-id`` (tuned defaults per env, as rl-baselines3-zoo keeps them), then the flags. The
+resolved config is saved in the run directory; relaunching on a directory with checkpoints
+resumes, and refuses (naming the fields) if the config differs, unless told
+``--allow-config-change``.
+"""
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import os
 import shutil
-from collections.abc import Callable
-from typing import Any
+import sys
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Literal
 
-from jaxdist.launch import hosts
+import tyro
 
-
-def parser(doc: str | None, *, num_actors: int, total_steps: int, target_return: float) -> argparse.ArgumentParser:
-    """A parser with the shared flags; a script adds its algorithm's own."""
-    result = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    result.add_argument("--launcher", choices=["threads", "processes", "multihost"], default="processes",
-                        help="multihost: run this same command on every host (see the README's runbook)")
-    result.add_argument("--num-actors", type=int, default=num_actors)
-    result.add_argument("--total-steps", type=int, default=total_steps,
-                        help="env steps the learner learns from (sets its number of updates)")
-    result.add_argument("--seed", type=int, default=0)
-    result.add_argument("--run-dir", default=None, help="default: runs/<agent>-<env>-seed<seed>, e.g. runs/ppo-cartpole-seed0")
-    result.add_argument("--fresh", action="store_true", help="delete the run directory's checkpoints first")
-    result.add_argument("--target-return", type=float, default=target_return,
-                        help="the mean return (last 20 episodes) whose first crossing is timed")
-    result.add_argument("--stop-at-target", action="store_true", help="stop as soon as the target is reached")
-    result.add_argument("--compilation-cache", default=os.path.expanduser("~/.cache/jaxdist/jax"),
-                        help="JAX's persistent compilation cache ('' to turn it off)")
-    result.add_argument("--quiet", action="store_true", help="do not echo the nodes' output")
-    hosts.add_arguments(result)
-    return result
+from jaxdist.agents import config as configs
+from jaxdist.agents.config import AgentConfig, Presets
+from jaxdist.agents.distributed import env_slug
 
 
-def launch_options(args: argparse.Namespace, placement: dict[str, Any]) -> dict[str, Any] | None:
-    """The multihost launcher's options from the flags (None for the other launchers)."""
-    if args.launcher != "multihost":
-        return None
-    return dict(hosts.from_args(args), placement=placement)
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How to run, not what: none of these is saved with the config."""
+
+    launcher: Literal["threads", "processes", "multihost"] = "processes"
+    """multihost: run this same command on every host (see the README's runbook)."""
+    run_dir: str | None = None
+    """Default: runs/<agent>-<env>-seed<seed>, e.g. runs/ppo-cartpole-seed0."""
+    fresh: bool = False
+    """Delete the run directory first and start over (default: resume from its checkpoints)."""
+    allow_config_change: bool = False
+    """Resume even though the config differs from the one the run was started with."""
+    compilation_cache: str = os.path.join("~", ".cache", "jaxdist", "jax")
+    """JAX's persistent compilation cache ('' to turn it off)."""
+    quiet: bool = False
+    """Do not echo the nodes' output."""
+    track: str | None = None
+    """Log to this Weights & Biases project (pip install 'jaxdist[wandb]')."""
+    hosts: str | None = None
+    """multihost: comma-separated hosts, or a SLURM node list like node[01-04] (default: detected)."""
+    host_index: int | None = None
+    """multihost: this host's index in --hosts (default: detected)."""
+    coordinator: str | None = None
+    """multihost: host:port of the jax.distributed coordinator."""
+    base_port: int | None = None
+    """multihost: first port of host 0's range."""
+
+    def launch_options(self) -> dict[str, Any] | None:
+        if self.launcher != "multihost":
+            return None
+        options = {"hosts": self.hosts, "host_index": self.host_index, "coordinator": self.coordinator,
+                   "base_port": self.base_port}
+        return {key: value for key, value in options.items() if value is not None}
 
 
-def prepare_run_dir(args: argparse.Namespace, agent: str, env_id: str) -> str:
-    """The run directory (``--run-dir`` or the default), its checkpoints deleted on ``--fresh``."""
-    env_name = env_id.lower().rsplit("-v", 1)[0]  # CartPole-v1 -> cartpole
-    run_dir = args.run_dir or os.path.join("runs", f"{agent}-{env_name}-seed{args.seed}")
-    if args.fresh:
-        shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
-    return run_dir
+def parse(config_type: type[AgentConfig], presets: Presets, description: str | None,
+          args: Sequence[str] | None = None) -> tuple[AgentConfig, RunOptions]:
+    """(config, run options) from the command line, over the preset of its ``--env-id``."""
+    args = list(sys.argv[1:] if args is None else args)
+    env_id = _flag_value(args, "--env-id") or config_type().env_id
+    default = configs.with_preset(config_type, env_id, presets)
+
+    flat = tyro.conf.arg(name="")  # --learning-rate, not --config.learning-rate
+    command_type = dataclasses.make_dataclass("Command", [
+        ("config", Annotated[config_type, flat]),
+        ("run", Annotated[RunOptions, flat], dataclasses.field(default=RunOptions()))], frozen=True)
+    command = tyro.cli(command_type, default=command_type(default), args=args, description=description)
+    return command.config, command.run
 
 
-def train_and_report(args: argparse.Namespace, agent: str, config: Any, train: Callable[..., dict[str, Any]],
-                     start_time: float, placement: dict[str, Any] | None = None) -> None:
-    """What an agent's script ends with: its run directory, ``train(config, ...)`` with the
-    shared flags, and the report. ``placement``: the agent's for the multihost launcher."""
-    run_dir = prepare_run_dir(args, agent, config.env_id)
-    summary = train(config, launcher=args.launcher, run_dir=run_dir, target_return=args.target_return,
-                    stop_at_target=args.stop_at_target, start_time=start_time,
-                    compilation_cache=args.compilation_cache or None, echo=not args.quiet,
-                    launch_options=launch_options(args, placement) if placement is not None else None)
-    report(summary, args.target_return, run_dir)
+def run_dir_for(agent: str, config: AgentConfig, run: RunOptions) -> str:
+    return run.run_dir or os.path.join("runs", f"{agent}-{env_slug(config.env_id)}-seed{config.seed}")
 
 
-def report(summary: dict[str, Any], target_return: float, run_dir: str) -> None:
-    """The closing lines: when the target was reached, throughput, why the run stopped."""
-    if summary["stop_reason"] == "the run had already finished":
+def prepare_run_dir(run_dir: str, agent: str, config: AgentConfig, run: RunOptions) -> None:
+    """Start over on ``--fresh``; on a resume, refuse a config that differs from the saved one
+    unless ``--allow-config-change``."""
+    saved_file = os.path.join(run_dir, configs.CONFIG_FILE)
+    if run.fresh:
+        if os.path.exists(run_dir) and not os.path.exists(saved_file) \
+                and not os.path.isdir(os.path.join(run_dir, "checkpoints")):
+            raise SystemExit(f"--fresh deletes the run directory, but {run_dir} holds no jaxdist run "
+                             f"(no {configs.CONFIG_FILE}): choose another --run-dir")
+        shutil.rmtree(run_dir, ignore_errors=True)
         return
+    if not os.path.exists(saved_file) or run.allow_config_change:
+        return
+    saved_agent, saved = configs.load(run_dir)
+    changed = configs.differences(saved, config) if saved_agent == agent else {"agent": (saved_agent, agent)}
+    changed.pop("stop_at_target", None)  # when to stop is not what is learned
+    if changed:
+        lines = "\n".join(f"  {name}: {before!r} -> {after!r}" for name, (before, after) in changed.items())
+        raise SystemExit(f"{run_dir} holds a run started with another config; these fields differ:\n{lines}\n"
+                         f"Resume with the saved config (drop those flags), start over with --fresh, pass "
+                         f"--allow-config-change to resume anyway, or choose another --run-dir.")
+
+
+def main(agent: str, config_type: type[AgentConfig], presets: Presets, make_agent: Callable[[Any], Any],
+         description: str | None, start_time: float) -> dict[str, Any]:
+    """An agent script's whole body: parse, prepare the run directory, train, report."""
+    from jaxdist.agents.monitor import train
+
+    config, run = parse(config_type, presets, description)
+    run_dir = run_dir_for(agent, config, run)
+    prepare_run_dir(run_dir, agent, config, run)
+    summary = train(make_agent(config), launcher=run.launcher, run_dir=run_dir, start_time=start_time,
+                    compilation_cache=os.path.expanduser(run.compilation_cache) or None, echo=not run.quiet,
+                    track=run.track, launch_options=run.launch_options())
+    report(summary, run_dir)
+    return summary
+
+
+def report(summary: dict[str, Any], run_dir: str) -> None:
+    """The closing lines: when the target was reached, throughput, why the run stopped."""
     if "host_index" in summary:  # a multihost share: host 0 reports the run
         print(f"host {summary['host_index']} stopped: {summary['stop_reason']}")
         return
-    if summary["wall_time_to_target"] is not None:
-        print(f"reached mean return {target_return:g} after {summary['wall_time_to_target']:.1f} s "
-              f"(start-up included) and {summary['steps_to_target']:,} env steps")
-    else:
-        print(f"did not reach mean return {target_return:g}; last mean return {summary['final_return']}")
-    rate = summary["steps_per_second"]
+    target = summary.get("target_return")
+    if summary.get("wall_time_to_target") is not None:
+        print(f"reached evaluation return {target:g} after {summary['wall_time_to_target']:.1f} s (the whole run, "
+              f"start-up included) and {summary['steps_to_target']:,} env steps")
+    elif target is not None:
+        print(f"did not reach evaluation return {target:g}; last evaluation return {summary['final_return']}")
+    rate = summary.get("steps_per_second")
     print(f"{summary['env_steps']:,} env steps in {summary['wall_time']:.1f} s; steady throughput "
           f"{'-' if rate is None else f'{rate:,}'} env steps/s; {summary['stop_reason']}; results in {run_dir}")
+
+
+def _flag_value(args: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None

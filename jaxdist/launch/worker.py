@@ -64,13 +64,13 @@ class _Worker:
         try:
             node = pickle.loads(payload)
             executable = node.executable(self._context)
-            self._send("bound", executable.bind(), executable.has_run)
+            self._send("bound", executable.bind())
             addresses = self._wait_for("construct")
             if addresses is None:
                 return 0
             self._clients = ClientPool(addresses, self._context.token)
             executable.construct(addresses, self._clients)
-            self._send("constructed")
+            self._send("constructed", executable.has_run)  # known once built: a factory's product may run
             if self._wait_for("run") is None:
                 return 0
             if executable.has_run:

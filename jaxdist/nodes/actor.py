@@ -4,7 +4,7 @@ trajectories sent with futures, parameters refreshed in the background.
     with p.group("actor"):
         for i in range(2):
             p.add_node(jd.CourierNode(Actor, policy, EnvSpec("CartPole-v1", 8), learner, queue,
-                                      trajectory_length=32, seed=i, params_method="get_params"))
+                                      trajectory_length=32, seed=i))
 
 - ``policy(params, obs, key) -> (action, extras)``: a pure, picklable function of the whole batch
   (``extras``: a dict of arrays with the env axis first, e.g. ``{"logp", "value"}``); the actor
@@ -13,9 +13,8 @@ trajectories sent with futures, parameters refreshed in the background.
   seeds the env and the policy's key (``rng_impl``: JAX's ``unsafe_rbg`` by default, a
   single XLA op, measurably cheaper per step on CPU than threefry's; an actor's samples need
   no cross-device reproducibility).
-- ``params``: the parameter source, a client (or object) with ``get(min_version)`` (a
-  ``ParameterServer``, a ``CacherNode`` in front of one) or, with ``params_method="get_params"``,
-  a learner. A ``VariableClient`` refreshes it in a background thread; while the source is away
+- ``params``: the parameter source, a client (or object) with ``get(min_version)``: a
+  ``ParameterServer``, a ``CacherNode`` in front of one, or a learner. A ``VariableClient`` refreshes it in a background thread; while the source is away
   (a learner or server restarting) the actor keeps acting with the parameters it holds.
 - ``sink``: where trajectories go: a replay node's client (each env's trajectory one item,
   all of a send in one atomic ``insert_many``), any callable ``sink(items)``, or None (dropped:
@@ -66,7 +65,7 @@ class Actor:
     """A served actor; see the module docstring. Call ``run()`` (a node does) to act."""
 
     def __init__(self, policy: Policy, env: Any, params: Any, sink: Any = None, *,
-                 trajectory_length: int = 32, seed: int = 0, params_method: str = "get",
+                 trajectory_length: int = 32, seed: int = 0,
                  refresh_every_seconds: float = 0.05, first_fetch_timeout: float = 300.0,
                  max_in_flight: int = 2, max_send_wait: float = 5.0, insert_timeout: float = 30.0,
                  send_retry_for: float = 60.0,
@@ -89,11 +88,10 @@ class Actor:
         # Raw key data in and out of the jitted step: a typed key would be rewrapped in Python
         # on every return (~25 us a step here).
         self._key = jax.random.key_data(jax.random.key(seed, impl=rng_impl))
-        self._step_fn = _jitted_step(policy, rng_impl)
-        source = params if params_method == "get" else _Renamed(params, params_method, "get")
+        self._step_fn = jitted_step(policy, rng_impl)
         self._owns_variables = not isinstance(params, VariableClient)
         self._variables = params if not self._owns_variables else VariableClient(
-            source, refresh_every_seconds=refresh_every_seconds, first_fetch_timeout=first_fetch_timeout)
+            params, refresh_every_seconds=refresh_every_seconds, first_fetch_timeout=first_fetch_timeout)
         self._device_params: tuple[int, Any] = (-2, None)
         self._sender = _Sender(_make_send(sink, table, insert_timeout), max_in_flight, max_send_wait, self.name,
                               retry_for=send_retry_for)
@@ -287,7 +285,7 @@ def _block(tree: Any) -> Any:
     return jax.block_until_ready(tree)
 
 
-def _jitted_step(policy: Policy, rng_impl: str | None = None) -> Callable:
+def jitted_step(policy: Policy, rng_impl: str | None = None) -> Callable:
     """``(params, obs, key_data) -> (key_data, action, extras)``: the jitted step of ``policy``,
     shared by the actors of one process (one compile)."""
     import jax
@@ -310,18 +308,6 @@ def _policy_step(policy: Policy, rng_impl: str | None, params: Any, obs: Any, ke
     key, sample_key = jax.random.split(jax.random.wrap_key_data(key_data, impl=rng_impl))
     action, extras = policy(params, obs, sample_key)
     return jax.random.key_data(key), action, extras
-
-
-class _Renamed:
-    """A parameter source whose ``get`` calls another method (a learner's ``get_params``)."""
-
-    def __init__(self, target: Any, method: str, alias: str) -> None:
-        self._target, self._method = target, method
-        setattr(self, alias, getattr(target, method))
-
-    def with_timeout(self, seconds: float) -> "_Renamed":
-        with_timeout = getattr(self._target, "with_timeout", None)
-        return _Renamed(with_timeout(seconds), self._method, "get") if callable(with_timeout) else self
 
 
 def _make_send(sink: Any, table: str, timeout: float) -> Callable[[list], Any] | None:
@@ -448,4 +434,4 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-__all__ = ["Actor", "Policy"]
+__all__ = ["Actor", "Policy", "jitted_step"]

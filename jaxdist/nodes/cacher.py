@@ -83,7 +83,7 @@ class CacherNode(Node):
         return Restart(max_restarts=10, backoff=0.5)
 
     def create_handle(self) -> Handle:
-        return Handle(self.name)
+        return Handle(self)
 
     def executable(self, context: NodeContext) -> Executable:
         return _CacherExecutable(self, context)

@@ -49,6 +49,11 @@ class ColocationNode(Node):
     def stops_first(self) -> bool:
         return any(node.stops_first() for node in self.nodes)
 
+    def default_restart(self) -> Any:
+        """The most patient of its parts' policies: they restart together, as one unit."""
+        policies = [policy for policy in (node.default_restart() for node in self.nodes) if policy is not None]
+        return max(policies, key=lambda policy: policy.max_restarts, default=None)
+
     def units(self) -> list[Node]:
         return list(self.nodes) if self.mode == "processes" else [self]
 
@@ -68,7 +73,10 @@ class _ThreadsExecutable(Executable):
 
     def __init__(self, parts: list[Executable]) -> None:
         self._parts = parts
-        self.has_run = any(part.has_run for part in parts)
+
+    @property
+    def has_run(self) -> bool:
+        return any(part.has_run for part in self._parts)
 
     def bind(self) -> AddressTable:
         addresses: AddressTable = {}

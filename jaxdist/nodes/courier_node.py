@@ -24,25 +24,39 @@ class CourierNode(Node):
             raise TypeError(f"CourierNode takes a class or factory first, got {cls!r}")
         self.cls, self.args, self.kwargs = cls, args, kwargs
         self.server_options: dict[str, Any] = {}
+        self._restart: Any = getattr(cls, "default_restart", None)
+        self._stops_first = bool(getattr(cls, "stops_first", False))
 
     def with_server(self, **options: Any) -> "CourierNode":
         """Options for this node's `courier.Server`, e.g. `thread_pool_size=64`."""
         self.server_options.update(options)
         return self
 
+    def with_options(self, *, restart: Any = None, stops_first: bool | None = None) -> "CourierNode":
+        """Node options that a factory function cannot declare as class attributes: the restart
+        policy its group gets when the launch names none, and whether launchers stop it first
+        (a learner built by a factory). A served class may declare both itself
+        (`default_restart = jd.Restart(...)`, `stops_first = True`), as `Learner` does."""
+        if restart is not None:
+            self._restart = restart
+        if stops_first is not None:
+            self._stops_first = stops_first
+        return self
+
     def default_label(self) -> str:
         return getattr(self.cls, "__name__", "courier").lower()
 
+    def __repr__(self) -> str:
+        return f"CourierNode({getattr(self.cls, '__qualname__', self.cls)!r}{', ' + repr(self.name) if self.name else ''})"
+
     def create_handle(self) -> Handle:
-        return Handle(self.name)
+        return Handle(self)
 
     def default_restart(self) -> Any:
-        """A served class may declare `default_restart = jd.Restart(...)` (learners do)."""
-        return getattr(self.cls, "default_restart", None)
+        return self._restart
 
     def stops_first(self) -> bool:
-        """A served class may declare `stops_first = True` (learners do)."""
-        return bool(getattr(self.cls, "stops_first", False))
+        return self._stops_first
 
     def executable(self, context: NodeContext) -> Executable:
         return _CourierExecutable(self, context)
@@ -57,7 +71,6 @@ class _CourierExecutable(Executable):
         self._context = context
         self._server: courier.Server | None = None
         self._object: Any = None
-        self.has_run = callable(getattr(node.cls, "run", None))
 
     def bind(self) -> AddressTable:
         self._server = courier.Server(
@@ -72,6 +85,7 @@ class _CourierExecutable(Executable):
         with node_context(self._context):
             self._object = node.cls(*args, **kwargs)
         self._server.attach(self._object)
+        self.has_run = callable(getattr(self._object, "run", None))  # a factory's product decides
 
     def run(self) -> None:
         if self.has_run:

@@ -19,9 +19,9 @@ The algorithm is three pure functions in a :class:`LearnerLogic`; the node does 
   background thread. A source with a ``seek(step)`` method is told the step training starts
   at (0, or the restored step) before its first call, so a deterministic source (a dataset
   read in order) resumes where the checkpoint left off rather than from its beginning. Without a source, callers push batches with the served ``update(batch)``.
-- Served: ``update(batch)``, ``get_params(min_version=-1, wait=0)`` (the ParameterServer
-  ``get`` contract, also served as ``get`` so actors' ``VariableClient`` can read it, directly
-  or through a ``CacherNode``: give the cacher ``uncached=("update",)``), ``status()``.
+- Served: ``update(batch)``, ``get(min_version=-1, wait=0)`` (the ParameterServer contract,
+  so actors' ``VariableClient`` reads it directly or through a ``CacherNode``: give the cacher
+  ``uncached=("update",)``), ``status()``.
   Only ``parallel.is_primary()`` publishes and writes metrics; device-to-host copies for both
   happen on a background thread, so the step loop never waits on them.
 - Outside a program (a script, a benchmark) it works the same: ``Learner(logic, source,
@@ -95,32 +95,46 @@ class CheckpointOptions:
 
 @dataclasses.dataclass
 class ReplaySource:
-    """A batch source over replay nodes' clients: each call samples ``batch_size`` items.
+    """The batch source over replay nodes' clients: each call samples ``batch_size`` items.
 
     One client: ``ReplayClient(client).sample``; several: ``sample_many`` (the batch split over
-    them, asked at once). Both wait, retrying, while a rate limiter or an empty table makes the
-    node ask again (``timeout=None``: as long as it takes). ``field`` picks one entry of the
-    sample (``"data"``); ``None`` returns the whole ``{"keys", "data", "probabilities"}``, for
-    losses that need the probabilities (prioritized replay) or the keys.
+    them, asked at once). It waits in slices of ``slice_seconds`` while a rate limiter or an
+    empty table holds the sample back, for as long as it takes, except that with
+    ``end_on_stop`` it ends the source (``StopIteration``: the learner saves and returns) once
+    the program is stopping, so a learner fetching inline is never left waiting on actors that
+    have stopped. A learner spanning processes keeps ``end_on_stop=False``: all its processes
+    must step on to the step they agreed to stop at, and launchers keep its actors running
+    until it has. ``field`` picks one entry of the sample (``"data"``); ``None`` returns the
+    whole ``{"keys", "data", "probabilities"}``, for losses that need the probabilities
+    (prioritized replay) or the keys.
     """
 
     clients: Any
     batch_size: int
     table: str = "default"
-    timeout: float | None = None
     field: str | None = "data"
+    end_on_stop: bool = False
+    slice_seconds: float = 0.25
 
     def __call__(self) -> PyTree:
         from jaxdist.nodes.replay import client as replay_client  # a node layer beside this one
 
+        while True:
+            try:
+                sample = self._sample(replay_client)
+            except TimeoutError:
+                if self.end_on_stop and context.stop_requested():
+                    raise StopIteration from None
+                continue
+            return sample if self.field is None else sample[self.field]
+
+    def _sample(self, replay_client: Any) -> PyTree:
         if isinstance(self.clients, (list, tuple)):
-            sample = replay_client.sample_many(list(self.clients), self.batch_size, table=self.table,
-                                               timeout=self.timeout)
-        else:
-            if not isinstance(self.clients, replay_client.ReplayClient):
-                self.clients = replay_client.ReplayClient(self.clients)
-            sample = self.clients.sample(self.batch_size, table=self.table, timeout=self.timeout)
-        return sample if self.field is None else sample[self.field]
+            return replay_client.sample_many(list(self.clients), self.batch_size, table=self.table,
+                                             timeout=self.slice_seconds)
+        if not isinstance(self.clients, replay_client.ReplayClient):
+            self.clients = replay_client.ReplayClient(self.clients)
+        return self.clients.sample(self.batch_size, table=self.table, timeout=self.slice_seconds)
 
 
 class Learner:
@@ -137,8 +151,9 @@ class Learner:
     fetched, and off CPU put on devices, ahead of use by a thread; 0: fetch inline; batches
     fetched ahead from a Fifo are not trained on if the learner stops), ``run_dir`` / ``name``
     (default: the node's),
-    ``replay_options`` (``table``, ``timeout``, ``field`` of :class:`ReplaySource`, used when
-    the source is replay node client(s)), ``distributed`` (arguments of
+    ``replay_options`` (``table``, ``field``, ``end_on_stop`` of :class:`ReplaySource`, used
+    when the source is replay node client(s)), ``end_program`` (call ``jd.stop()`` once
+    ``max_steps`` are done: training ends inside the program), ``distributed`` (arguments of
     ``parallel.initialize``, called first; ``"env"``: those the multihost launcher gives the
     per_host group, with a heartbeat short enough that a dead peer ends the group in seconds,
     see :data:`DISTRIBUTED_DEFAULTS`), ``checkpoint_name`` (the directory under
@@ -170,7 +185,7 @@ class Learner:
                  name: str | None = None, replay_options: Mapping[str, Any] | None = None,
                  distributed: Mapping[str, Any] | Literal["env"] | None = None, cpu_block_every: int = 8,
                  after_update: Callable[[PyTree, PyTree], None] | None = None,
-                 checkpoint_name: str | None = None) -> None:
+                 checkpoint_name: str | None = None, end_program: bool = False) -> None:
         if distributed is not None:
             parallel.initialize(**_distributed_arguments(distributed))
         if not isinstance(logic, LearnerLogic):
@@ -191,6 +206,7 @@ class Learner:
         self._publish_every = publish_every
         self._log_every = log_every
         self._max_steps = max_steps
+        self._end_program = end_program
         self._after_update = after_update
         self._primary = parallel.is_primary()
         self._multiprocess = jax.process_count() > 1
@@ -249,8 +265,10 @@ class Learner:
             step = self._step
         return {"step": step, "metrics": _host_metrics(metrics, self._k)}
 
-    def get_params(self, min_version: int = -1, wait: float = 0.0) -> dict[str, Any]:
-        """``{"version": step, "params": host arrays, or None unless newer than min_version}``.
+    def get(self, min_version: int = -1, wait: float = 0.0) -> dict[str, Any]:
+        """``{"version": step, "params": host arrays, or None unless newer than min_version}``:
+        the ParameterServer's ``get`` contract, so a ``VariableClient`` (directly or through a
+        ``CacherNode``) reads parameters from the learner itself.
 
         ``wait`` > 0 long-polls: returns once a newer version is published or after ``wait``
         seconds (at most ``parameter_server.MAX_WAIT``).
@@ -261,11 +279,6 @@ class Learner:
                                                  timeout=min(float(wait), MAX_WAIT))
         version, params = self._published
         return {"version": version, "params": params if version > min_version else None}
-
-    def get(self, min_version: int = -1, wait: float = 0.0) -> dict[str, Any]:
-        """``get_params`` under the ParameterServer's name, so a ``VariableClient`` (directly
-        or through a ``CacherNode``) can read parameters from the learner itself."""
-        return self.get_params(min_version, wait)
 
     def status(self) -> dict[str, Any]:
         return {"step": self._step, "version": self._published[0],
@@ -293,6 +306,8 @@ class Learner:
                 with self._lock:
                     self._advance(batch)
         self._finish(reason)
+        if self._end_program and self._finished() and self._in_program:
+            context.stop()
 
     def close(self) -> None:
         """Stop fetching, flush metrics and publishing, wait for saves; idempotent."""
@@ -407,7 +422,7 @@ class Learner:
         self._io.publish(self._step, self._device_copy_of_params(), self._set_published)
 
     def _publish_now(self) -> None:
-        """Publish synchronously (get_params serves it at once); the push goes in the background."""
+        """Publish synchronously (get serves it at once); the push goes in the background."""
         self._last_publish = self._step
         host = jax.device_get(self._device_copy_of_params())
         self._set_published(self._step, host)

@@ -1,12 +1,47 @@
 """Ape-X DQN (Horgan et al. 2018): ``learning.py`` (the math: n-step returns, initial priorities,
-double-DQN targets, the importance-weighted loss, the jitted update), ``networks.py`` (a dueling
-Q-network), ``acting.py`` (the epsilon schedule, the epsilon-greedy policy step, the sink that
-inserts n-step transitions with priorities), ``config.py`` (``ApexConfig``), ``builder.py``
-(``make_program``: actors, the prioritized replay and the generic learner, which writes
-priorities back), ``training.py`` (``train``: launch under the shared monitor)."""
+double-DQN targets, the importance-weighted loss, the jitted update), ``acting.py`` (the epsilon
+schedule, the epsilon-greedy policy, the sink that inserts n-step transitions with priorities)
+and ``config.py`` (``ApexConfig``). The learner, which writes priorities back, and the topology
+are the shared ones; the Q-network (dueling) is ``jaxdist.agents.networks.QNetwork``."""
 
-from jaxdist.agents.apex.builder import make_program
-from jaxdist.agents.apex.config import ApexConfig
-from jaxdist.agents.apex.training import train
+from __future__ import annotations
 
-__all__ = ["ApexConfig", "make_program", "train"]
+import math
+from typing import Any
+
+import jaxdist as jd
+from jaxdist.agents import distributed
+from jaxdist.agents.apex import acting
+from jaxdist.agents.apex.config import PRESETS, ApexConfig
+from jaxdist.agents.spaces import EnvInfo, env_info
+
+
+def learner_logic(config: ApexConfig, env: EnvInfo) -> Any:
+    from jaxdist.agents.apex import learning
+
+    return learning.logic(config, env)
+
+
+def replay_table(config: ApexConfig) -> jd.replay.Prioritized:
+    """The prioritized table, rate-limited to ``samples_per_insert``. Its window leaves room for
+    every actor's largest insert (and one batch) on either side of the target ratio."""
+    spi = config.samples_per_insert
+    error_buffer = math.ceil(spi * config.num_actors * config.transitions_per_send + config.batch_size + spi)
+    limiter = jd.replay.SampleToInsertRatio(spi, config.min_replay, error_buffer)
+    return jd.replay.Prioritized(config.replay_size, config.priority_exponent, limiter, seed=config.seed)
+
+
+def transition_sink(config: ApexConfig, replay: Any) -> acting.TransitionSink:
+    return acting.TransitionSink(replay, config.gamma, config.n_step)
+
+
+def agent(config: ApexConfig) -> distributed.Agent:
+    return distributed.Agent("apex", config, env_info(config.env_id), learner_logic, acting.policy, replay_table,
+                             sink=transition_sink, prioritized=True)
+
+
+def make_program(config: ApexConfig) -> jd.Program:
+    return distributed.make_program(agent(config))
+
+
+__all__ = ["ApexConfig", "PRESETS", "agent", "make_program"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxdist.agents.apex.config import ApexHyperparams
+from jaxdist.agents.spaces import EnvInfo
 
 def actor_epsilons(num_actors: int, base: float = 0.4, alpha: float = 7.0) -> list[float]:
     """``base ** (1 + alpha * i / (N - 1))`` for actor i of N (Horgan et al. 2018); ``[base]``
@@ -24,23 +24,40 @@ def actor_epsilons(num_actors: int, base: float = 0.4, alpha: float = 7.0) -> li
 class EpsilonGreedy:
     """``(params, obs, key) -> (action, {"q": Q-values})`` for a batch of observations; the actor
     jits it. The Q-values go out with the trajectory, so the sink can compute initial
-    priorities without running the network again. Picklable and free of JAX imports until
-    called."""
+    priorities without running the network again. ``epsilon`` None: the greedy policy of
+    evaluation and ``load_policy``, no extras. Picklable and free of JAX imports until called."""
 
-    hp: ApexHyperparams
-    epsilon: float
+    env: EnvInfo
+    network: Any
+    hidden: tuple[int, ...]
+    dueling: bool
+    epsilon: float | None
 
     def __call__(self, params: Any, obs: Any, key: Any) -> tuple[Any, dict[str, Any]]:
         import jax
         import jax.numpy as jnp
 
-        q = self.hp.network().apply(params, obs)
+        from jaxdist.agents.networks import QNetwork
+
+        num_actions = self.env.action.size
+        q = QNetwork(num_actions, self.network, tuple(self.hidden), self.dueling).apply(params["network"], obs)
+        if self.epsilon is None:
+            return jnp.argmax(q, axis=-1).astype(jnp.int32), {}
         explore_key, action_key = jax.random.split(key)
         batch_shape = q.shape[:-1]
-        random_action = jax.random.randint(action_key, batch_shape, 0, self.hp.num_actions)
+        random_action = jax.random.randint(action_key, batch_shape, 0, num_actions)
         explore = jax.random.uniform(explore_key, batch_shape) < self.epsilon
         action = jnp.where(explore, random_action, jnp.argmax(q, axis=-1))
         return action.astype(jnp.int32), {"q": q}
+
+
+def policy(config: Any, env: EnvInfo, actor: int | None) -> EpsilonGreedy:
+    """An ``Agent.policy``: actor i explores with its epsilon; the evaluator acts greedily."""
+    if not env.action.discrete:
+        raise ValueError(f"DQN chooses among discrete actions; {config.env_id} has a continuous action space "
+                         f"(use PPO or IMPALA)")
+    epsilon = None if actor is None else config.epsilons()[actor]
+    return EpsilonGreedy(env, config.network, tuple(config.hidden), config.dueling, epsilon)
 
 
 def to_transitions(trajectories: list[dict[str, np.ndarray]], gamma: float,

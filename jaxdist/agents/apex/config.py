@@ -7,48 +7,21 @@ Nothing here imports JAX: the launching process builds configs and programs with
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
-from jaxdist.agents.common import env_dims
-
-
-@dataclasses.dataclass(frozen=True)
-class ApexHyperparams:
-    """The learning side of an Ape-X config (see ``ApexConfig`` for what each field means)."""
-
-    num_actions: int
-    obs_shape: tuple[int, ...]
-    hidden: tuple[int, ...] = (128, 128)
-    dueling: bool = True
-    learning_rate: float = 5e-4
-    adam_eps: float = 1e-5
-    max_grad_norm: float = 10.0
-    huber_delta: float = 1.0
-    importance_exponent: float = 0.4
-    target_update_period: int = 100
-
-    def network(self) -> Any:
-        """The flax ``QNetwork`` (imported here: building a config needs no JAX)."""
-        from jaxdist.agents.apex.networks import QNetwork
-
-        return QNetwork(self.num_actions, self.hidden, self.dueling)
+from jaxdist.agents.config import AgentConfig, Presets
 
 
 @dataclasses.dataclass(frozen=True)
-class ApexConfig:
-    """Defaults solve CartPole-v1: the last 20 episodes of the two greediest actors average
-    >= 475, in 57k-195k env steps over seeds 0-4. In tuning, the 5-step horizon sped learning
-    up most; copying the target network every 50 updates was faster still but let Q-values
-    diverge in one run, 100 did not.
+class ApexConfig(AgentConfig):
+    """Ape-X DQN (Horgan et al. 2018) on the actor-learner topology. In tuning on CartPole-v1,
+    the 5-step horizon sped learning up most; copying the target network every 50 updates was
+    faster still but let Q-values diverge in one run, 100 did not.
 
     **Actors.** Actor i of N explores with epsilon ``base_epsilon ** (1 + epsilon_alpha * i /
     (N - 1))`` (Horgan et al. 2018: 0.4 and 7; one actor: 0.4), steps ``envs_per_actor`` envs
     and every ``trajectory_length`` steps turns each env's trajectory into ``n_step``
     transitions, each inserted with its initial priority: its |n-step TD error| under the
-    actor's own Q-values. The monitored return is that of the ``report_actors`` greediest
-    actors (the last ones; with 4 actors, epsilons 0.4^5.7 ~ 0.006 and 0.4^8 ~ 0.0007): they
-    play the part of the paper's evaluation at no extra cost, their data learned from like
-    everyone's; two of them fill the 20-episode window twice as fast as one.
+    actor's own Q-values. The evaluator plays the greedy policy.
 
     **Replay.** A prioritized table of ``replay_size`` transitions, drawn with probability
     ``p^priority_exponent / sum p^priority_exponent`` and corrected by importance weights
@@ -68,27 +41,32 @@ class ApexConfig:
     ``min_replay`` first (None: the replay is not saved).
     """
 
-    # Environment and actors.
-    env_id: str = "CartPole-v1"
-    env_backend: str = "auto"
     num_actors: int = 4
     envs_per_actor: int = 4
-    trajectory_length: int = 32
     total_steps: int = 400_000
-    seed: int = 0
+    hidden: tuple[int, ...] = (128, 128)
     base_epsilon: float = 0.4
     epsilon_alpha: float = 7.0
-    report_actors: int = 2
+    max_in_flight: int = 2
+    max_send_wait: float = 60.0
+    learner_prefetch: int = 1
+    publish_every_updates: int = 2
+    checkpoint_every_updates: int = 1_000
+    replay_checkpoint_seconds: float | None = 300.0
+    log_every_updates: int = 100
+    eval_every_updates: int = 250
 
     # Ape-X DQN.
     n_step: int = 5
     gamma: float = 0.99
-    hidden: tuple[int, ...] = (128, 128)
     dueling: bool = True
     learning_rate: float = 5e-4
+    adam_eps: float = 1e-5
     max_grad_norm: float = 10.0
+    huber_delta: float = 1.0
     target_update_period: int = 100
-    batch_size: int = 128
+    batch_size: int = 128  # type: ignore[assignment]  # a field here, a property of other agents
+    """Transitions per update."""
 
     # Prioritized replay.
     replay_size: int = 100_000
@@ -97,29 +75,16 @@ class ApexConfig:
     importance_exponent: float = 0.4
     samples_per_insert: float = 16.0
 
-    # The system.
-    param_refresh_seconds: float = 0.02
-    publish_every_updates: int = 2
-    max_in_flight: int = 2
-    learner_prefetch: int = 1
-    checkpoint_every_updates: int = 1_000
-    replay_checkpoint_seconds: float | None = 300.0
-    log_every_updates: int = 100
-
     def __post_init__(self) -> None:
-        for name in ("num_actors", "envs_per_actor", "trajectory_length", "total_steps", "n_step", "batch_size",
-                     "target_update_period", "publish_every_updates", "report_actors"):
+        super().__post_init__()
+        for name in ("n_step", "batch_size", "target_update_period"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.report_actors > self.num_actors:
-            raise ValueError(f"report_actors ({self.report_actors}) exceeds num_actors ({self.num_actors})")
         if not 0 < self.gamma <= 1:
             raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
         if not self.batch_size <= self.min_replay <= self.replay_size:
             raise ValueError(f"need batch_size ({self.batch_size}) <= min_replay ({self.min_replay}) <= "
                              f"replay_size ({self.replay_size})")
-        if self.replay_checkpoint_seconds is not None and not self.replay_checkpoint_seconds > 0:
-            raise ValueError(f"replay_checkpoint_seconds must be > 0 or None, got {self.replay_checkpoint_seconds}")
         if self.samples_per_insert <= 0:
             raise ValueError(f"samples_per_insert must be > 0, got {self.samples_per_insert}")
 
@@ -133,19 +98,12 @@ class ApexConfig:
         """Env steps behind one update at the rate limiter's ratio."""
         return self.batch_size / self.samples_per_insert
 
-    @property
-    def total_updates(self) -> int:
-        return max(1, round(self.total_steps / self.steps_per_update))
-
     def epsilons(self) -> list[float]:
         """Every actor's exploration epsilon, greediest last."""
         from jaxdist.agents.apex.acting import actor_epsilons
 
         return actor_epsilons(self.num_actors, self.base_epsilon, self.epsilon_alpha)
 
-    def hyperparams(self) -> ApexHyperparams:
-        obs_shape, num_actions = env_dims(self.env_id, "DQN")
-        return ApexHyperparams(
-            num_actions=num_actions, obs_shape=obs_shape, hidden=tuple(self.hidden), dueling=self.dueling,
-            learning_rate=self.learning_rate, max_grad_norm=self.max_grad_norm,
-            importance_exponent=self.importance_exponent, target_update_period=self.target_update_period)
+
+PRESETS: Presets = {"CartPole-v1": {"target_return": 475.0}}
+"""Tuned defaults per env id; every field stays overridable flag by flag."""

@@ -33,7 +33,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxdist.agents.apex.config import ApexHyperparams
+from jaxdist.agents.apex.config import ApexConfig
+from jaxdist.agents.networks import QNetwork
+from jaxdist.agents.spaces import EnvInfo
+from jaxdist.nodes.learner import LearnerLogic
 
 PyTree = Any
 
@@ -92,18 +95,18 @@ def importance_weights(probabilities: jax.Array, exponent: float) -> jax.Array:
 
 
 def dqn_loss(params: PyTree, target_params: PyTree, batch: dict[str, Any],
-             hp: ApexHyperparams) -> tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]:
+             config: ApexConfig, env: EnvInfo) -> tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]:
     """The importance-weighted Huber loss of one sample ``{"data", "probabilities"}``; also the
     TD errors (the new priorities) and metrics."""
-    data, network = batch["data"], hp.network()
+    data, network = batch["data"], q_network(config, env)
     q = network.apply(params, data["obs"])
     q_taken = jnp.take_along_axis(q, data["action"][..., None].astype(jnp.int32), axis=-1)[..., 0]
     q_next_online = network.apply(params, data["next_obs"])
     q_next_target = network.apply(target_params, data["next_obs"])
     target = jax.lax.stop_gradient(double_q_targets(data["reward"], data["discount"], q_next_online, q_next_target))
     td = target - q_taken
-    weights = importance_weights(batch["probabilities"].astype(jnp.float32), hp.importance_exponent)
-    loss = jnp.mean(weights * optax.huber_loss(td, delta=hp.huber_delta))
+    weights = importance_weights(batch["probabilities"].astype(jnp.float32), config.importance_exponent)
+    loss = jnp.mean(weights * optax.huber_loss(td, delta=config.huber_delta))
     return loss, (td, {"loss": loss, "q_mean": jnp.mean(q_taken), "td_abs_mean": jnp.mean(jnp.abs(td)),
                        "importance_weight_mean": jnp.mean(weights)})
 
@@ -111,23 +114,36 @@ def dqn_loss(params: PyTree, target_params: PyTree, batch: dict[str, Any],
 # State and update ------------------------------------------------------------------------------
 
 
-def optimizer(hp: ApexHyperparams) -> optax.GradientTransformation:
-    return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm), optax.adam(hp.learning_rate, eps=hp.adam_eps))
+def q_network(config: ApexConfig, env: EnvInfo) -> QNetwork:
+    return QNetwork(num_actions=env.action.size, network=config.network, hidden=tuple(config.hidden),
+                    dueling=config.dueling)
 
 
-def init(hp: ApexHyperparams, rng: jax.Array) -> dict[str, PyTree]:
+def optimizer(config: ApexConfig) -> optax.GradientTransformation:
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
+                       optax.adam(config.learning_rate, eps=config.adam_eps))
+
+
+def logic(config: ApexConfig, env: EnvInfo) -> LearnerLogic:
+    """Ape-X's ``LearnerLogic`` for the generic ``jaxdist.nodes.learner.Learner``."""
+    return LearnerLogic(init=functools.partial(init, config, env), update=functools.partial(update, config, env),
+                        params=published)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def init(config: ApexConfig, env: EnvInfo, rng: jax.Array) -> dict[str, PyTree]:
     """``{"params", "target_params", "opt_state", "updates"}``, in one jitted call (one compile)."""
-    return _jitted_init(hp, rng)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _jitted_init(hp: ApexHyperparams, rng: jax.Array) -> dict[str, PyTree]:
-    params = hp.network().init(rng, jnp.zeros((1, *hp.obs_shape), jnp.float32))
-    return {"params": params, "target_params": params, "opt_state": optimizer(hp).init(params),
+    params = q_network(config, env).init(rng, jnp.zeros((1, *env.obs_shape), env.obs_dtype))
+    return {"params": params, "target_params": params, "opt_state": optimizer(config).init(params),
             "updates": jnp.zeros((), jnp.int32)}
 
 
-def update(hp: ApexHyperparams, state: dict[str, PyTree], batch: dict[str, Any],
+def published(state: dict[str, PyTree]) -> dict[str, PyTree]:
+    """What actors, the evaluator and ``load_policy`` get: the online network."""
+    return {"network": state["params"]}
+
+
+def update(config: ApexConfig, env: EnvInfo, state: dict[str, PyTree], batch: dict[str, Any],
            rng: jax.Array) -> tuple[dict[str, PyTree], dict[str, jax.Array]]:
     """One SGD step on a prioritized sample; the target network follows every
     ``target_update_period`` updates. ``metrics["priorities"]`` holds the sampled transitions'
@@ -136,10 +152,10 @@ def update(hp: ApexHyperparams, state: dict[str, PyTree], batch: dict[str, Any],
     priorities are per transition)."""
     del rng
     (_, (td, metrics)), grads = jax.value_and_grad(dqn_loss, has_aux=True)(
-        state["params"], state["target_params"], batch, hp)
-    updates, opt_state = optimizer(hp).update(grads, state["opt_state"], state["params"])
+        state["params"], state["target_params"], batch, config, env)
+    updates, opt_state = optimizer(config).update(grads, state["opt_state"], state["params"])
     params = optax.apply_updates(state["params"], updates)
     count = state["updates"] + 1
-    target_params = optax.periodic_update(params, state["target_params"], count, hp.target_update_period)
+    target_params = optax.periodic_update(params, state["target_params"], count, config.target_update_period)
     metrics = dict(metrics, priorities=jnp.abs(td))
     return {"params": params, "target_params": target_params, "opt_state": opt_state, "updates": count}, metrics

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import jaxdist as jd
-from jaxdist.agents.common import cpu_resources
+from jaxdist.agents import distributed
 from jaxdist.agents.es.config import ESConfig
 from jaxdist.agents.es.evaluator import Evaluator
 from jaxdist.agents.es.master import Master
@@ -49,5 +49,5 @@ def restarts() -> dict[str, jd.Restart]:
 
 
 def resources(compilation_cache: str | None = None) -> dict[str, dict[str, Any]]:
-    """Per-group environment for the processes launcher (see ``common.cpu_resources``)."""
-    return cpu_resources(("master", "evaluator"), compilation_cache)
+    """Per-group environment for the processes launcher (see ``distributed.resources``)."""
+    return distributed.resources(compilation_cache, groups=("master", "evaluator"))

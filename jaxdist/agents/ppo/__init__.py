@@ -1,10 +1,31 @@
-"""PPO: ``learning.py`` (the math: GAE, the clipped loss, the jitted update), the flax
-actor-critic in ``jaxdist.agents.networks``, ``acting.py`` (the actors' policy step), ``config.py`` (``PPOConfig``),
-``builder.py`` (``make_program``: actors, FIFO replay and the generic learner), ``training.py``
-(``train``: launch under the shared monitor of ``jaxdist.agents.training``)."""
+"""PPO: ``learning.py`` (the math: GAE, the clipped loss, the jitted update) and ``config.py``
+(``PPOConfig`` and per-env presets). The actors run the shared actor-critic policy
+(``jaxdist.agents.policies``), the learner is the generic one, the topology the shared one
+(``jaxdist.agents.distributed``): ``jd.launch(ppo.make_program(ppo.PPOConfig())).wait()``."""
 
-from jaxdist.agents.ppo.builder import make_program
-from jaxdist.agents.ppo.config import PPOConfig
-from jaxdist.agents.ppo.training import train
+from __future__ import annotations
 
-__all__ = ["PPOConfig", "make_program", "train"]
+from typing import Any
+
+import jaxdist as jd
+from jaxdist.agents import distributed, policies
+from jaxdist.agents.ppo.config import PRESETS, PPOConfig
+from jaxdist.agents.spaces import EnvInfo, env_info
+
+
+def learner_logic(config: PPOConfig, env: EnvInfo) -> Any:
+    from jaxdist.agents.ppo import learning
+
+    return learning.logic(config, env)
+
+
+def agent(config: PPOConfig) -> distributed.Agent:
+    return distributed.Agent("ppo", config, env_info(config.env_id), learner_logic, policies.actor_critic,
+                             distributed.fifo)
+
+
+def make_program(config: PPOConfig) -> jd.Program:
+    return distributed.make_program(agent(config))
+
+
+__all__ = ["PPOConfig", "PRESETS", "agent", "make_program"]

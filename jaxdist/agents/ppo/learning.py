@@ -5,7 +5,8 @@ replay, the learner node) lives elsewhere.
 **Batch.** ``B`` trajectories of ``T + 1`` rows each, every leaf shaped ``(B, T + 1, ...)``:
 ``obs``, ``action``, ``reward``, ``terminated``, ``truncated`` (the row convention of
 :mod:`jaxdist.envs`: a row describes arriving at ``obs``), and from the acting policy ``logp``
-(of ``action``), ``value`` and ``version`` (the parameter version that chose the action). An
+(of ``action``) and ``version`` (the parameter version that chose the action). Actions are
+discrete or continuous: the policy's distribution comes from :mod:`jaxdist.agents.distributions`. An
 actor's consecutive trajectories share a row: the last row of one is the first of the next, and
 serves only to bootstrap.
 
@@ -18,8 +19,12 @@ on-policy when actors run ahead of the learner.
 **Advantages.** ``delta_t = r_{t+1} + gamma (1 - terminated_{t+1}) V(obs_{t+1}) - V(obs_t)`` and
 ``A_t = delta_t + gamma lambda (1 - ended_{t+1}) A_{t+1}``, with ``A = 0`` past the last row.
 A truncated episode bootstraps from the value of its true last observation (a row of its own).
-Values are recomputed with the learner's parameters (``recompute_values``) since the actor's
-may be a few versions old.
+Values are computed with the learner's parameters, since the actor's may be a few versions old.
+
+**Normalisation** (optional). Observations are normalised by running statistics kept in the
+learner's state (updated from each batch after it is learned from) and published with the
+parameters, so actors normalise as the learner does; rewards are divided by the running std of
+the discounted return.
 
 **Loss** per minibatch, means weighted by the real-and-fresh mask:
 ``-min(rho A, clip(rho, 1 - eps, 1 + eps) A) + c_v 0.5 (V - (A + V_old))^2 - c_e H(pi)`` with
@@ -28,6 +33,7 @@ may be a few versions old.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -35,8 +41,10 @@ import jax.numpy as jnp
 import optax
 
 from jaxdist import parallel
-from jaxdist.agents import networks
-from jaxdist.agents.ppo.config import PPOHyperparams
+from jaxdist.agents import actor_critic, distributions, networks
+from jaxdist.agents.ppo.config import PPOConfig
+from jaxdist.agents.spaces import EnvInfo
+from jaxdist.nodes.learner import LearnerLogic
 
 PyTree = Any
 
@@ -72,85 +80,91 @@ def _weighted_mean(x: jax.Array, weight: jax.Array) -> jax.Array:
     return jnp.sum(x * weight) / jnp.maximum(jnp.sum(weight), 1.0)
 
 
-def ppo_loss(params: PyTree, minibatch: dict[str, jax.Array], hp: PPOHyperparams) -> tuple[jax.Array, dict]:
-    """The clipped-surrogate PPO loss of one minibatch of flat transitions: ``obs``, ``action``,
-    ``logp`` (acting policy), ``advantage``, ``target`` (value target), ``weight`` (0 or 1)."""
-    logits, value = hp.network().apply(params, minibatch["obs"])
-    log_probs = jax.nn.log_softmax(logits)
-    logp = jnp.take_along_axis(log_probs, minibatch["action"][..., None].astype(jnp.int32), -1)[..., 0]
+def ppo_loss(params: PyTree, minibatch: dict[str, jax.Array], config: PPOConfig,
+             env: EnvInfo) -> tuple[jax.Array, dict]:
+    """The clipped-surrogate PPO loss of one minibatch of flat transitions: ``obs`` (normalised
+    if the config says so), ``action``, ``logp`` (acting policy), ``advantage``, ``target``
+    (value target), ``weight`` (0 or 1)."""
+    dist, value = actor_critic.network(config, env).apply(params, minibatch["obs"])
+    logp = distributions.log_prob(env.action, dist, minibatch["action"])
     weight = minibatch["weight"]
     advantage = minibatch["advantage"]
-    if hp.normalize_advantages:
+    if config.normalize_advantages:
         mean = _weighted_mean(advantage, weight)
         std = jnp.sqrt(_weighted_mean((advantage - mean) ** 2, weight))
         advantage = (advantage - mean) / (std + 1e-8)
 
     log_ratio = logp - minibatch["logp"]
     ratio = jnp.exp(log_ratio)
-    surrogate = jnp.minimum(ratio * advantage, jnp.clip(ratio, 1.0 - hp.clip_eps, 1.0 + hp.clip_eps) * advantage)
+    eps = config.clip_eps
+    surrogate = jnp.minimum(ratio * advantage, jnp.clip(ratio, 1.0 - eps, 1.0 + eps) * advantage)
     policy_loss = -_weighted_mean(surrogate, weight)
     value_loss = 0.5 * _weighted_mean((value - minibatch["target"]) ** 2, weight)
-    entropy = _weighted_mean(-jnp.sum(jnp.exp(log_probs) * log_probs, -1), weight)
-    loss = policy_loss + hp.vf_coef * value_loss - hp.ent_coef * entropy
+    entropy = _weighted_mean(distributions.entropy(env.action, dist), weight)
+    loss = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
     return loss, {
         "loss": loss, "policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy,
         "approx_kl": _weighted_mean((ratio - 1.0) - log_ratio, weight),
-        "clip_fraction": _weighted_mean((jnp.abs(ratio - 1.0) > hp.clip_eps).astype(jnp.float32), weight),
+        "clip_fraction": _weighted_mean((jnp.abs(ratio - 1.0) > eps).astype(jnp.float32), weight),
     }
 
 
 # State and update ------------------------------------------------------------------------------
 
 
-def optimizer(hp: PPOHyperparams) -> optax.GradientTransformation:
+def optimizer(config: PPOConfig) -> optax.GradientTransformation:
     """Clipped Adam; with ``anneal_lr`` the rate falls linearly to 0 over the run's SGD steps."""
-    steps = hp.total_updates * hp.epochs * hp.minibatches if hp.anneal_lr and hp.total_updates else None
-    return networks.clipped_adam(hp.learning_rate, hp.max_grad_norm, steps)
+    steps = config.total_updates * config.epochs * config.minibatches if config.anneal_lr else None
+    return networks.clipped_adam(config.learning_rate, config.max_grad_norm, steps)
 
 
-def init(hp: PPOHyperparams, rng: jax.Array) -> dict[str, PyTree]:
-    """``{"params", "opt_state", "version"}`` (see ``networks.init_train_state``)."""
-    return networks.init_train_state(hp, optimizer, rng)
+def logic(config: PPOConfig, env: EnvInfo) -> LearnerLogic:
+    """PPO's ``LearnerLogic`` for the generic ``jaxdist.nodes.learner.Learner``; the state is
+    the shared actor-critic one (:mod:`jaxdist.agents.actor_critic`)."""
+    return LearnerLogic(init=functools.partial(actor_critic.init, config, env, optimizer),
+                        update=functools.partial(update, config, env),
+                        params=functools.partial(actor_critic.published, config))
 
 
-def update(hp: PPOHyperparams, state: dict[str, PyTree], batch: dict[str, jax.Array],
+def update(config: PPOConfig, env: EnvInfo, state: dict[str, PyTree], batch: dict[str, jax.Array],
            rng: jax.Array) -> tuple[dict[str, PyTree], dict[str, jax.Array]]:
     """One PPO update on a batch of trajectories: ``epochs`` passes of ``minibatches`` SGD steps,
     all under ``lax.scan`` in one jitted call. Gradients go through ``parallel.pmean``, so the
     same function runs data-parallel under jit (global batch) and pmap (per-device shards)."""
-    network, tx = hp.network(), optimizer(hp)
+    net, tx = actor_critic.network(config, env), optimizer(config)
     params, version = state["params"], state["version"]
-    values = network.apply(params, batch["obs"])[1] if hp.recompute_values else batch["value"]
     time_major = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731
-    advantage, target, real = gae(time_major(batch["reward"]), time_major(values),
-                                  time_major(batch["terminated"]), time_major(batch["truncated"]),
-                                  hp.gamma, hp.gae_lambda)
+    obs, reward, stats = actor_critic.normalized(config, state, batch,
+                                                 time_major(batch["terminated"] | batch["truncated"]))
+    values = net.apply(params, obs)[1]
+    advantage, target, real = gae(reward, time_major(values), time_major(batch["terminated"]),
+                                  time_major(batch["truncated"]), config.gamma, config.gae_lambda)
     advantage, target, real = time_major(advantage), time_major(target), time_major(real)
     lag = version - batch["version"][:, :-1]
-    fresh = lag <= hp.max_policy_lag
+    fresh = lag <= config.max_policy_lag
     weight = (real & fresh).astype(jnp.float32)
 
     flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731  (B, T, ...) -> (B*T, ...)
-    transitions = {"obs": flat(batch["obs"][:, :-1]), "action": flat(batch["action"][:, :-1]),
+    transitions = {"obs": flat(obs[:, :-1]), "action": flat(batch["action"][:, :-1]),
                    "logp": flat(batch["logp"][:, :-1]), "advantage": flat(advantage),
                    "target": flat(jax.lax.stop_gradient(target)), "weight": flat(weight)}
     count = transitions["weight"].shape[0]
-    if count % hp.minibatches:
-        raise ValueError(f"{count} transitions per update do not split into {hp.minibatches} minibatches")
+    if count % config.minibatches:
+        raise ValueError(f"{count} transitions per update do not split into {config.minibatches} minibatches")
 
     def sgd_step(carry: tuple, indices: jax.Array) -> tuple[tuple, dict]:
         params, opt_state = carry
         minibatch = jax.tree.map(lambda x: x[indices], transitions)
-        grads, info = jax.grad(ppo_loss, has_aux=True)(params, minibatch, hp)
+        grads, info = jax.grad(ppo_loss, has_aux=True)(params, minibatch, config, env)
         updates, opt_state = tx.update(parallel.pmean(grads), opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), info
 
     def epoch(carry: tuple, key: jax.Array) -> tuple[tuple, dict]:
-        order = jax.random.permutation(key, count).reshape(hp.minibatches, -1)
+        order = jax.random.permutation(key, count).reshape(config.minibatches, -1)
         return jax.lax.scan(sgd_step, carry, order)
 
     (new_params, new_opt_state), info = jax.lax.scan(epoch, (params, state["opt_state"]),
-                                                     jax.random.split(rng, hp.epochs))
+                                                     jax.random.split(rng, config.epochs))
     # A batch with nothing to learn from (all of it too stale) must not move the parameters:
     # with zero gradients Adam would still step along its momentum.
     learned = parallel.pmean(jnp.sum(weight)) > 0  # the same on every device under pmap
@@ -165,4 +179,4 @@ def update(hp: PPOHyperparams, state: dict[str, PyTree], batch: dict[str, jax.Ar
         transitions=jnp.sum(weight),
         value_mean=jnp.mean(values),
     )
-    return {"params": params, "opt_state": opt_state, "version": version + 1}, metrics
+    return {"params": params, "opt_state": opt_state, "version": version + 1, **stats}, metrics

@@ -188,13 +188,13 @@ class _ProcessesRunning(Running):
         except (EOFError, OSError):
             return False
         if kind == "bound":
-            addresses, has_run = body
+            (addresses,) = body
             self.addresses.update({name: address for name, address in addresses.items() if name not in self._fixed})
-            self._has_run[child.name] = has_run
             child.stage = "bound"
             if self._started.is_set():  # a restarted node joins a program already running
                 self._send(child, "construct", dict(self.addresses))
         elif kind == "constructed":
+            (self._has_run[child.name],) = body
             child.stage = "constructed"
             if self._started.is_set():
                 self._run_child(child)

@@ -120,7 +120,7 @@ class ReplayNode(Node):
         return Restart(max_restarts=10, backoff=1.0)  # it restores its last checkpoint
 
     def create_handle(self) -> Handle:
-        return Handle(self.name)
+        return Handle(self)
 
     def executable(self, context: NodeContext) -> Executable:
         return _ReplayExecutable(self, context)

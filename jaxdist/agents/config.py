@@ -1,0 +1,156 @@
+"""The fields every actor-learner agent's config shares, and the checks and presets around them.
+
+An agent's config is one frozen dataclass that extends :class:`AgentConfig` with its algorithm's
+fields. It is the whole experiment: the command line is generated from it (``jaxdist.agents.
+cli``), it is saved in the run directory, and ``load_policy`` rebuilds the policy from it.
+Nothing here imports JAX: the launching process builds configs and programs without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+CONFIG_FILE = "config.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentConfig:
+    """What every agent shares: the environment and its actors, the network, evaluation, and
+    the system (learner hosts, checkpoints, the actor-learner plumbing)."""
+
+    # Environment and actors.
+    env_id: str = "CartPole-v1"
+    """A registered gymnasium id, or ``module:EnvId`` (gymnasium imports the module first)."""
+    env_backend: Literal["auto", "vector", "sync", "async", "envpool"] = "auto"
+    """How each actor vectorises its envs (see jaxdist.envs)."""
+    num_actors: int = 2
+    envs_per_actor: int = 8
+    trajectory_length: int = 32
+    """Env steps per trajectory an actor sends."""
+    total_steps: int = 500_000
+    """Env steps the learner learns from: sets its number of updates; training then ends."""
+    seed: int = 0
+
+    # Network.
+    network: str = "mlp"
+    """``mlp`` (widths in --hidden), ``cnn`` (the Nature-DQN torso, for image observations) or
+    ``package.module:function`` returning a flax module (observations -> features)."""
+    hidden: tuple[int, ...] = (64, 64)
+
+    # Evaluation: the reported return and the target metric.
+    eval_every_updates: int = 10
+    """Learner updates between evaluations of the deterministic policy."""
+    eval_episodes: int = 10
+    """Episodes per evaluation, each on a fresh env seed."""
+    target_return: float | None = None
+    """The evaluation return whose first crossing is timed (None: the env's preset, if any)."""
+    stop_at_target: bool = False
+    """End training as soon as an evaluation reaches target_return."""
+
+    # The system.
+    learner_hosts: int = 1
+    """Learner processes, one per host (launcher multihost), together one jax.distributed learner."""
+    learner_mode: Literal["jit", "pmap"] = "jit"
+    learner_prefetch: int = 0
+    """Batches fetched ahead of the learner (0: fetched inline, the lowest policy lag)."""
+    publish_every_updates: int = 1
+    param_refresh_seconds: float = 0.02
+    """How often actors ask for newer parameters."""
+    max_in_flight: int = 1
+    """Trajectory sends an actor may have pending."""
+    max_send_wait: float = 5.0
+    """Seconds an actor waits for a send slot before dropping a trajectory."""
+    checkpoint_every_updates: int = 200
+    replay_checkpoint_seconds: float | None = None
+    """Save the replay's contents this often and at a stop (None: not saved)."""
+    log_every_updates: int = 5
+
+    def __post_init__(self) -> None:
+        for name in ("num_actors", "envs_per_actor", "trajectory_length", "total_steps", "eval_every_updates",
+                     "eval_episodes", "learner_hosts", "publish_every_updates", "max_in_flight",
+                     "checkpoint_every_updates", "log_every_updates"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_actors % self.learner_hosts:
+            raise ValueError(f"learner_hosts ({self.learner_hosts}) must divide num_actors ({self.num_actors}): "
+                             f"each host's learner learns from its own actors' share")
+        if self.batch_size % self.learner_hosts:
+            raise ValueError(f"learner_hosts ({self.learner_hosts}) must divide the batch ({self.batch_size})")
+        if self.stop_at_target and self.target_return is None:
+            raise ValueError(f"stop_at_target needs a target_return: {self.env_id} has no preset one")
+        if self.replay_checkpoint_seconds is not None and not self.replay_checkpoint_seconds > 0:
+            raise ValueError(f"replay_checkpoint_seconds must be > 0 or None, got {self.replay_checkpoint_seconds}")
+
+    @property
+    def batch_size(self) -> int:
+        """Items (trajectories or transitions) one update samples, over all learner hosts."""
+        raise NotImplementedError
+
+    @property
+    def steps_per_update(self) -> float:
+        """Env steps behind one update, for counting a resumed run's env steps."""
+        raise NotImplementedError
+
+    @property
+    def total_updates(self) -> int:
+        return max(1, round(self.total_steps / self.steps_per_update))
+
+
+Presets = Mapping[str, Mapping[str, Any]]
+"""Per-env tuned defaults of an agent: env id -> {field: value} (rl-baselines3-zoo's idea)."""
+
+
+def with_preset(config_type: Callable[..., AgentConfig], env_id: str, presets: Presets,
+                **fields: Any) -> AgentConfig:
+    """The config for ``env_id``: the class defaults, then the env's preset, then ``fields``."""
+    return config_type(**{**presets.get(env_id, {}), "env_id": env_id, **fields})
+
+
+def to_dict(config: AgentConfig) -> dict[str, Any]:
+    return {field.name: _jsonable(getattr(config, field.name)) for field in dataclasses.fields(config)}
+
+
+def _jsonable(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def from_dict(config_type: Callable[..., AgentConfig], values: Mapping[str, Any]) -> AgentConfig:
+    """A config from its saved form; tuples come back as tuples, unknown fields are an error."""
+    known = {field.name: field for field in dataclasses.fields(config_type)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ValueError(f"{config_type.__name__} has no field(s) {', '.join(unknown)}: the run was saved by "
+                         f"another version of jaxdist")
+    return config_type(**{name: tuple(value) if isinstance(value, list) else value for name, value in values.items()})
+
+
+def save(run_dir: str, agent: str, config: AgentConfig) -> None:
+    """``<run_dir>/config.json``: the agent's name and its resolved config."""
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, CONFIG_FILE)
+    with open(path + ".tmp", "w") as f:
+        json.dump({"agent": agent, "config": to_dict(config)}, f, indent=2)
+    os.replace(path + ".tmp", path)
+
+
+def load(run_dir: str) -> tuple[str, dict[str, Any]]:
+    """(agent name, config fields) saved in ``run_dir``."""
+    path = os.path.join(run_dir, CONFIG_FILE)
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{run_dir} has no {CONFIG_FILE}: is it the run directory of a jaxdist agent "
+                                f"(runs/<agent>-<env>-seed<seed>)?") from None
+    return saved["agent"], saved["config"]
+
+
+def differences(saved: Mapping[str, Any], config: AgentConfig) -> dict[str, tuple[Any, Any]]:
+    """Fields whose value differs between a saved config and ``config``: {name: (saved, now)}."""
+    now = to_dict(config)
+    names = sorted(set(saved) | set(now))
+    return {name: (saved.get(name), now.get(name)) for name in names if saved.get(name) != now.get(name)}

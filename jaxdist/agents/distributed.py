@@ -1,0 +1,190 @@
+"""The one actor-learner topology every agent's program is built on (Acme's
+``make_distributed_experiment``): ``make_program(agent) -> jd.Program``.
+
+    learner/h     one process per learner host h (``learner_hosts``): the agent's replay table
+                  (a FIFO for on-policy agents, prioritized for Ape-X) and the generic Learner,
+                  colocated as threads; host 0's learner serves the parameters (``get``)
+    actor/i       Actor nodes: a vector env each, acting with the agent's policy and sending
+                  trajectories (or, through the agent's sink, transitions) to the replay of host
+                  i % learner_hosts
+    evaluator/0   the Evaluator: every ``eval_every_updates`` it plays ``eval_episodes`` episodes
+                  with the deterministic policy; its mean return is the reported and target metric
+
+Training ends inside the program: the learner calls ``jd.stop()`` after its last update (and the
+evaluator, with ``stop_at_target``, once the target is reached), so
+``jd.launch(make_program(agent)).wait()`` returns. Every node is built in its own process by a
+plain factory function below, from the agent record; learners are stopped first and restart
+from their checkpoint (node options, not class attributes).
+
+Building the program has no side effects and is deterministic (every host of a multihost run
+builds the same one), and imports no JAX: a node's process imports what its node needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jaxdist as jd
+from jaxdist.agents.config import AgentConfig
+from jaxdist.agents.spaces import EnvInfo
+from jaxdist.envs import EnvSpec
+
+SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+"""Small XLA computations on a shared CPU: one thread each, no pool hand-offs."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Agent:
+    """An algorithm as a small set of components over one config (all picklable, none
+    importing JAX until called, so launching processes and actors stay light):
+
+    - ``learner_logic(config, env) -> LearnerLogic``: the pure ``(init, update)``;
+    - ``policy(config, env, actor) -> policy``: what actor ``actor`` runs, or with ``actor``
+      None the deterministic policy of evaluation and ``load_policy``; a policy is
+      ``(params, obs, key) -> (action, extras)`` (see ``jaxdist.nodes.actor``);
+    - ``replay_table(config) -> table``: one learner host's table;
+    - ``sink(config, replay_client) -> sink``: what actors send through (None: trajectories
+      go to the replay as they are);
+    - ``prioritized``: the learner samples keys and probabilities and writes new priorities
+      (its update's ``metrics["priorities"]``) back after every update.
+    """
+
+    name: str
+    config: AgentConfig
+    env: EnvInfo
+    learner_logic: Callable[[Any, EnvInfo], Any]
+    policy: Callable[[Any, EnvInfo, int | None], Any]
+    replay_table: Callable[[Any], Any]
+    sink: Callable[[Any, Any], Any] | None = None
+    prioritized: bool = False
+
+
+LEARNER_RESTART = jd.Restart(max_restarts=10, backoff=1.0)
+ACTOR_RESTART = jd.Restart(max_restarts=10, backoff=0.5)
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    """The program and the handles a watcher needs: host 0's learner, the actors, the evaluator."""
+
+    program: jd.Program
+    learner: jd.Handle
+    actors: list[jd.Handle]
+    evaluator: jd.Handle
+
+
+def make_program(agent: Agent) -> jd.Program:
+    return build(agent).program
+
+
+def build(agent: Agent) -> Topology:
+    config = agent.config
+    program = jd.Program(f"{agent.name}-{env_slug(config.env_id)}")
+    hosts = config.learner_hosts
+    replays, learners = [], []
+    for host in range(hosts):
+        replay_node = jd.ReplayNode(agent.replay_table(config), checkpoint=config.replay_checkpoint_seconds is not None,
+                                    checkpoint_every_seconds=config.replay_checkpoint_seconds)
+        replay = replay_node.create_handle()
+        learner_node = jd.CourierNode(build_learner, agent, replay).with_options(
+            stops_first=True, restart=LEARNER_RESTART)
+        program.add_node(jd.ColocationNode([replay_node, learner_node], mode="threads"), label="learner")
+        replays.append(replay)
+        learners.append(learner_node.create_handle())
+    with program.group("actor"):
+        actors = [program.add_node(jd.CourierNode(build_actor, agent, index, learners[0], replays[index % hosts])
+                                   .with_options(restart=ACTOR_RESTART))
+                  for index in range(config.num_actors)]
+    with program.group("evaluator"):
+        evaluator = program.add_node(jd.CourierNode(build_evaluator, agent, learners[0])
+                                     .with_options(restart=ACTOR_RESTART))
+    return Topology(program, learners[0], actors, evaluator)
+
+
+def placement(config: AgentConfig) -> dict[str, Any]:
+    """For the multihost launcher: a learner process (with its replay) on each of the first
+    ``learner_hosts`` hosts, actors round-robin over the hosts (actor i beside the replay it
+    feeds when every host has a learner), the evaluator on host 0."""
+    learner = jd.per_host() if config.learner_hosts > 1 else jd.on_host(0)
+    return {"learner": learner, "actor": jd.spread(), "evaluator": jd.on_host(0)}
+
+
+def resources(compilation_cache: str | None = None,
+              groups: tuple[str, ...] = ("learner", "actor", "evaluator")) -> dict[str, dict[str, Any]]:
+    """Per-group environment for the processes launcher: CPU JAX (unless ``JAX_PLATFORMS``
+    says otherwise), single-threaded XLA, and optionally a persistent compilation cache shared
+    by every process."""
+    import os
+
+    env = {"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"), "XLA_FLAGS": SINGLE_THREAD_XLA}
+    if compilation_cache:
+        env.update(JAX_COMPILATION_CACHE_DIR=compilation_cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    return {group: {"env": dict(env)} for group in groups}
+
+
+def fifo(config: AgentConfig) -> Any:
+    """An on-policy agent's ``replay_table``: one learner host's FIFO of trajectories, its share
+    of ``queue_size``; a full one makes actors wait (bounding the policy lag)."""
+    return jd.replay.Fifo(max_size=config.queue_size // config.learner_hosts)
+
+
+def env_slug(env_id: str) -> str:
+    """``CartPole-v1`` -> ``cartpole``; ``my_envs:Maze-v0`` -> ``maze``: for run and program names."""
+    return env_id.rpartition(":")[2].lower().rsplit("-v", 1)[0]
+
+
+def actor_seed(seed: int, index: int) -> int:
+    """Distinct per actor and run; spaced so sync/async sub-envs (seed + i) never collide."""
+    return seed * 1_000_003 + index * 10_007
+
+
+def env_spec(config: AgentConfig, num_envs: int) -> EnvSpec:
+    return EnvSpec(config.env_id, num_envs, config.env_backend)
+
+
+# Node factories: each runs in its node's own process, where handles have become clients. ------
+
+
+def build_learner(agent: Agent, replay: Any) -> Any:
+    from jaxdist.nodes.learner import Learner
+
+    config = agent.config
+    multihost = config.learner_hosts > 1
+    after_update = None
+    if agent.prioritized:
+        from jaxdist.agents.priorities import PriorityWriter
+
+        after_update = PriorityWriter(replay)
+    return Learner(
+        agent.learner_logic(config, agent.env), replay, batch_size=config.batch_size // config.learner_hosts,
+        mode=config.learner_mode, publish_every=config.publish_every_updates, seed=config.seed,
+        max_steps=config.total_updates, log_every=config.log_every_updates,
+        checkpoint={"save_every_steps": config.checkpoint_every_updates, "keep": 2}, prefetch=config.learner_prefetch,
+        replay_options={"field": None if agent.prioritized else "data", "end_on_stop": not multihost},
+        distributed="env" if multihost else None, after_update=after_update, end_program=True,
+        # Across processes an update waits on the slowest host: dispatching ahead of it would
+        # only age the on-policy data (the lag counts dispatched updates).
+        cpu_block_every=1 if multihost else 8)
+
+
+def build_actor(agent: Agent, index: int, params: Any, replay: Any) -> Any:
+    from jaxdist.nodes.actor import Actor
+
+    config = agent.config
+    sink = replay if agent.sink is None else agent.sink(config, replay)
+    return Actor(agent.policy(config, agent.env, index), env_spec(config, config.envs_per_actor), params, sink,
+                 trajectory_length=config.trajectory_length, seed=actor_seed(config.seed, index),
+                 refresh_every_seconds=config.param_refresh_seconds, max_in_flight=config.max_in_flight,
+                 max_send_wait=config.max_send_wait)
+
+
+def build_evaluator(agent: Agent, params: Any) -> Any:
+    from jaxdist.agents.evaluator import Evaluator
+
+    config = agent.config
+    return Evaluator(agent.policy(config, agent.env, None), env_spec(config, config.eval_episodes), params,
+                     every_updates=config.eval_every_updates, seed=actor_seed(config.seed, config.num_actors + 1),
+                     target_return=config.target_return, stop_at_target=config.stop_at_target)

@@ -1,0 +1,375 @@
+"""Launch an agent's program and watch it: ``train(agent, launcher=..., run_dir=...) -> summary``.
+
+The program ends itself (the learner after its last update, the evaluator at the target with
+``stop_at_target``); the launching process only watches. A few times a second it polls the
+actors (env steps, training episodes), the evaluator (the deterministic policy's return: the
+reported and target metric) and the learner (its version and policy lag), and from that
+
+- prints a progress line: elapsed time, env steps, env steps/s, evaluation return, training
+  return, learner version, lag, restarts;
+- appends to ``<run_dir>/progress.csv`` (a row every half second, by env steps) and TensorBoard
+  (``tensorboard/progress``; the learner's ``metrics.csv`` is mirrored to
+  ``tensorboard/learner``; the config as hparams), and optionally Weights & Biases;
+- writes ``summary.json`` and draws ``learning_curve.png`` from the whole ``progress.csv``.
+
+**A run in segments.** A run stopped (Ctrl-C, SIGTERM, a crash) and relaunched on the same
+directory resumes from the learner's checkpoint: its env steps continue from the restored
+update, the rows of ``progress.csv`` past that point (from the part of the cut-short segment
+that was not saved) are dropped, and its ``run_seconds`` column (the whole run's wall time) continues, so steps and wall time
+to the target are counted over the whole run (each segment's wall time, summed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from concurrent import futures
+from typing import Any, TextIO
+
+import numpy as np
+
+import jaxdist as jd
+from jaxdist import courier
+from jaxdist.agents import config as configs
+from jaxdist.agents.distributed import Agent, Topology, build, placement, resources
+from jaxdist.metrics import MetricsWriter, metrics_path, read_metrics
+from jaxdist.metrics_tensorboard import TensorBoardWriter
+from jaxdist.plotting import line_plot
+
+
+def train(agent: Agent, *, launcher: str = "processes", run_dir: str | None = None,
+          start_time: float | None = None, compilation_cache: str | None = None, echo: bool = True,
+          track: str | None = None, out: TextIO | None = None, launch_options: dict[str, Any] | None = None,
+          poll_interval: float = 0.1, progress_interval: float = 1.0) -> dict[str, Any]:
+    """Launch ``agent``'s program, watch it until it ends, and return the summary (also
+    ``<run_dir>/summary.json``): ``wall_time_to_target`` / ``steps_to_target`` over the whole
+    run (None if no evaluation reached the target), ``env_steps``, ``wall_time`` (all segments),
+    ``steps_per_second`` (steady, this segment), ``final_return`` (the last evaluation), ...
+
+    ``start_time`` (a ``time.time()``) is when this segment's clock started, e.g. at the top of
+    a script, so that imports and start-up count; default: now. ``track``: a Weights & Biases
+    project to log to. ``launch_options`` go to ``jd.launch`` (multihost: hosts, host_index);
+    there host 0 watches and the other hosts only run their share.
+    """
+    start_time = time.time() if start_time is None else start_time
+    run_dir = os.path.abspath(run_dir or os.path.join("runs", f"{agent.name}-seed{agent.config.seed}"))
+    configs.save(run_dir, agent.name, agent.config)
+    topology = build(agent)
+    options: dict[str, Any] = {"run_dir": run_dir, "echo": echo}
+    if launcher != "threads":
+        options["resources"] = resources(compilation_cache)
+    if launcher == "multihost":
+        options["placement"] = placement(agent.config)
+    out = out or sys.stdout
+    running = jd.launch(topology.program, launcher=launcher, **options, **(launch_options or {}))
+    if running.host_index:
+        return _serve_share(running, agent.name, out)
+    try:
+        monitor = Monitor(running, agent, topology, run_dir, start_time, out=out, track=track)
+    except BaseException:
+        running.stop()
+        raise
+    if monitor.restored_step:
+        print(f"[{agent.name}] resuming from the learner's checkpoint at update {monitor.restored_step} "
+              f"({monitor.env_steps:,} env steps, {monitor.base_wall_time:.1f} s of earlier segments)",
+              file=out, flush=True)
+    interrupted = False
+    try:
+        while not running.wait(timeout=poll_interval):
+            monitor.poll()
+    except KeyboardInterrupt:  # Ctrl-C: wait() has already stopped the program in order
+        interrupted = True
+    finally:
+        running.stop()
+        monitor.poll(final=True)
+        monitor.close()
+    reason = running.stop_reason
+    if interrupted:
+        step = monitor.saved_update()
+        reason = (f"stopped by Ctrl-C at update {step} (checkpoint saved); run the same command to resume"
+                  if step is not None else "stopped by Ctrl-C before the first checkpoint")
+    summary = dict(monitor.summary(), stop_reason=reason)
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    return summary
+
+
+def _serve_share(running: jd.Running, agent: str, out: TextIO) -> dict[str, Any]:
+    """A host other than 0: run this host's nodes until the program stops (host 0 reports)."""
+    print(f"[{agent}] host {running.host_index} runs its share of the program; host 0 reports progress",
+          file=out, flush=True)
+    try:
+        running.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        running.stop()
+    return {"stop_reason": running.stop_reason, "host_index": running.host_index}
+
+
+class Monitor:
+    """Polls a running agent program from outside it; see the module docstring."""
+
+    def __init__(self, running: jd.Running, agent: Agent, topology: Topology, run_dir: str, start_time: float, *,
+                 window: int = 20, progress_interval: float = 1.0, out: TextIO = sys.stdout,
+                 track: str | None = None) -> None:
+        self.agent, self.config, self.run_dir, self.start_time = agent, agent.config, run_dir, start_time
+        self.window = window
+        token = getattr(running, "token", None)
+        client = lambda handle: courier.Client(running.addresses[handle.node_name], token=token, timeout=2.0)  # noqa: E731
+        self._running, self._topology = running, topology
+        self._actors = [client(actor) for actor in topology.actors]
+        self._learner, self._evaluator = client(topology.learner), client(topology.evaluator)
+        self._pool = futures.ThreadPoolExecutor(len(self._actors) + 2, thread_name_prefix="monitor")
+        self._since = [0] * len(self._actors)
+        self._evaluations_since = 0
+        self._train_returns: list[float] = []
+        self._actor_steps = [0] * len(self._actors)  # as last reported
+        self._actor_offsets = [0] * len(self._actors)  # steps of earlier lives of restarted actors
+        self.restored_step = self._wait_for_learner()
+        self._base_steps = round(self.restored_step * self.config.steps_per_update)
+        self.version = self.restored_step
+        self.lag: float | None = None
+        self.eval_return: float | None = None
+        self._first_update: tuple[float, int] | None = None
+        self._rate: tuple[float, int, float] | None = None  # (time, env steps, steps/s) at the last reading
+        self._out, self._progress_interval, self._next_progress = out, progress_interval, 0.0
+        self._tty = hasattr(out, "isatty") and out.isatty()
+        path = metrics_path(run_dir, "progress")
+        earlier = _rows_up_to(path, self._base_steps)
+        self.base_wall_time = float(earlier[-1].get("run_seconds", 0.0)) if earlier else 0.0
+        self.solved_at: tuple[float, int] | None = _first_crossing(earlier, self.config.target_return)
+        # Rows past where this run resumes (or all, on a fresh start) belong to a run that was cut
+        # short: the CSV drops them, TensorBoard purges them.
+        self._csv = MetricsWriter(path, purge_after_step=self._base_steps)
+        self._tb = TensorBoardWriter(os.path.join(run_dir, "tensorboard", "progress"), purge_step=self._base_steps)
+        self._tb.config(configs.to_dict(self.config))
+        self._learner_tb = TensorBoardWriter(os.path.join(run_dir, "tensorboard", "learner"),
+                                             purge_step=self.restored_step)
+        self._tracker = _wandb(track, agent, run_dir) if track else None
+        self._mirrored_step = self.restored_step
+        self._last_row = self._last_mirror = 0.0
+
+    @property
+    def env_steps(self) -> int:
+        return self._base_steps + sum(self._actor_steps) + sum(self._actor_offsets)
+
+    @property
+    def wall_time(self) -> float:
+        """Seconds of the whole run: earlier segments' and this one's (from ``start_time``)."""
+        return self.base_wall_time + time.time() - self.start_time
+
+    def poll(self, final: bool = False) -> None:
+        calls = [(i, self._pool.submit(_call, actor, "stats"), self._pool.submit(_call, actor, "episodes", self._since[i]))
+                 for i, actor in enumerate(self._actors)]
+        evaluations = self._pool.submit(_call, self._evaluator, "results", self._evaluations_since)
+        status = _call(self._learner, "status")
+        versions = []
+        for i, stats_call, episodes_call in calls:
+            stats, episodes = stats_call.result(), episodes_call.result()
+            if stats is not None:
+                steps = int(stats["env_steps"])
+                if steps < self._actor_steps[i]:  # the actor was restarted and counts afresh
+                    self._actor_offsets[i] += self._actor_steps[i]
+                self._actor_steps[i] = steps
+                versions.append(stats["version"])
+            if episodes is not None:
+                if episodes["next"] < self._since[i]:  # restarted: ask from its first episode next time
+                    self._since[i] = 0
+                    continue
+                self._since[i] = episodes["next"]
+                self._train_returns.extend(episodes["returns"])
+        self._read_evaluations(evaluations.result())
+        if status is not None:
+            self.version = int(status["step"])
+            learner_lag = (status.get("metrics") or {}).get("policy_lag_mean")
+            acting = [self.version - v for v in versions if v is not None and v >= 0]
+            self.lag = learner_lag if learner_lag is not None else (float(np.mean(acting)) if acting else None)
+            if self._first_update is None and self.version > self.restored_step:
+                self._first_update = (time.time(), self.env_steps)
+        self._update_rate()
+        now = time.time()
+        if final or now - self._last_row >= 0.5:
+            self._last_row = now
+            self._write_row()
+        if final or now - self._last_mirror >= 2.0:
+            self._last_mirror = now
+            self._mirror_learner_metrics()
+        if final or time.monotonic() >= self._next_progress:
+            self._next_progress = time.monotonic() + self._progress_interval
+            self._print_progress(final)
+
+    def _read_evaluations(self, results: dict[str, Any] | None) -> None:
+        if results is None:
+            return
+        if results["next"] < self._evaluations_since:  # the evaluator was restarted
+            self._evaluations_since = 0
+            return
+        self._evaluations_since = results["next"]
+        target = self.config.target_return
+        for mean in results["returns"]:
+            self.eval_return = mean
+            if self.solved_at is None and target is not None and mean >= target:
+                self.solved_at = (self.wall_time, self.env_steps)
+
+    def train_return(self) -> float | None:
+        recent = self._train_returns[-self.window:]
+        return float(np.mean(recent)) if recent else None
+
+    def _write_row(self) -> None:
+        row = {"run_seconds": self.wall_time, "env_steps_per_second": self._rate[2] if self._rate else None,
+               "eval_return": self.eval_return, "train_return": self.train_return(),
+               "episodes": len(self._train_returns), "learner_version": self.version, "lag": self.lag,
+               "restarts": self.restarts()}
+        row = {k: v for k, v in row.items() if v is not None}
+        self._csv.write(self.env_steps, row)
+        self._tb.write(self.env_steps, {f"progress/{k}": v for k, v in row.items()})
+        if self._tracker is not None:
+            self._tracker.log({f"progress/{k}": v for k, v in row.items()}, step=self.env_steps)
+
+    def _mirror_learner_metrics(self) -> None:
+        """The learner's new rows of ``metrics.csv`` as TensorBoard scalars (``learner/...``)."""
+        try:
+            rows = read_metrics(metrics_path(self.run_dir))
+        except (OSError, ValueError):
+            return  # not written yet, or caught mid-rewrite: next time
+        for row in rows:
+            step = row.get("step")
+            if step is not None and step > self._mirrored_step:
+                values = {(k if k.startswith("learner/") else f"learner/{k}"): v for k, v in row.items()
+                          if k not in ("step", "wall_time") and v is not None}
+                self._learner_tb.write(step, values)
+                self._mirrored_step = step
+
+    def restarts(self) -> int:
+        return sum(int(s.get("restarts", 0) or 0) for s in self._running.status().values())
+
+    def saved_update(self) -> int | None:
+        """The newest complete learner checkpoint's update (after a stop, the one it saved)."""
+        directory = os.path.join(self.run_dir, "checkpoints", self._topology.learner.node_name)
+        try:
+            steps = [int(name) for name in os.listdir(directory) if name.isdigit()]
+        except OSError:
+            return None
+        return max(steps, default=None)
+
+    def summary(self) -> dict[str, Any]:
+        steady = None
+        if self._first_update is not None and self._rate is not None:
+            t0, s0 = self._first_update
+            duration = time.time() - t0
+            steady = (self.env_steps - s0) / duration if duration > 0 else None
+        return {
+            "agent": self.agent.name, "env_id": self.config.env_id, "seed": self.config.seed,
+            "target_return": self.config.target_return,
+            "wall_time_to_target": None if self.solved_at is None else round(self.solved_at[0], 2),
+            "steps_to_target": None if self.solved_at is None else self.solved_at[1],
+            "env_steps": self.env_steps, "wall_time": round(self.wall_time, 2),
+            "steps_per_second": None if steady is None else round(steady),
+            "final_return": self.eval_return, "train_return": self.train_return(),
+            "learner_version": self.version, "restored_step": self.restored_step,
+        }
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+        for client in [*self._actors, self._learner, self._evaluator]:
+            client.close()
+        self._mirror_learner_metrics()
+        self._csv.close()
+        self._tb.close()
+        self._learner_tb.close()
+        if self._tracker is not None:
+            self._tracker.finish()
+        if self._tty:
+            self._out.write("\n")
+        plot_learning_curve(self.run_dir, f"{self.agent.name.upper()} {self.config.env_id}", self.config.target_return)
+
+    def _wait_for_learner(self) -> int:
+        """The learner's restored step, once it answers (it is up once launch() returned)."""
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline:
+            status = _call(self._learner, "status")
+            if status is not None:
+                return int(status.get("restored_step") or 0)
+            if self._running.wait(timeout=0.1):  # it had nothing left to do
+                break
+        return 0
+
+    def _update_rate(self) -> None:
+        now, steps = time.monotonic(), self.env_steps
+        if self._rate is None:  # the first reading: a resumed run's earlier steps are not this segment's
+            self._rate = (now, steps, 0.0)
+            return
+        then, then_steps, rate = self._rate
+        if now - then >= 1.0:
+            self._rate = (now, steps, (steps - then_steps) / (now - then))
+
+    def _print_progress(self, final: bool) -> None:
+        show = lambda value: "   -  " if value is None else f"{value:6.1f}"  # noqa: E731
+        lag = "-" if self.lag is None else f"{self.lag:.1f}"
+        rate = self._rate[2] if self._rate else 0.0
+        line = (f"[{self.agent.name}] {self.wall_time:6.1f}s  env steps {self.env_steps:>9,}  {rate:>7,.0f}/s  "
+                f"eval return {show(self.eval_return)}  train {show(self.train_return())}  "
+                f"version {self.version:>5}  lag {lag}  restarts {self.restarts()}")
+        if self._tty and not final:
+            self._out.write("\r" + line)
+        else:
+            self._out.write(line + "\n")
+        self._out.flush()
+
+
+def plot_learning_curve(run_dir: str, title: str, target: float | None) -> None:
+    """``<run_dir>/learning_curve.png`` from the whole ``progress.csv`` (every segment)."""
+    try:
+        rows = read_metrics(metrics_path(run_dir, "progress"))
+    except (OSError, ValueError):
+        return
+    series = {}
+    for column, label in (("eval_return", "evaluation return"), ("train_return", "training return (last 20)")):
+        points = [(row["step"], row[column]) for row in rows if row.get(column) is not None]
+        if len(points) >= 2:
+            series[label] = tuple(map(list, zip(*points)))
+    if series:
+        line_plot(os.path.join(run_dir, "learning_curve.png"), series, title=title, xlabel="env steps",
+                  ylabel="episode return", hlines={f"target {target:g}": target} if target is not None else None)
+
+
+def _rows_up_to(path: str, step: int) -> list[dict[str, Any]]:
+    try:
+        return [row for row in read_metrics(path) if row.get("step", 0) <= step]
+    except (OSError, ValueError):
+        return []
+
+
+def _first_crossing(rows: list[dict[str, Any]], target: float | None) -> tuple[float, int] | None:
+    """(wall time, env steps) of the first row whose evaluation return reached ``target``."""
+    if target is None:
+        return None
+    for row in rows:
+        if row.get("eval_return") is not None and row["eval_return"] >= target:
+            return float(row.get("run_seconds", 0.0)), int(row["step"])
+    return None
+
+
+def _wandb(project: str, agent: Agent, run_dir: str) -> Any:
+    """A Weights & Biases run for ``--track`` (resumed by the run directory's name)."""
+    try:
+        import wandb
+    except ImportError:
+        raise ImportError("--track logs to Weights & Biases: pip install 'jaxdist[wandb]'") from None
+    name = os.path.basename(run_dir)
+    return wandb.init(project=project, name=name, id=name, resume="allow", dir=run_dir,
+                      config=configs.to_dict(agent.config))
+
+
+def _call(client: courier.Client, method: str, *args: Any) -> Any:
+    """A monitor's call: None when the node is away (starting, restarting or stopping)."""
+    try:
+        return client.call(method, *args)
+    except Exception:  # noqa: BLE001 - a monitor must not take the run down
+        return None
+
+
+__all__ = ["Monitor", "plot_learning_curve", "train"]
