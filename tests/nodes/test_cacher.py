@@ -41,41 +41,99 @@ def burst(call, count: int = 16) -> list:
         return list(pool.map(caller, range(count)))
 
 
-def test_sixteen_concurrent_callers_cost_one_upstream_call_per_refresh(tmp_path):
-    running, cacher = launch_cached(tmp_path, jd.CourierNode(nodes.CountingTarget, delay=0.5), refresh_interval=0.5)
+class Upstream:
+    """A target the test answers by hand: every call is a future left pending until it is set."""
+
+    def __init__(self) -> None:
+        self.calls: list[futures.Future] = []
+
+    def __call__(self, method: str, args: tuple, kwargs: dict) -> futures.Future:
+        call: futures.Future = futures.Future()
+        self.calls.append(call)
+        return call
+
+
+def wait_until(condition, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_sixteen_concurrent_callers_over_rpc_cost_the_target_one_call_per_key(tmp_path):
+    # No entry is due for a refresh within the test: every caller after the first call is served by it.
+    running, cacher = launch_cached(tmp_path, jd.CourierNode(nodes.CountingTarget, delay=0.5), refresh_interval=3600)
     target = courier.Client(running.addresses["target/0"], token=TOKEN)
     try:
         replies = burst(lambda: cacher.value(7))
         assert replies == [{"call": 1, "x": 7}] * 16  # one call, shared by all sixteen
         assert target.calls() == 1
-        time.sleep(0.6)  # the entry is due for a refresh: served at once, refreshed once behind
-        began = time.monotonic()
         assert burst(lambda: cacher.value(7)) == [{"call": 1, "x": 7}] * 16
-        assert time.monotonic() - began < 0.4  # nobody waited for the 0.5 s refresh
-        time.sleep(0.7)
+        assert cacher.value(8) == {"call": 2, "x": 8}  # another key, another call
         assert target.calls() == 2
-        assert cacher.value(7) == {"call": 2, "x": 7}
-        assert cacher.value(8) == {"call": 3, "x": 8}  # another key, another call
     finally:
         running.stop()
 
 
-def test_an_entry_older_than_stale_after_is_never_served(tmp_path):
+def test_an_entry_due_for_a_refresh_is_served_at_once_while_one_refresh_for_all_callers_runs_behind():
+    now = [0.0]
+    upstream = Upstream()
+    cache = Cache(upstream, refresh_interval=0.5, clock=lambda: now[0])
+    with futures.ThreadPoolExecutor(1) as caller:
+        first = caller.submit(cache.call, "value", (7,), {})
+        wait_until(lambda: len(upstream.calls) == 1, "the first call to go upstream")
+        upstream.calls[0].set_result("first")
+        assert first.result(30) == "first"
+    now[0] = 0.6  # due for a refresh
+    assert burst(lambda: cache.call("value", (7,), {})) == ["first"] * 16  # nobody waited for the refresh:
+    assert len(upstream.calls) == 2 and not upstream.calls[1].done()   # it is still running, one for all
+    upstream.calls[1].set_result("refreshed")
+    assert cache.call("value", (7,), {}) == "refreshed"
+    assert len(upstream.calls) == 2
+    assert cache.stats()["refreshes"] == 1
+
+
+def test_an_entry_older_than_stale_after_is_never_served():
+    now = [0.0]
+    upstream = Upstream()
+    cache = Cache(upstream, refresh_interval=0.1, stale_after=0.4, clock=lambda: now[0])
+    upstream_answers = iter(["first", "fresh"])
+
+    def waiting_call() -> futures.Future:
+        """A caller's call, once it waits on an upstream call (its own, or one in flight it joined)."""
+        calls, coalesced = len(upstream.calls), cache.stats()["coalesced"]
+        waiting = caller.submit(cache.call, "value", (), {})
+        wait_until(lambda: len(upstream.calls) > calls or cache.stats()["coalesced"] > coalesced,
+                   "the call to wait upstream")
+        return waiting
+
+    with futures.ThreadPoolExecutor(1) as caller:
+        pending = waiting_call()
+        upstream.calls[-1].set_result(next(upstream_answers))
+        assert pending.result(30) == "first"
+        now[0] = 0.2  # due: served, and a refresh starts behind
+        assert cache.call("value", (), {}) == "first" and len(upstream.calls) == 2
+        now[0] = 0.5  # stale, and the refresh is still running: the caller waits for it
+        pending = waiting_call()
+        assert not pending.done()
+        upstream.calls[-1].set_result(next(upstream_answers))
+        assert pending.result(30) == "fresh"
+        now[0] = 1.0  # stale again, and the target fails: the caller gets the error, never the stale value
+        pending = waiting_call()
+        upstream.calls[-1].set_exception(TimeoutError("the target is down"))
+        with pytest.raises(TimeoutError, match="the target is down"):
+            pending.result(30)
+    assert len(upstream.calls) == 3
+
+
+def test_with_stale_after_zero_every_call_reaches_the_target_and_a_slow_one_times_out(tmp_path):
     running, cacher = launch_cached(
-        tmp_path, jd.CourierNode(nodes.CountingTarget), refresh_interval=0.1, stale_after=0.4, upstream_timeout=1.0
+        tmp_path, jd.CourierNode(nodes.CountingTarget), refresh_interval=0, stale_after=0, upstream_timeout=1.0
     )
     target = courier.Client(running.addresses["target/0"], token=TOKEN)
     try:
-        assert cacher.value() == {"call": 1, "x": None}
-        target.set_delay(0.7)  # the target turns slow: refreshes take longer than stale_after
-        assert cacher.value()["call"] == 1  # young enough: served (a slow refresh may start behind)
-        time.sleep(0.5)  # now stale, and the refresh is still running
-        began = time.monotonic()
-        reply = cacher.value()
-        assert reply["call"] == 2  # the caller waited for the fresh answer instead of the stale one
-        assert time.monotonic() - began > 0.1
-        target.set_delay(3.0)  # now slower than upstream_timeout: effectively down
-        time.sleep(0.5)
+        assert [cacher.value()["call"] for _ in range(3)] == [1, 2, 3]
+        target.set_delay(3.0)  # slower than upstream_timeout: effectively down
         with pytest.raises(TimeoutError, match="DeadlineExceededError"):
             cacher.value()
     finally:
@@ -86,27 +144,20 @@ def test_an_entry_older_than_stale_after_is_never_served(tmp_path):
 def test_keeps_serving_while_the_target_is_away_and_follows_it_after_a_restart(tmp_path):
     first = courier.Server(nodes.CountingTarget(), token=TOKEN).start()
     address = first.address
-    running, cacher = launch_cached(
-        tmp_path, nodes.ExternalNode(address), refresh_interval=0.05, stale_after=0.6, upstream_timeout=0.5
-    )
+    running, cacher = launch_cached(tmp_path, nodes.ExternalNode(address), refresh_interval=0.05,
+                                    upstream_timeout=0.5)
     try:
         assert cacher.value() == {"call": 1, "x": None}
         first.stop(grace=0)
-        assert cacher.value()["call"] == 1  # within stale_after: the last good value
-        time.sleep(0.7)
-        with pytest.raises(TimeoutError):  # stale, and the target is down: an error, not stale data
-            cacher.value()
+        for _ in range(5):  # each call due for a refresh, which fails behind: the last good value
+            assert cacher.value() == {"call": 1, "x": None}
         restarted = courier.Server(nodes.CountingTarget(), address=address, token=TOKEN).start()
         try:
-            deadline = time.monotonic() + 5
-            while True:
-                try:
-                    reply = cacher.value()
-                    break
-                except TimeoutError:
-                    assert time.monotonic() < deadline
-            assert reply == {"call": 1, "x": None}  # the restarted target's first call
-            assert cacher.value(x=2) == {"call": 2, "x": 2}
+            with courier.Client(address, token=TOKEN) as direct:
+                for _ in range(5):
+                    direct.value()  # the restarted target's answers count from 6 on: told apart from the first's
+            wait_until(lambda: cacher.value()["call"] > 5, "the cacher to refresh from the restarted target")
+            assert cacher.value(x=2)["x"] == 2
         finally:
             restarted.stop(grace=0)
     finally:
@@ -142,7 +193,6 @@ def test_a_variable_client_follows_a_parameter_server_through_a_cacher_across_pr
         through_cacher = courier.Client(running.addresses["cacher/0"], token=TOKEN)
         for version in range(1, 4):
             assert through_cacher.push({"w": np.full(2, float(version))}, version)  # uncached: reaches it
-            time.sleep(0.2)
         assert running.wait(timeout=30)
     finally:
         running.stop()
