@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent import futures
 
 import numpy as np
 import pytest
 
 from jaxdist import courier
-from jaxdist.nodes.parameter_server import ParameterServer, VariableClient
+from jaxdist.nodes.parameter_server import MAX_WAIT, ParameterServer, VariableClient
 import parameter_server_nodes as nodes
 
 
@@ -20,20 +21,32 @@ def params_at(version: int) -> dict:
 @pytest.fixture
 def served():
     """A ParameterServer behind a courier server, and a client of it."""
-    server = courier.Server(nodes.SlowParameterServer()).start()
+    server = courier.Server(nodes.GatedParameterServer()).start()
     client = courier.Client(server.address, timeout=5.0)
     yield server, client
     client.close()
     server.stop(grace=0)
 
 
-def wait_until(condition, timeout: float = 5.0) -> bool:
+def wait_until(condition, timeout: float = 30.0) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if condition():
             return True
         time.sleep(0.01)
     return condition()
+
+
+def returns(call, what: str, timeout: float = 30.0):
+    """``call()``'s result; fails if it has not returned within `timeout` (generous: the waits it
+    must not make are longer, or unbounded)."""
+    worker = futures.ThreadPoolExecutor(1)
+    try:
+        return worker.submit(call).result(timeout)
+    except futures.TimeoutError:
+        raise AssertionError(f"{what} did not return within {timeout} s") from None
+    finally:
+        worker.shutdown(wait=False)
 
 
 def test_get_sends_params_only_when_the_server_holds_a_newer_version(served):
@@ -94,33 +107,42 @@ def test_concurrent_pushes_and_gets_stay_consistent(served):
 def test_long_poll_returns_as_soon_as_a_newer_version_arrives(served):
     _, client = served
     client.push(params_at(1), 1)
-    threading.Timer(0.2, lambda: client.push(params_at(2), 2)).start()
-    began = time.monotonic()
-    reply = client.get(1, wait=5.0)
+    begun = client.gets_begun()
+    with futures.ThreadPoolExecutor(1) as poller:
+        poll = poller.submit(client.with_timeout(MAX_WAIT + 30).get, 1, wait=MAX_WAIT)
+        assert wait_until(lambda: client.gets_begun() > begun)
+        client.push(params_at(2), 2)
+        reply = returns(lambda: poll.result(), "a long poll of MAX_WAIT s given a newer version")
     assert reply["version"] == 2 and reply["params"] is not None
-    assert 0.1 < time.monotonic() - began < 2.0
     assert client.get(2, wait=0.1)["params"] is None
 
 
 def test_first_read_blocks_until_the_first_push_then_never_again(served):
     _, client = served
     variables = VariableClient(client, refresh_every_calls=1)
-    threading.Timer(0.3, lambda: client.push(params_at(1), 1)).start()
-    began = time.monotonic()
-    assert variables.params["w"][0] == 1.0
-    assert time.monotonic() - began >= 0.2
+    with futures.ThreadPoolExecutor(1) as reader:
+        first_read = reader.submit(lambda: variables.params)
+        assert wait_until(lambda: variables.stats["fetches"] >= 1)  # the server answered: nothing yet
+        assert not first_read.done()
+        client.push(params_at(1), 1)
+        assert returns(lambda: first_read.result(), "the first read after the first push")["w"][0] == 1.0
     assert variables.version == 1
 
-    client.set_get_delay(2.0)  # every later fetch takes 2 s
-    slowest = 0.0
-    for _ in range(50):
-        began = time.perf_counter()
-        variables.update()
-        params = variables.params
-        slowest = max(slowest, time.perf_counter() - began)
-    assert slowest < 0.010
-    assert params["w"][0] == 1.0
-    client.set_get_delay(0.0)
+    client.hold_gets()  # every later fetch hangs until released
+    begun = client.gets_begun()
+
+    def act() -> list:
+        seen = []
+        for _ in range(50):
+            variables.update()
+            seen.append(variables.params["w"][0])
+        return seen
+
+    try:
+        assert returns(act, "50 steps while every fetch hangs") == [1.0] * 50
+        assert client.gets_begun() > begun  # a refresh was asked for, and hangs
+    finally:
+        client.release_gets()
     variables.close()
 
 
@@ -138,7 +160,7 @@ def test_refreshes_on_its_own_clock(served):
     variables = VariableClient(client, refresh_every_seconds=0.1)
     assert variables.params["w"][0] == 1.0
     client.push(params_at(2), 2)
-    assert wait_until(lambda: variables.version == 2, timeout=2.0)  # no update() calls needed
+    assert wait_until(lambda: variables.version == 2)  # no update() calls needed
     assert variables.params["w"][0] == 2.0
     variables.close()
 
@@ -148,15 +170,14 @@ def test_refreshes_every_n_calls(served):
     client.push(params_at(1), 1)
     variables = VariableClient(client, refresh_every_calls=5)
     assert variables.params["w"][0] == 1.0
-    fetches = variables.stats["fetches"]
+    fetches, gets = variables.stats["fetches"], client.gets_begun()
     client.push(params_at(2), 2)
     for _ in range(4):
         variables.update()
-    time.sleep(0.3)
     assert variables.version == 1 and variables.stats["fetches"] == fetches
     variables.update()  # the fifth
-    assert wait_until(lambda: variables.version == 2, timeout=2.0)
-    assert variables.stats["transfers"] == 2
+    assert wait_until(lambda: variables.version == 2)
+    assert variables.stats["transfers"] == 2 and client.gets_begun() == gets + 1  # one fetch for five calls
     variables.close()
 
 
@@ -169,7 +190,7 @@ def test_keeps_its_params_while_the_server_is_away_and_follows_it_after_a_restar
 
     first.stop(grace=0)
     errors = variables.stats["errors"]
-    assert wait_until(lambda: variables.stats["errors"] >= errors + 2, timeout=5.0)
+    assert wait_until(lambda: variables.stats["errors"] >= errors + 2)
     assert variables.version == 1 and variables.params["w"][0] == 1.0
     assert variables.stats["last_error"]
 
@@ -177,7 +198,7 @@ def test_keeps_its_params_while_the_server_is_away_and_follows_it_after_a_restar
     try:
         restarted_client = courier.Client(address, timeout=5.0)
         assert restarted_client.push(params_at(2), 2)
-        assert wait_until(lambda: variables.version == 2, timeout=5.0)
+        assert wait_until(lambda: variables.version == 2)
         assert variables.params["w"][0] == 2.0
     finally:
         variables.close()

@@ -40,19 +40,32 @@ class CountingTarget:
         self.delay = delay
 
 
-class SlowParameterServer(ParameterServer):
-    """A ParameterServer whose `get` can be made slow (to prove that clients never wait on it)."""
+class GatedParameterServer(ParameterServer):
+    """A ParameterServer whose `get` calls can be held until released (to prove that clients never
+    wait on it), and that counts the `get` calls that began."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.get_delay = 0.0
+        self._open = threading.Event()
+        self._open.set()
+        self._lock = threading.Lock()
+        self._begun = 0
 
     def get(self, min_version: int = -1, wait: float = 0.0) -> dict:
-        time.sleep(self.get_delay)
+        with self._lock:
+            self._begun += 1
+        self._open.wait()
         return super().get(min_version, wait)
 
-    def set_get_delay(self, seconds: float) -> None:
-        self.get_delay = seconds
+    def gets_begun(self) -> int:
+        with self._lock:
+            return self._begun
+
+    def hold_gets(self) -> None:
+        self._open.clear()
+
+    def release_gets(self) -> None:
+        self._open.set()
 
 
 class ExternalNode(Node):
