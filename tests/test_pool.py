@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
-from concurrent import futures
 
 import pytest
 
 import jaxdist as jd
 import pool_nodes as nodes
+from waiting import returns, wait_until
 from jaxdist import courier
 from jaxdist.pool import EvaluatorsUnavailableError
 
@@ -40,26 +39,6 @@ def hung():
     evaluator = nodes.Hangs()
     yield evaluator
     evaluator.release()
-
-
-def wait_until(condition, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-def returns(call, what: str, timeout: float = 60.0):
-    """``call()``'s result; fails if it has not returned within `timeout` (generous: the waits it
-    must not make are unbounded)."""
-    worker = futures.ThreadPoolExecutor(1)
-    try:
-        return worker.submit(call).result(timeout)
-    except futures.TimeoutError:
-        raise AssertionError(f"{what} did not return within {timeout} s") from None
-    finally:
-        worker.shutdown(wait=False)
 
 
 def test_map_returns_every_result_in_task_order_and_keeps_every_evaluator_busy(servers):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from concurrent import futures
 
 import numpy as np
@@ -14,6 +13,7 @@ from jaxdist import courier
 from jaxdist.nodes.cacher import Cache, CacherNode, cache_key
 from jaxdist.nodes.parameter_server import ParameterServer, VariableClient
 import parameter_server_nodes as nodes
+from waiting import wait_until
 
 TOKEN = "cacher-test-token"
 
@@ -51,13 +51,6 @@ class Upstream:
         call: futures.Future = futures.Future()
         self.calls.append(call)
         return call
-
-
-def wait_until(condition, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.01)
 
 
 def test_sixteen_concurrent_callers_over_rpc_cost_the_target_one_call_per_key(tmp_path):

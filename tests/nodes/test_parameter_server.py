@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from concurrent import futures
 
 import numpy as np
@@ -12,6 +11,7 @@ import pytest
 from jaxdist import courier
 from jaxdist.nodes.parameter_server import MAX_WAIT, ParameterServer, VariableClient
 import parameter_server_nodes as nodes
+from waiting import returns, wait_until
 
 
 def params_at(version: int) -> dict:
@@ -26,27 +26,6 @@ def served():
     yield server, client
     client.close()
     server.stop(grace=0)
-
-
-def wait_until(condition, timeout: float = 30.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
-
-
-def returns(call, what: str, timeout: float = 30.0):
-    """``call()``'s result; fails if it has not returned within `timeout` (generous: the waits it
-    must not make are longer, or unbounded)."""
-    worker = futures.ThreadPoolExecutor(1)
-    try:
-        return worker.submit(call).result(timeout)
-    except futures.TimeoutError:
-        raise AssertionError(f"{what} did not return within {timeout} s") from None
-    finally:
-        worker.shutdown(wait=False)
 
 
 def test_get_sends_params_only_when_the_server_holds_a_newer_version(served):
@@ -140,7 +119,7 @@ def test_first_read_blocks_until_the_first_push_then_never_again(served):
 
     try:
         assert returns(act, "50 steps while every fetch hangs") == [1.0] * 50
-        assert client.gets_begun() > begun  # a refresh was asked for, and hangs
+        wait_until(lambda: client.gets_begun() > begun, "a refresh to be asked for (it hangs)")
     finally:
         client.release_gets()
     variables.close()

@@ -15,6 +15,7 @@ import pytest
 
 import jaxdist as jd
 import replay_nodes as rn
+from waiting import wait_until
 from jaxdist import courier
 from jaxdist.nodes.replay import (Fifo, MinSize, Prioritized, ReplayClient, ReplayNode, SampleToInsertRatio,
                                   SampleTimeoutError, Uniform, sample_many, try_again_kind, update_priorities_many)
@@ -33,13 +34,6 @@ def launched(program: jd.Program, run_dir, launcher: str = "threads"):
 
 def courier_client(running, node_name: str = "replay/0") -> courier.Client:
     return courier.Client(running.addresses[node_name], token=running.token)
-
-
-def wait_until(condition, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.01)
 
 
 def run_threads(targets, join_timeout: float = 30.0) -> None:
