@@ -15,7 +15,7 @@ $(INSTALLED): pyproject.toml
 	touch $(INSTALLED)
 
 demo: $(INSTALLED)
-	$(PY) experiments/ppo_cartpole.py --fresh --stop-at-target
+	$(PY) experiments/ppo.py --fresh --stop-at-target
 
 examples: $(INSTALLED)
 	$(PY) experiments/producer_consumer.py --launcher processes

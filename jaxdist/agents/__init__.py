@@ -1,4 +1,9 @@
-"""Agents: one package per algorithm, each with its math in one module and a
-``make_program(config)`` that wires actors, replay and the generic learner. Shared by them:
-``networks.py`` (the actor-critic), ``common.py`` (the FIFO learner, seeds, resources),
-``training.py`` (the monitor and ``run``) and ``cli.py`` (flags, run directories, reports)."""
+"""Agents: one package per algorithm (``ppo``, ``impala``, ``apex``, ``es``), each with its math in
+one ``learning.py`` and its config in ``config.py``, built on one actor-learner topology
+(``distributed.py``). Shared by them: the config base and presets (``config.py``), the command
+line (``cli.py``), the watcher (``monitor.py``), the evaluator node, networks, distributions,
+normalisation, policies, and ``load_policy`` (``trained.py``) to act with a trained policy."""
+
+from jaxdist.agents.trained import load_policy
+
+__all__ = ["load_policy"]

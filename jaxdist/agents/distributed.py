@@ -67,12 +67,11 @@ ACTOR_RESTART = jd.Restart(max_restarts=10, backoff=0.5)
 
 @dataclasses.dataclass(frozen=True)
 class Topology:
-    """The program and the handles a watcher needs: host 0's learner, the actors, the evaluator."""
+    """The program and the handles a watcher needs: host 0's learner and the actors."""
 
     program: jd.Program
     learner: jd.Handle
     actors: list[jd.Handle]
-    evaluator: jd.Handle
 
 
 def make_program(agent: Agent) -> jd.Program:
@@ -98,9 +97,8 @@ def build(agent: Agent) -> Topology:
                                    .with_options(restart=ACTOR_RESTART))
                   for index in range(config.num_actors)]
     with program.group("evaluator"):
-        evaluator = program.add_node(jd.CourierNode(build_evaluator, agent, learners[0])
-                                     .with_options(restart=ACTOR_RESTART))
-    return Topology(program, learners[0], actors, evaluator)
+        program.add_node(jd.CourierNode(build_evaluator, agent, learners[0]).with_options(restart=ACTOR_RESTART))
+    return Topology(program, learners[0], actors)
 
 
 def placement(config: AgentConfig) -> dict[str, Any]:

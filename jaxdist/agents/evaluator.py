@@ -4,30 +4,35 @@ Training returns (those of the actors' exploring policies) say little about the 
 learned: an epsilon-greedy or sampling actor scores below its greedy self, and its episodes mix
 several parameter versions. The evaluator waits for each ``every_updates``-th version the
 learner publishes, plays one episode in each of its ``num_envs`` envs (seeded afresh for every
-evaluation, never the actors' seeds), and records the mean return: the number the progress
-line, the metrics and the target report. With ``stop_at_target`` it ends the program (``jd.
-stop()``) at the first evaluation that reaches ``target_return``.
+evaluation, never the actors' seeds), and appends the mean return to
+``<run_dir>/evaluations.csv`` (by learner version, flushed at once): the number the progress
+line, the metrics and the target report. A file, not a served method, so that the evaluation
+that ends the program is read after the program has gone: with ``stop_at_target`` the
+evaluator ends the program (``jd.stop()``) at the first evaluation that reaches
+``target_return``.
 
-Served: ``results(since)`` (evaluations numbered ``since`` onwards) and ``status()``.
+Served: ``status()``.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any
 
 import numpy as np
 
 from jaxdist import courier
 from jaxdist.launch import context
+from jaxdist.metrics import MetricsWriter, metrics_path
 from jaxdist.nodes.actor import Policy, jitted_step
+
+EVALUATIONS = "evaluations"
+"""``<run_dir>/evaluations.csv``: step (the learner version), mean_return, min_return, ..."""
 
 
 class Evaluator:
     def __init__(self, policy: Policy, env: Any, params: Any, *, every_updates: int, seed: int,
                  target_return: float | None = None, stop_at_target: bool = False,
-                 rng_impl: str | None = "unsafe_rbg") -> None:
+                 rng_impl: str | None = "unsafe_rbg", run_dir: str = ".") -> None:
         import jax
 
         self._env = env.make(seed)
@@ -37,24 +42,15 @@ class Evaluator:
         self._target, self._stop_at_target = target_return, stop_at_target
         self._step = jitted_step(policy, rng_impl)
         self._key = jax.random.key_data(jax.random.key(seed, impl=rng_impl))
-        self._lock = threading.Lock()
-        self._results: list[tuple[float, int, float, float, float]] = []  # (time, version, mean, min, max)
-
-    def results(self, since: int = 0) -> dict[str, Any]:
-        """``{"next": the number to ask for next time, "times", "versions", "returns" (means),
-        "min", "max"}`` of the evaluations numbered ``since`` onwards."""
-        with self._lock:
-            kept = self._results[since:]
-            count = len(self._results)
-        columns = list(zip(*kept)) or [(), (), (), (), ()]
-        return {"next": count, "times": list(columns[0]), "versions": list(columns[1]),
-                "returns": list(columns[2]), "min": list(columns[3]), "max": list(columns[4])}
+        node = context.current_node()
+        self._writer = MetricsWriter(metrics_path(node.run_dir if node else run_dir, EVALUATIONS))
+        self._evaluations = 0
+        self._last: tuple[int, float] | None = None  # (version, mean return)
 
     def status(self) -> dict[str, Any]:
-        with self._lock:
-            last = self._results[-1] if self._results else None
-        return {"evaluations": len(self._results), "version": None if last is None else last[1],
-                "mean_return": None if last is None else last[2]}
+        last = self._last
+        return {"evaluations": self._evaluations, "version": None if last is None else last[0],
+                "mean_return": None if last is None else last[1]}
 
     def run(self) -> None:
         wanted = 0
@@ -62,10 +58,13 @@ class Evaluator:
             version, params = self._fetch(wanted)
             if params is None:
                 continue
-            returns = self.evaluate(params, episode_seed=self._seed + len(self._results) * self._env.num_envs)
+            returns = self.evaluate(params, episode_seed=self._seed + self._evaluations * self._env.num_envs)
             mean = float(np.mean(returns))
-            with self._lock:
-                self._results.append((time.time(), version, mean, float(np.min(returns)), float(np.max(returns))))
+            self._writer.write(version, {"mean_return": mean, "min_return": float(np.min(returns)),
+                                         "max_return": float(np.max(returns)), "episodes": len(returns)})
+            self._writer.flush()
+            self._evaluations += 1
+            self._last = (version, mean)
             print(f"evaluation of version {version}: mean return {mean:.1f} over {len(returns)} episodes", flush=True)
             if self._stop_at_target and self._target is not None and mean >= self._target:
                 print(f"the evaluation return {mean:.1f} reached the target {self._target:g}: stopping", flush=True)
@@ -75,13 +74,13 @@ class Evaluator:
 
     def evaluate(self, params: Any, episode_seed: int) -> np.ndarray:
         """One episode in each env, seeded from ``episode_seed``: their returns."""
+        import jax
+
         env = self._env
         env.seed = episode_seed
         timestep = env.reset()
         returns = np.zeros(env.num_envs, np.float64)
         finished = np.zeros(env.num_envs, bool)
-        import jax
-
         device_params = jax.device_put(params)
         key = self._key
         while not finished.all() and not context.stop_requested():
@@ -102,4 +101,5 @@ class Evaluator:
         return reply["version"], reply["params"]
 
     def close(self) -> None:
+        self._writer.close()
         self._env.close()

@@ -2,8 +2,8 @@
 
 The program ends itself (the learner after its last update, the evaluator at the target with
 ``stop_at_target``); the launching process only watches. A few times a second it polls the
-actors (env steps, training episodes), the evaluator (the deterministic policy's return: the
-reported and target metric) and the learner (its version and policy lag), and from that
+actors (env steps, training episodes), the evaluator's ``evaluations.csv`` (the deterministic
+policy's return: the reported and target metric) and the learner (its version and policy lag), and from that
 
 - prints a progress line: elapsed time, env steps, env steps/s, evaluation return, training
   return, learner version, lag, restarts;
@@ -34,6 +34,7 @@ import jaxdist as jd
 from jaxdist import courier
 from jaxdist.agents import config as configs
 from jaxdist.agents.distributed import Agent, Topology, build, placement, resources
+from jaxdist.agents.evaluator import EVALUATIONS
 from jaxdist.metrics import MetricsWriter, metrics_path, read_metrics
 from jaxdist.metrics_tensorboard import TensorBoardWriter
 from jaxdist.plotting import line_plot
@@ -121,10 +122,10 @@ class Monitor:
         client = lambda handle: courier.Client(running.addresses[handle.node_name], token=token, timeout=2.0)  # noqa: E731
         self._running, self._topology = running, topology
         self._actors = [client(actor) for actor in topology.actors]
-        self._learner, self._evaluator = client(topology.learner), client(topology.evaluator)
-        self._pool = futures.ThreadPoolExecutor(len(self._actors) + 2, thread_name_prefix="monitor")
+        self._learner = client(topology.learner)
+        self._pool = futures.ThreadPoolExecutor(len(self._actors) + 1, thread_name_prefix="monitor")
         self._since = [0] * len(self._actors)
-        self._evaluations_since = 0
+        self._evaluations_read = 0
         self._train_returns: list[float] = []
         self._actor_steps = [0] * len(self._actors)  # as last reported
         self._actor_offsets = [0] * len(self._actors)  # steps of earlier lives of restarted actors
@@ -164,7 +165,6 @@ class Monitor:
     def poll(self, final: bool = False) -> None:
         calls = [(i, self._pool.submit(_call, actor, "stats"), self._pool.submit(_call, actor, "episodes", self._since[i]))
                  for i, actor in enumerate(self._actors)]
-        evaluations = self._pool.submit(_call, self._evaluator, "results", self._evaluations_since)
         status = _call(self._learner, "status")
         versions = []
         for i, stats_call, episodes_call in calls:
@@ -181,7 +181,7 @@ class Monitor:
                     continue
                 self._since[i] = episodes["next"]
                 self._train_returns.extend(episodes["returns"])
-        self._read_evaluations(evaluations.result())
+        self._read_evaluations()
         if status is not None:
             self.version = int(status["step"])
             learner_lag = (status.get("metrics") or {}).get("policy_lag_mean")
@@ -201,18 +201,20 @@ class Monitor:
             self._next_progress = time.monotonic() + self._progress_interval
             self._print_progress(final)
 
-    def _read_evaluations(self, results: dict[str, Any] | None) -> None:
-        if results is None:
-            return
-        if results["next"] < self._evaluations_since:  # the evaluator was restarted
-            self._evaluations_since = 0
-            return
-        self._evaluations_since = results["next"]
+    def _read_evaluations(self) -> None:
+        """New rows of the evaluator's ``evaluations.csv`` (this segment's: written after it began)."""
+        try:
+            rows = read_metrics(metrics_path(self.run_dir, EVALUATIONS))
+        except (OSError, ValueError):
+            return  # none yet, or caught mid-write: next time
         target = self.config.target_return
-        for mean in results["returns"]:
-            self.eval_return = mean
-            if self.solved_at is None and target is not None and mean >= target:
-                self.solved_at = (self.wall_time, self.env_steps)
+        for row in rows[self._evaluations_read:]:
+            if row.get("wall_time", 0.0) < self.start_time or row.get("mean_return") is None:
+                continue
+            self.eval_return = row["mean_return"]
+            if self.solved_at is None and target is not None and self.eval_return >= target:
+                self.solved_at = (self.base_wall_time + row["wall_time"] - self.start_time, self.env_steps)
+        self._evaluations_read = len(rows)
 
     def train_return(self) -> float | None:
         recent = self._train_returns[-self.window:]
@@ -274,7 +276,7 @@ class Monitor:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)
-        for client in [*self._actors, self._learner, self._evaluator]:
+        for client in [*self._actors, self._learner]:
             client.close()
         self._mirror_learner_metrics()
         self._csv.close()

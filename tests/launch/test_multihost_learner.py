@@ -27,7 +27,7 @@ from ports import free_base_port
 pytestmark = pytest.mark.slow
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEMO = os.path.join(REPO, "experiments", "ppo_cartpole.py")
+DEMO = os.path.join(REPO, "experiments", "ppo.py")
 
 
 @contextlib.contextmanager
@@ -139,7 +139,7 @@ def test_sigterm_to_every_process_of_both_hosts_saves_one_step_and_every_host_ex
     # JAX's preemption sync point agrees on, and save it together.
     run_dir = tmp_path / "run"
     with loopback_hosts() as (hosts, prefixes):
-        processes = start_hosts(hosts, prefixes, run_dir, free_base_port(), "--checkpoint-every", "100000")
+        processes = start_hosts(hosts, prefixes, run_dir, free_base_port(), "--checkpoint-every-updates", "100000")
         metrics = run_dir / "metrics.csv"
         deadline = time.monotonic() + 300
         while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
@@ -165,7 +165,7 @@ def test_killing_one_hosts_actor_and_learner_process_brings_them_back_and_learni
     run_dir = tmp_path / "run"
     with loopback_hosts() as (hosts, prefixes):
         processes = start_hosts(hosts, prefixes, run_dir, free_base_port(), "--stop-at-target",
-                                "--checkpoint-every", "10")
+                                "--checkpoint-every-updates", "10")
         checkpoints = run_dir / "checkpoints" / "learner"
         deadline = time.monotonic() + 300
         while not (checkpoints.is_dir() and any(name.isdigit() for name in os.listdir(checkpoints))):

@@ -65,7 +65,7 @@ def node_log(run_dir, node: str = "learner/0") -> str:
         return log.read()
 
 
-def test_direct_updates_step_and_get_params_is_sent_only_when_newer(tmp_path):
+def test_direct_updates_step_and_get_sends_params_only_when_newer(tmp_path):
     program = jd.Program("direct")
     with program.group("ps"):
         server = program.add_node(jd.CourierNode(ln.RecordingParameterServer))
@@ -75,19 +75,19 @@ def test_direct_updates_step_and_get_params_is_sent_only_when_newer(tmp_path):
     running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False)
     try:
         learner = client_of(running)
-        initial = learner.get_params()
+        initial = learner.get()
         assert initial["version"] == 0 and set(initial["params"]) == {"w1", "b1", "w2", "b2"}
-        assert learner.get_params(min_version=0) == {"version": 0, "params": None}
+        assert learner.get(min_version=0) == {"version": 0, "params": None}
 
         losses = [learner.update(ln.make_batch(i, 32))["metrics"]["loss"] for i in range(3)]
         assert learner.status()["step"] == 3
         assert all(np.isfinite(losses))
-        newer = wait_until(lambda: learner.get_params(min_version=0)["params"] and learner.get_params(0),
+        newer = wait_until(lambda: learner.get(min_version=0)["params"] and learner.get(0),
                            what="version 2 published")
         assert newer["version"] == 2  # publish_every=2: step 3 is not published
         assert not np.allclose(newer["params"]["w1"], initial["params"]["w1"])
         began = time.monotonic()
-        assert learner.get_params(min_version=2, wait=0.3)["params"] is None  # a long poll
+        assert learner.get(min_version=2, wait=0.3)["params"] is None  # a long poll
         assert time.monotonic() - began >= 0.25
         actor_view = jd.VariableClient(learner, refresh_every_seconds=0.05)  # reads `get`
         wait_until(lambda: actor_view.version == 2, what="the VariableClient at version 2")
@@ -109,7 +109,7 @@ def test_sigterm_saves_off_interval_exits_zero_and_a_relaunch_resumes_there(tmp_
                              checkpoint={"save_every_steps": 10})
     learner = client_of(running)
     wait_until(lambda: learner.status()["step"] == 23, what="step 23")
-    assert learner.get_params()["version"] == 20
+    assert learner.get()["version"] == 20
     os.kill(running.status()["learner/0"]["pid"], signal.SIGTERM)
     assert running.wait(timeout=30)
     status = running.status()["learner/0"]
@@ -195,7 +195,7 @@ def test_eight_devices_train_the_same_as_one_through_the_node(tmp_path):
                         resources=resources)
     reference = Learner(ln.CLEAN_LOGIC, ln.RegressionBatches(batch_size=64), max_steps=10, metrics=False)
     reference.run()
-    clean = reference.get_params()
+    clean = reference.get()
     reference.close()
     assert running.wait(timeout=120)
     assert "on 8 device(s), mode=pmap" in node_log(tmp_path, "eightpmap/0")
@@ -229,7 +229,7 @@ def test_steps_per_call_counts_sgd_steps_and_intervals_fire_when_crossed(tmp_pat
                       publish_every=5, checkpoint={"save_every_steps": 4}, run_dir=str(tmp_path),
                       name="learner/0")
     learner.run()
-    assert learner.get_params()["version"] == 9
+    assert learner.get()["version"] == 9
     learner.close()
     assert logged_steps(tmp_path) == [3, 6, 9]
     assert saved_steps(tmp_path) == [6, 9]  # 6 crossed 4, 9 crossed 8
@@ -241,7 +241,7 @@ def test_a_resumed_run_seeks_its_source_and_ends_where_an_uninterrupted_one_does
                           checkpoint={"save_every_steps": 5, "async_save": False},
                           run_dir=str(run_dir), name="learner/0")
         learner.run()
-        params = learner.get_params()
+        params = learner.get()
         learner.close()
         return params
 

@@ -1,0 +1,70 @@
+"""Play a trained policy: ``python -m jaxdist.evaluate RUN_DIR --episodes N [--video DIR]``.
+
+Loads the run's config and latest learner checkpoint (``jaxdist.agents.load_policy``), plays
+``episodes`` episodes of its env one after another on fresh seeds, prints each return and the
+mean, and with ``--video`` records them with gymnasium's ``RecordVideo`` where the env renders
+(``pip install 'jaxdist[video]'``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated
+
+import numpy as np
+import tyro
+
+
+@dataclasses.dataclass(frozen=True)
+class Arguments:
+    run_dir: Annotated[str, tyro.conf.Positional]
+    """A run directory, e.g. runs/ppo-cartpole-seed0."""
+    episodes: int = 10
+    video: str | None = None
+    """Write one MP4 per episode into this directory (the env must render rgb_array frames)."""
+    seed: int = 1_000_000
+    """Episode i is seeded seed + i (away from the actors' and the evaluator's seeds)."""
+    stochastic: bool = False
+    """Sample (or explore) as the actors did instead of acting deterministically."""
+
+
+def evaluate(arguments: Arguments) -> list[float]:
+    """The episodes' returns (also printed)."""
+    import gymnasium as gym
+
+    from jaxdist.agents import load_policy
+
+    policy = load_policy(arguments.run_dir)
+    env = gym.make(policy.env_id, render_mode="rgb_array" if arguments.video else None)
+    if arguments.video:
+        env = gym.wrappers.RecordVideo(env, arguments.video, episode_trigger=lambda episode: True,
+                                       name_prefix=f"{policy.agent.name}-update{policy.step}", disable_logger=True)
+    if isinstance(env.action_space, gym.spaces.Box):
+        env = gym.wrappers.ClipAction(env)
+    returns = []
+    try:
+        for episode in range(arguments.episodes):
+            obs, _ = env.reset(seed=arguments.seed + episode)
+            total, done = 0.0, False
+            while not done:
+                action = policy.act(obs[None], deterministic=not arguments.stochastic)[0]
+                obs, reward, terminated, truncated, _ = env.step(action)
+                total += float(reward)
+                done = terminated or truncated
+            returns.append(total)
+            print(f"episode {episode}: return {total:.1f}", flush=True)
+    finally:
+        env.close()
+    print(f"{policy.agent.name} on {policy.env_id} at update {policy.step}: mean return {np.mean(returns):.1f} "
+          f"over {len(returns)} episodes (min {np.min(returns):.1f}, max {np.max(returns):.1f})")
+    if arguments.video:
+        print(f"videos in {arguments.video}")
+    return returns
+
+
+def main() -> None:
+    evaluate(tyro.cli(Arguments, description=__doc__))
+
+
+if __name__ == "__main__":
+    main()
