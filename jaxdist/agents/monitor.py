@@ -335,7 +335,7 @@ def plot_learning_curve(run_dir: str, title: str, target: float | None) -> None:
             series[label] = tuple(map(list, zip(*points)))
     if series:
         line_plot(os.path.join(run_dir, "learning_curve.png"), series, title=title, xlabel="env steps",
-                  ylabel="episode return", hlines={f"target {target:g}": target} if target is not None else None)
+                  ylabel="episode return", log2_x=False, hlines={f"target {target:g}": target} if target is not None else None)
 
 
 def _rows_up_to(path: str, step: int) -> list[dict[str, Any]]:
