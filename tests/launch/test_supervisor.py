@@ -10,6 +10,7 @@ import pytest
 
 import jaxdist as jd
 import launch_nodes as nodes
+from waiting import wait_until
 from jaxdist import courier
 
 
@@ -29,9 +30,7 @@ def test_a_crashed_node_comes_back_on_its_address_and_its_callers_carry_on(tmp_p
     client = courier.Client(address, token=running.token, timeout=30)
     for expected_restarts in (1, 2):
         os.kill(client.pid(), signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while running.status()["flaky/0"]["restarts"] < expected_restarts and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: running.status()["flaky/0"]["restarts"] == expected_restarts, "the supervisor's restart")
     assert running.wait(timeout=60)
     status = running.status()["flaky/0"]
     assert status["restarts"] == 2
@@ -51,9 +50,7 @@ def test_a_restarted_node_that_crashes_while_starting_is_restarted_again(tmp_pat
     try:
         client = courier.Client(running.addresses[flaky.node_name], token=running.token, timeout=30)
         os.kill(client.pid(), signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while running.status()["flaky/0"]["restarts"] < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: running.status()["flaky/0"]["restarts"] == 3, "three restarts")
         assert client.starts_seen() == 4  # starts 2 and 3 died while being built
         assert running.status()["flaky/0"]["state"] == "running"
     finally:
@@ -84,14 +81,12 @@ def test_a_node_that_stayed_up_long_enough_starts_a_fresh_count_and_backoff(tmp_
     try:
         client = courier.Client(running.addresses[flaky.node_name], token=running.token, timeout=30)
         for kills in (1, 2, 3):
-            time.sleep(0.7)
+            wait_until(lambda: running.status()["flaky/0"]["state"] == "running", "the node to run")
+            time.sleep(0.7)  # up for longer than reset_after (a span of time is what the policy measures)
             os.kill(client.pid(), signal.SIGKILL)
-            deadline = time.monotonic() + 30
-            while running.status()["flaky/0"]["restarts"] < kills and time.monotonic() < deadline:
-                time.sleep(0.05)
-            client.pid()  # back up
-        status = running.status()["flaky/0"]
-        assert status["restarts"] == 3 and status["state"] == "running"
+            wait_until(lambda: running.status()["flaky/0"]["restarts"] == kills, "the supervisor's restart")
+        wait_until(lambda: running.status()["flaky/0"]["state"] == "running", "the node to run")
+        assert running.status()["flaky/0"]["restarts"] == 3
     finally:
         running.stop()
     assert capfd.readouterr().out.count("restarting flaky/0 (1 of 1 in a row)") == 3  # the count started over
