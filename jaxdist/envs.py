@@ -82,9 +82,18 @@ def resolve_backend(env_id: str, backend: str = "auto") -> str:
         return backend
     import gymnasium as gym
 
-    if gym.spec(env_id).vector_entry_point is not None:
+    if gym.spec(registered_id(env_id)).vector_entry_point is not None:
         return "vector"
     return "envpool" if envpool_installed() else "sync"
+
+
+def registered_id(env_id: str) -> str:
+    """The id under which gymnasium knows ``env_id``: for ``module:EnvId``, ``EnvId`` once the
+    module (which registers it on import) is imported in this process."""
+    module, _, name = env_id.rpartition(":")
+    if module:
+        importlib.import_module(module)
+    return name
 
 
 def _make_raw(spec: EnvSpec, backend: str) -> Any:
@@ -92,6 +101,7 @@ def _make_raw(spec: EnvSpec, backend: str) -> Any:
     from gymnasium.vector import AutoresetMode
 
     kwargs = dict(spec.kwargs)
+    spec = dataclasses.replace(spec, env_id=registered_id(spec.env_id))
     if backend == "envpool":
         import envpool
 

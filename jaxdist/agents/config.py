@@ -115,6 +115,10 @@ def to_dict(config: AgentConfig) -> dict[str, Any]:
 
 
 def _jsonable(value: Any) -> Any:
+    """Tuples as lists; a network given as a Python callable by its ``module:name``, the form
+    ``--network`` takes (``load_policy`` imports it again)."""
+    if callable(value):
+        return f"{value.__module__}:{value.__qualname__}"
     return list(value) if isinstance(value, tuple) else value
 
 

@@ -141,7 +141,7 @@ class Monitor:
         path = metrics_path(run_dir, "progress")
         earlier = _rows_up_to(path, self._base_steps)
         self.base_wall_time = float(earlier[-1].get("run_seconds", 0.0)) if earlier else 0.0
-        self.solved_at: tuple[float, int] | None = _first_crossing(earlier, self.config.target_return)
+        self.solved_at: tuple[float, int] | None = _first_crossing(earlier)
         # Rows past where this run resumes (or all, on a fresh start) belong to a run that was cut
         # short: the CSV drops them, TensorBoard purges them.
         self._csv = MetricsWriter(path, purge_after_step=self._base_steps)
@@ -225,6 +225,8 @@ class Monitor:
                "eval_return": self.eval_return, "train_return": self.train_return(),
                "episodes": len(self._train_returns), "learner_version": self.version, "lag": self.lag,
                "restarts": self.restarts()}
+        if self.solved_at is not None:  # carried in every later row, so a resumed run finds it
+            row.update(target_seconds=self.solved_at[0], target_steps=self.solved_at[1])
         row = {k: v for k, v in row.items() if v is not None}
         self._csv.write(self.env_steps, row)
         self._tb.write(self.env_steps, {f"progress/{k}": v for k, v in row.items()})
@@ -345,13 +347,11 @@ def _rows_up_to(path: str, step: int) -> list[dict[str, Any]]:
         return []
 
 
-def _first_crossing(rows: list[dict[str, Any]], target: float | None) -> tuple[float, int] | None:
-    """(wall time, env steps) of the first row whose evaluation return reached ``target``."""
-    if target is None:
-        return None
+def _first_crossing(rows: list[dict[str, Any]]) -> tuple[float, int] | None:
+    """(wall time, env steps) at which an earlier segment reached the target, if one did."""
     for row in rows:
-        if row.get("eval_return") is not None and row["eval_return"] >= target:
-            return float(row.get("run_seconds", 0.0)), int(row["step"])
+        if row.get("target_steps") is not None:
+            return float(row["target_seconds"]), int(row["target_steps"])
     return None
 
 
