@@ -9,6 +9,7 @@ from jaxdist.courier.errors import (
     MalformedMessageError,
     MessageTooLargeError,
     RemoteError,
+    ServerBusyError,
     UnavailableError,
     UnknownMethodError,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "MessageTooLargeError",
     "RemoteError",
     "Server",
+    "ServerBusyError",
     "UnavailableError",
     "UnknownMethodError",
     "register",

@@ -8,6 +8,7 @@ backoff is capped at one second instead of gRPC's 120 s.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 import time
 from concurrent import futures
@@ -23,12 +24,14 @@ from jaxdist.courier.errors import (
     MalformedMessageError,
     MessageTooLargeError,
     RemoteError,
+    ServerBusyError,
     UnavailableError,
     UnknownMethodError,
     rebuild_exception,
 )
 
 DEFAULT_TIMEOUT = 30.0
+_BUSY_PAUSES = (0.05, 0.1, 0.2, 0.5, 1.0)  # between tries of an upload refused as busy; then 1 s each
 
 _RECONNECT_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -142,7 +145,7 @@ class _Connection:
         self._max_message_bytes = max_message_bytes
         self._inline_limit = inline_limit
         self._channel = grpc.insecure_channel(
-            address, options=wire.grpc_options(max_message_bytes) + _RECONNECT_OPTIONS
+            address, options=wire.grpc_options(max_message_bytes, max_message_bytes) + _RECONNECT_OPTIONS
         )
         self._unary: dict[str, grpc.UnaryUnaryMultiCallable] = {}
         self._upload = self._channel.stream_unary(wire.path(wire.UPLOAD))
@@ -210,14 +213,24 @@ class _Connection:
         size = codec.frame_size(parts)
         if size <= self._inline_limit:
             return b"".join([wire.INLINE, *parts])
+        return wire.staged_frame(self._upload_parts(name, parts, size, deadline, options), size)
+
+    def _upload_parts(self, name: str, parts: list, size: int, deadline: "_Deadline", options: _CallOptions) -> bytes:
+        """The id of the upload; one refused for lack of room is tried again within the deadline."""
         metadata = ((wire.SIZE_KEY, str(size)),) + (self._metadata or ())
-        try:
-            blob_id = self._upload(
-                wire.chunks(parts), timeout=deadline.remaining(), metadata=metadata, wait_for_ready=options.wait_for_ready
-            )
-        except grpc.RpcError as error:
-            raise self._translate(error, name, deadline.timeout) from None
-        return wire.staged_frame(blob_id, size)
+        pauses = itertools.chain(_BUSY_PAUSES, itertools.repeat(_BUSY_PAUSES[-1]))
+        while True:
+            try:
+                return self._upload(
+                    wire.chunks(parts), timeout=deadline.remaining(), metadata=metadata,
+                    wait_for_ready=options.wait_for_ready,
+                )
+            except grpc.RpcError as error:
+                pause = next(pauses)
+                remaining = deadline.remaining()
+                if not _is_busy(error) or (remaining is not None and remaining < pause):
+                    raise self._translate(error, name, deadline.timeout) from None
+            time.sleep(pause)
 
     def _settle(
         self, outcome: futures.Future, call: grpc.Future, name: str, deadline: "_Deadline", timeout: float | None
@@ -277,6 +290,8 @@ class _Connection:
             return UnknownMethodError(f"{where}: {details}{self._listing_hint(name, details)}")
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             return MalformedMessageError(f"{where}: {details}")
+        if _is_busy(error):
+            return ServerBusyError(f"{where}: the server is busy: {details}")
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
             return MessageTooLargeError(f"{where}: {details}")
         if code == grpc.StatusCode.UNAUTHENTICATED:
@@ -296,6 +311,15 @@ class _Connection:
             return " (this is not a courier server)"
         except CourierError:
             return ""
+
+
+def _is_busy(error: grpc.RpcError) -> bool:
+    """A refusal for lack of room: courier's own (marked busy) or gRPC's limit on calls in flight."""
+    if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return False
+    return error.details() == wire.GRPC_CONCURRENCY_LIMIT or any(
+        key == wire.BUSY_KEY for key, _ in error.trailing_metadata() or ()
+    )
 
 
 def _encode_call(args: tuple, kwargs: dict) -> list:

@@ -48,6 +48,11 @@ class MessageTooLargeError(CourierError):
     """A message exceeded the receiver's size limit."""
 
 
+class ServerBusyError(CourierError):
+    """The server refused the call for lack of room (calls in flight, uploads, staged bytes);
+    the same call may pass later. Uploads wait for room within their deadline before this."""
+
+
 class DeadlineExceededError(CourierError, TimeoutError):
     """The call got no answer within its deadline."""
 

@@ -4,11 +4,19 @@ The server can bind before its object exists (`Server(None)`, then `attach(obj)`
 bind every node's port first, publish the address table, and only then build the objects,
 whose constructors may already call other nodes. A call that arrives before `attach` waits for
 it within the call's deadline.
+
+What a peer can make it spend is bounded. A call without the token is refused before gRPC reads
+its request, and holds no thread (the standard health `Check` answers without the token: it
+tells only whether the server serves, and probes do not carry our token; `Watch` needs it, since
+each watch holds a thread). A unary request is capped near `inline_limit` (larger ones travel by
+upload), calls in flight at `max_concurrent_calls`, uploads at `max_uploads` at once and
+`max_staged_bytes` held; a transfer whose peer stalls for `chunk_timeout` seconds is cut off,
+and a staged payload nobody claims is dropped after `staging_ttl`. Idle connections are pinged
+and closed, and a connection that never completes its handshake is dropped.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hmac
 import inspect
@@ -16,17 +24,22 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from jaxdist.courier import codec, wire
+from jaxdist.courier import codec, staging, wire
 from jaxdist.courier.errors import describe_exception
 
 log = logging.getLogger(__name__)
 
 _NOT_ATTACHED_WAIT = 60.0
+_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+KEEPALIVE_TIME_MS = 60_000  # ping a connection quiet this long, to find peers that vanished
+KEEPALIVE_TIMEOUT_MS = 20_000
+CONNECTION_IDLE_MS = 10 * 60_000  # close a connection without calls this long (clients reconnect)
+HANDSHAKE_TIMEOUT_MS = 10_000
 
 
 class Server:
@@ -41,16 +54,25 @@ class Server:
         token: str | None = None,
         max_message_bytes: int = wire.DEFAULT_MAX_MESSAGE_BYTES,
         inline_limit: int = wire.DEFAULT_INLINE_LIMIT,
-        staging_ttl: float = 120.0,
-        transfer_timeout: float = 120.0,
+        max_concurrent_calls: int = 1024,
+        max_uploads: int | None = None,
+        max_staged_bytes: int = 2 << 30,
+        staging_ttl: float = 60.0,
+        chunk_timeout: float = 10.0,
     ) -> None:
+        """`max_uploads` defaults to a quarter of the threads (at least one), so uploads in
+        progress always leave threads for calls."""
         if thread_pool_size < 1:
             raise ValueError(f"thread_pool_size must be >= 1, got {thread_pool_size}")
-        self._token = token
+        if token == "":
+            raise ValueError("an empty token would let every caller in: pass a secret, or token=None for none")
         self._max_message_bytes = max_message_bytes
+        self._max_staged_bytes = max_staged_bytes
         self._inline_limit = inline_limit
-        self._staging = wire.StagingArea(staging_ttl)
-        self._transfer_timeout = transfer_timeout
+        self._max_uploads = max(1, thread_pool_size // 4) if max_uploads is None else max_uploads
+        self._upload_slots = threading.BoundedSemaphore(self._max_uploads)
+        self._staging = staging.StagingArea(staging_ttl, max_staged_bytes)
+        self._janitor = staging.Janitor(self._staging, chunk_timeout, period=min(chunk_timeout, staging_ttl) / 4)
         self._methods: dict[str, Callable[..., Any]] = {}
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
         self._attached = threading.Event()
@@ -58,7 +80,9 @@ class Server:
         self._grpc = grpc.server(
             self._executor,
             handlers=[_Dispatcher(self)],
-            options=wire.grpc_options(max_message_bytes),
+            interceptors=[] if token is None else [_TokenCheck(token)],
+            options=_server_options(max_message_bytes, inline_limit),
+            maximum_concurrent_rpcs=max_concurrent_calls,
         )
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
@@ -88,6 +112,7 @@ class Server:
     def start(self) -> "Server":
         if not self._started:
             self._grpc.start()
+            self._janitor.start()
             self._started = True
         return self
 
@@ -95,6 +120,7 @@ class Server:
         """Stop accepting calls; calls in flight get `grace` seconds to finish."""
         self._health.enter_graceful_shutdown()
         self._grpc.stop(grace).wait()
+        self._janitor.stop()
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._staging.clear()
 
@@ -117,9 +143,7 @@ class Server:
     # Handlers -------------------------------------------------------------------------------
 
     def handler(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
-        """The handler of one incoming call; the common case is two dict lookups."""
-        if self._token is not None and not self._token_matches(details.invocation_metadata):
-            return _REFUSE_TOKEN
+        """The handler of one incoming call; the common case is one dict lookup."""
         handler = self._handlers.get(details.method)
         if handler is not None:
             return handler
@@ -136,10 +160,6 @@ class Server:
             handler = grpc.unary_unary_rpc_method_handler(functools.partial(self._call, name))
         self._handlers[details.method] = handler
         return handler
-
-    def _token_matches(self, metadata: tuple | None) -> bool:
-        sent = next((value for key, value in metadata or () if key == wire.TOKEN_KEY), "")
-        return hmac.compare_digest(sent.encode(), self._token.encode())
 
     def _call(self, name: str, request: bytes, context: grpc.ServicerContext) -> bytes:
         method = self._methods.get(name) or self._resolve(name, context)
@@ -206,40 +226,60 @@ class Server:
         return wire.INLINE + codec.encode(self.methods)
 
     def _upload(self, chunks: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
+        size = self._announced_size(context)
+        if not self._upload_slots.acquire(blocking=False):
+            _refuse_busy(context, f"this server takes at most {self._max_uploads} uploads at once")
+        try:
+            with self._staging.reserving(size) as stage:
+                try:
+                    payload = wire.assemble(self._janitor.watch(context, chunks), size)
+                except ValueError as exc:
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed upload: {exc}")
+                return stage(payload)
+        except staging.Busy as exc:
+            _refuse_busy(context, str(exc))
+        finally:
+            self._upload_slots.release()
+
+    def _announced_size(self, context: grpc.ServicerContext) -> int:
         metadata = dict(context.invocation_metadata())
         try:
             size = int(metadata.get(wire.SIZE_KEY, ""))
         except ValueError:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"an upload must announce its size in '{wire.SIZE_KEY}'")
-        if not 0 <= size <= self._max_message_bytes:
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"a message of {size} bytes exceeds this server's max_message_bytes={self._max_message_bytes}",
-            )
-        with self._cut_off_after_timeout(context):
-            try:
-                payload = wire.assemble(chunks, size)
-            except ValueError as exc:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed upload: {exc}")
-        return self._staging.put(payload)
+        for limit, name in ((self._max_message_bytes, "max_message_bytes"), (self._max_staged_bytes, "max_staged_bytes")):
+            if not 0 <= size <= limit:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"a message of {size} bytes exceeds this server's {name}={limit}")
+        return size
 
     def _download(self, blob_id: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
         parts = self._staging.take(bytes(blob_id))
         if parts is None:
             context.abort(grpc.StatusCode.NOT_FOUND, "no such staged response (expired or already fetched)")
-        with self._cut_off_after_timeout(context):
-            yield from wire.chunks(parts)
+        yield from self._janitor.watch(context, wire.chunks(parts))
 
-    @contextlib.contextmanager
-    def _cut_off_after_timeout(self, context: grpc.ServicerContext) -> Iterator[None]:
-        """A peer that stops reading or sending must not hold a server thread for ever."""
-        timer = threading.Timer(self._transfer_timeout, context.cancel)
-        timer.daemon = True
-        timer.start()
-        try:
-            yield
-        finally:
-            timer.cancel()
+
+class _TokenCheck(grpc.ServerInterceptor):
+    """Refuses a call without the token before gRPC reads its request: the refusal is a
+    request-streaming handler that aborts without reading, so whatever the peer sends (a 2 GiB
+    message, a stream that never comes) costs one pool thread for a moment."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        if details.method == _HEALTH_CHECK or self._carries_token(details.invocation_metadata):
+            return continuation(details)
+        return _REFUSE_TOKEN
+
+    def _carries_token(self, metadata: tuple | None) -> bool:
+        sent = next((value for key, value in metadata or () if key == wire.TOKEN_KEY), "")
+        return hmac.compare_digest(sent.encode(), self._token)
 
 
 class _Dispatcher(grpc.GenericRpcHandler):
@@ -268,11 +308,29 @@ def _error_frame(exc: BaseException) -> bytes:
     return wire.ERROR + codec.encode(describe_exception(exc))
 
 
-def _refuse_token(request: bytes, context: grpc.ServicerContext) -> bytes:
+def _server_options(max_message_bytes: int, inline_limit: int) -> list[tuple[str, int]]:
+    """A unary request carries at most an inline frame or one upload chunk (and its kind byte)."""
+    request_cap = min(max_message_bytes, max(inline_limit, wire.CHUNK_BYTES)) + 1
+    return wire.grpc_options(max_message_bytes, request_cap) + [
+        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.max_connection_idle_ms", CONNECTION_IDLE_MS),
+        ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
+    ]
+
+
+def _refuse_busy(context: grpc.ServicerContext, message: str) -> NoReturn:
+    """A refusal the client may retry: RESOURCE_EXHAUSTED marked busy (gRPC's own size refusals
+    use the same code, unmarked)."""
+    context.set_trailing_metadata(((wire.BUSY_KEY, "1"),))
+    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+
+
+def _refuse_token(requests: Iterator[bytes], context: grpc.ServicerContext) -> NoReturn:
     context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong courier token")
 
 
-_REFUSE_TOKEN = grpc.unary_unary_rpc_method_handler(_refuse_token)
+_REFUSE_TOKEN = grpc.stream_unary_rpc_method_handler(_refuse_token)
 _INTERNAL = frozenset({wire.UPLOAD, wire.DOWNLOAD, wire.LIST_METHODS})
 
 

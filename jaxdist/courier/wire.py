@@ -9,10 +9,7 @@ makes (serialised bytes, gRPC's slice, the received slice, the Python bytes).
 
 from __future__ import annotations
 
-import secrets
 import struct
-import threading
-import time
 from collections.abc import Iterable, Iterator, Sequence
 
 SERVICE = "jaxdist.Courier"
@@ -22,6 +19,8 @@ DOWNLOAD = "_download"
 
 TOKEN_KEY = "jaxdist-token"
 SIZE_KEY = "jaxdist-size"
+BUSY_KEY = "jaxdist-busy"  # trailing metadata of a RESOURCE_EXHAUSTED that a later retry may pass
+GRPC_CONCURRENCY_LIMIT = "Concurrent RPC limit exceeded!"  # gRPC's own details for maximum_concurrent_rpcs
 
 # The first byte of every courier frame says what follows.
 INLINE = b"\x00"  # a codec frame
@@ -45,12 +44,11 @@ def method_name(grpc_path: str) -> str | None:
     return grpc_path[len(prefix):] if grpc_path.startswith(prefix) else None
 
 
-def grpc_options(max_message_bytes: int) -> list[tuple[str, int]]:
-    """Options both ends share: a raised message limit and no port sharing."""
-    unary_limit = min(max_message_bytes, 2**31 - 1)
+def grpc_options(max_send_bytes: int, max_receive_bytes: int) -> list[tuple[str, int]]:
+    """Options both ends share: raised message limits and no port sharing."""
     return [
-        ("grpc.max_send_message_length", unary_limit),
-        ("grpc.max_receive_message_length", unary_limit),
+        ("grpc.max_send_message_length", min(max_send_bytes, 2**31 - 1)),
+        ("grpc.max_receive_message_length", min(max_receive_bytes, 2**31 - 1)),
         ("grpc.so_reuseport", 0),
     ]
 
@@ -91,34 +89,3 @@ def assemble(pieces: Iterable[bytes], size: int) -> bytearray:
     if len(buffer) != size:
         raise ValueError(f"the sender announced {size} bytes but sent {len(buffer)}")
     return buffer
-
-
-class StagingArea:
-    """Payloads waiting to be fetched by their one reader, dropped after `ttl` seconds."""
-
-    def __init__(self, ttl: float) -> None:
-        self._ttl = ttl
-        self._entries: dict[bytes, tuple[float, object]] = {}
-        self._lock = threading.Lock()
-
-    def put(self, payload: object) -> bytes:
-        blob_id = secrets.token_bytes(16)
-        now = time.monotonic()
-        with self._lock:
-            self._evict_expired(now)
-            self._entries[blob_id] = (now + self._ttl, payload)
-        return blob_id
-
-    def take(self, blob_id: bytes) -> object | None:
-        with self._lock:
-            entry = self._entries.pop(blob_id, None)
-        return None if entry is None else entry[1]
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-    def _evict_expired(self, now: float) -> None:
-        expired = [key for key, (deadline, _) in self._entries.items() if deadline < now]
-        for key in expired:
-            del self._entries[key]

@@ -37,8 +37,10 @@ from jaxdist.courier import codec, wire
 pytestmark = pytest.mark.slow
 
 POOL = 16
+# More upload slots than attacker threads: the barrage checks outcomes, not the upload limit
+# (tests/courier/test_server_limits.py does).
 SERVER_OPTIONS = dict(thread_pool_size=POOL, max_message_bytes=4 << 20, inline_limit=256 << 10,
-                      transfer_timeout=2.0, staging_ttl=4.0)
+                      chunk_timeout=2.0, staging_ttl=4.0, max_uploads=8)
 RAW_OPTIONS = [("grpc.max_send_message_length", 16 << 20), ("grpc.max_receive_message_length", 64 << 20)]
 STALL_BYTES = 16 << 20  # a download this large outgrows gRPC's flow-control windows: unread, it stalls
 CALL_TIMEOUT = 10.0
@@ -323,7 +325,7 @@ def outcome_ok(attack: Attack, outcome: str | None) -> bool:
         return outcome == "ok:" + wire.INLINE.hex()
     if attack.expect == "refused":
         return outcome in REFUSALS
-    if attack.expect == "cut":  # the server's transfer_timeout cut it off
+    if attack.expect == "cut":  # the server's chunk_timeout cut it off
         return outcome == "CANCELLED"
     if attack.expect == "stalled":
         return outcome == "stalled"
@@ -399,8 +401,8 @@ def test_a_barrage_of_hostile_frames_leaves_the_server_healthy_and_its_handler_u
     barrage_seconds = time.monotonic() - began
     valid_calls += len(nonces) - 1
 
-    # Stalled transfers are cut off after the server's transfer_timeout; unfetched answers expire
-    # after its staging_ttl (and are dropped when something is staged next).
+    # Stalled transfers are cut off after the server's chunk_timeout; unfetched answers expire
+    # after its staging_ttl (dropped by the server's janitor).
     time.sleep(SERVER_OPTIONS["staging_ttl"] + 0.5)
     release.set()
     check_health(server.address)
@@ -444,7 +446,7 @@ def test_a_barrage_of_hostile_frames_leaves_the_server_healthy_and_its_handler_u
 def test_an_upload_announcing_a_huge_size_allocates_nothing_before_the_bytes_arrive():
     """An announced size is a claim: a peer that announces 512 MiB and sends 1 KiB must not make
     the server hold 512 MiB (sixteen such uploads, one per server thread, would hold 8 GiB)."""
-    with remote_server_process(dict(SERVER_OPTIONS, max_message_bytes=1 << 30, transfer_timeout=30.0)) as server:
+    with remote_server_process(dict(SERVER_OPTIONS, max_message_bytes=1 << 30, chunk_timeout=30.0)) as server:
         client = courier.Client(server.address, timeout=30)
         client.record("valid", 0)
         before = rss_mb(server.pid)

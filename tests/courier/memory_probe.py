@@ -1,6 +1,6 @@
 """A courier echo server or client in its own process, reporting its peak memory (Linux).
 
-`python memory_probe.py server` prints its address and serves until stdin closes;
+`python memory_probe.py server [TOKEN]` prints its address and serves until stdin closes;
 `python memory_probe.py client ADDRESS MB` echoes an MB-sized float32 array through it and
 prints JSON with both processes' peak resident memory growth during the call.
 """
@@ -43,7 +43,7 @@ class Echo:
 
 def main() -> None:
     if sys.argv[1] == "server":
-        server = courier.Server(Echo()).start()
+        server = courier.Server(Echo(), token=sys.argv[2] if len(sys.argv) > 2 else None).start()
         print(server.address, flush=True)
         sys.stdin.read()
         server.stop(grace=0)

@@ -359,7 +359,7 @@ def test_a_peer_that_stops_reading_a_large_answer_is_cut_off():
         def ping(self):
             return "pong"
 
-    server = courier.Server(Big(), thread_pool_size=2, transfer_timeout=1.0).start()
+    server = courier.Server(Big(), thread_pool_size=2, chunk_timeout=1.0).start()
     channels = []
     try:
         for _ in range(2):  # two stalled downloads: as many as the server has threads
