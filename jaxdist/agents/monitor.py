@@ -13,10 +13,11 @@ policy's return: the reported and target metric) and the learner (its version an
 - writes ``summary.json`` and draws ``learning_curve.png`` from the whole ``progress.csv``.
 
 **A run in segments.** A run stopped (Ctrl-C, SIGTERM, a crash) and relaunched on the same
-directory resumes from the learner's checkpoint: its env steps continue from the restored
-update, the rows of ``progress.csv`` past that point (from the part of the cut-short segment
-that was not saved) are dropped, and its ``run_seconds`` column (the whole run's wall time) continues, so steps and wall time
-to the target are counted over the whole run (each segment's wall time, summed).
+directory resumes from the learner's checkpoint, and its accounting goes on from the last row
+of ``progress.csv``: env steps and the ``run_seconds`` column (the whole run's wall time) count
+every segment's effort, including what a crash lost since the last checkpoint, so steps and wall
+time to the target are those of the whole run (each segment's wall time, summed), and the
+target, once reached, stays reached with its steps and time.
 """
 
 from __future__ import annotations
@@ -130,7 +131,9 @@ class Monitor:
         self._actor_steps = [0] * len(self._actors)  # as last reported
         self._actor_offsets = [0] * len(self._actors)  # steps of earlier lives of restarted actors
         self.restored_step = self._wait_for_learner()
-        self._base_steps = round(self.restored_step * self.config.steps_per_update)
+        path = metrics_path(run_dir, "progress")
+        earlier = _rows(path)
+        self._base_steps = int(earlier[-1]["step"]) if earlier else 0
         self.version = self.restored_step
         self.lag: float | None = None
         self.eval_return: float | None = None
@@ -138,14 +141,10 @@ class Monitor:
         self._rate: tuple[float, int, float] | None = None  # (time, env steps, steps/s) at the last reading
         self._out, self._progress_interval, self._next_progress = out, progress_interval, 0.0
         self._tty = hasattr(out, "isatty") and out.isatty()
-        path = metrics_path(run_dir, "progress")
-        earlier = _rows_up_to(path, self._base_steps)
         self.base_wall_time = float(earlier[-1].get("run_seconds", 0.0)) if earlier else 0.0
         self.solved_at: tuple[float, int] | None = _first_crossing(earlier)
-        # Rows past where this run resumes (or all, on a fresh start) belong to a run that was cut
-        # short: the CSV drops them, TensorBoard purges them.
-        self._csv = MetricsWriter(path, purge_after_step=self._base_steps)
-        self._tb = TensorBoardWriter(os.path.join(run_dir, "tensorboard", "progress"), purge_step=self._base_steps)
+        self._csv = MetricsWriter(path)
+        self._tb = TensorBoardWriter(os.path.join(run_dir, "tensorboard", "progress"))
         self._tb.config(configs.to_dict(self.config))
         self._learner_tb = TensorBoardWriter(os.path.join(run_dir, "tensorboard", "learner"),
                                              purge_step=self.restored_step)
@@ -340,9 +339,9 @@ def plot_learning_curve(run_dir: str, title: str, target: float | None) -> None:
                   ylabel="episode return", log2_x=False, hlines={f"target {target:g}": target} if target is not None else None)
 
 
-def _rows_up_to(path: str, step: int) -> list[dict[str, Any]]:
+def _rows(path: str) -> list[dict[str, Any]]:
     try:
-        return [row for row in read_metrics(path) if row.get("step", 0) <= step]
+        return read_metrics(path)
     except (OSError, ValueError):
         return []
 
