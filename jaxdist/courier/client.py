@@ -12,7 +12,7 @@ import itertools
 import threading
 import time
 from concurrent import futures
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import grpc
 
@@ -60,7 +60,7 @@ class Client:
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         if name.startswith("_"):
-            raise AttributeError(name)
+            raise _private(name)
         method = _BlockingMethod(self._connection, name, self._options)
         self.__dict__[name] = method  # later lookups skip __getattr__
         return method
@@ -117,6 +117,13 @@ class _BlockingMethod:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._connection.call(self._name, args, kwargs, self._options)
 
+    def __getattr__(self, attribute: str) -> NoReturn:
+        """`client.future.m()` reads as a namespace but names a remote method `future`."""
+        hint = f"; for a future, call client.futures.{attribute}(...)" if self._name == "future" else ""
+        raise AttributeError(
+            f"client.{self._name} is the remote method {self._name!r}, which has no attribute {attribute!r}{hint}"
+        )
+
 
 class _FutureMethods:
     """`client.futures.method(...)` -> `concurrent.futures.Future` of the result."""
@@ -126,7 +133,7 @@ class _FutureMethods:
 
     def __getattr__(self, name: str) -> Callable[..., futures.Future]:
         if name.startswith("_"):
-            raise AttributeError(name)
+            raise _private(name)
         connection, options = self._client._connection, self._client._options
 
         def submit(*args: Any, **kwargs: Any) -> futures.Future:
@@ -287,7 +294,7 @@ class _Connection:
                 f"use client.with_timeout(...) for longer calls)"
             )
         if code == grpc.StatusCode.UNIMPLEMENTED:
-            return UnknownMethodError(f"{where}: {details}{self._listing_hint(name, details)}")
+            return UnknownMethodError(f"{where}: {details}{_never_served(name)}{self._listing_hint(name, details)}")
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             return MalformedMessageError(f"{where}: {details}")
         if _is_busy(error):
@@ -311,6 +318,21 @@ class _Connection:
             return " (this is not a courier server)"
         except CourierError:
             return ""
+
+
+def _private(name: str) -> AttributeError:
+    if name.startswith("__"):  # Python's own protocols (copy, pickle, ...) probing the client
+        return AttributeError(name)
+    return AttributeError(f"{name!r} is private: courier serves only public methods of the server's object "
+                          f"(names not starting with '_'); make it public there to call it")
+
+
+def _never_served(name: str) -> str:
+    if name == "run":
+        return " (run() is the node's own loop, never served)"
+    if name.startswith("_") and name not in (wire.UPLOAD, wire.DOWNLOAD, wire.LIST_METHODS):
+        return " (names starting with '_' are never served)"
+    return ""
 
 
 def _is_busy(error: grpc.RpcError) -> bool:

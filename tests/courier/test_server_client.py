@@ -375,3 +375,21 @@ def test_a_peer_that_stops_reading_a_large_answer_is_cut_off():
         for channel in channels[::2]:
             channel.close()
         server.stop(grace=0)
+
+
+def test_future_for_futures_is_a_typo_the_error_names_the_fix(client):
+    with pytest.raises(AttributeError, match=r"client\.future is the remote method 'future'.*client\.futures\.add\(\.\.\.\)"):
+        client.future.add(1)
+    with pytest.raises(AttributeError, match=r"remote method 'add', which has no attribute 'x'"):
+        client.add.x
+
+
+def test_private_methods_are_never_served_and_the_error_says_so(client, service):
+    for namespace in (client, client.futures):
+        with pytest.raises(AttributeError, match=r"'_helper' is private: courier serves only public methods"):
+            namespace._helper
+    with pytest.raises(courier.UnknownMethodError, match=r"names starting with '_' are never served"):
+        client.call("_helper")
+    with pytest.raises(courier.UnknownMethodError, match=r"run\(\) is the node's own loop, never served"):
+        client.run()
+    assert service.calls == 0
