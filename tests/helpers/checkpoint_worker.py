@@ -1,8 +1,8 @@
 """A training loop that checkpoints, resumes, and saves on SIGTERM; driven by test_checkpoint.
 
 Every step adds 1 to every parameter, so a restored state must hold w == step everywhere.
-Prints one line per event, flushed: "fresh", "resumed <step> <w>", "saving <step>",
-"saved <step>", "preempted <step>", "done <step>".
+Prints one line per event, flushed: "fresh", "resumed <step> <w>", "stepped <step>" (after
+this run's first step, once SIGTERM is handled), "saving <step>", "saved <step>", "preempted <step>", "done <step>".
 With --coordinator it joins a jax.distributed group (then SIGTERM is JAX's to handle).
 """
 
@@ -62,6 +62,8 @@ def main() -> None:
         if parallel.preemption_requested(step):
             print("preempted", step, flush=True)
             ckpt.save_and_exit(step, state)
+        if step == start + 1:  # SIGTERM is handled from here on (the first check installs its handler)
+            print("stepped", step, flush=True)
         if args.save_every and step % args.save_every == 0:
             print("saving", step, flush=True)
         if ckpt.maybe_save(step, state):
