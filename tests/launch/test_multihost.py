@@ -10,13 +10,13 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 import jaxdist as jd
 import launch_nodes
-from ports import free_base_port
+from waiting import wait_until
+from ports import reserve_base_port
 import multihost_nodes as nodes
 from jaxdist import courier
 from jaxdist.launch import hosts, placement
@@ -192,7 +192,7 @@ def test_only_the_per_host_group_gets_the_distributed_environment(tmp_path, capf
         program.add_node(jd.PyNode(launch_nodes.print_env, "JAXDIST_COORDINATOR_ADDRESS"))
     with program.group("actor"):
         program.add_node(jd.PyNode(launch_nodes.print_env, "JAXDIST_COORDINATOR_ADDRESS"))
-    base = free_base_port()
+    base = reserve_base_port()
     running = jd.launch(program, launcher="multihost", hosts=["127.0.0.1"], host_index=0, base_port=base,
                         placement={"learner": placement.per_host()}, run_dir=str(tmp_path))
     assert running.wait(timeout=60)
@@ -207,7 +207,7 @@ def test_one_host_runs_only_its_share_on_the_planned_addresses_bound_on_every_in
         program.add_node(jd.CourierNode(nodes.Counter))
     with program.group("other"):
         program.add_node(jd.CourierNode(nodes.Counter))
-    base = free_base_port()
+    base = reserve_base_port()
     options = dict(hosts=["127.0.0.1", "127.0.0.1"], host_index=1, base_port=base, token="t",
                    placement={"service": placement.on_host(1)})
     running = jd.launch(program, launcher="multihost", run_dir=str(tmp_path), bind_host="0.0.0.0", **options)
@@ -233,7 +233,7 @@ def host_env(token: str = "shared-secret") -> dict[str, str]:
 
 
 def test_the_address_tables_of_two_hosts_agree(tmp_path):
-    base = free_base_port()
+    base = reserve_base_port()
     tables = [
         json.loads(subprocess.run(script(index, base, str(tmp_path), "--print-plan"), capture_output=True,
                                   text=True, check=True, timeout=60, env=host_env()).stdout)
@@ -252,7 +252,7 @@ def slurm_host(host_index: int, base: int, run_dir: str) -> tuple[list[str], dic
 
 @pytest.mark.parametrize("detection", ["flags", "slurm"])
 def test_callers_on_host_1_reach_the_service_on_host_0(tmp_path, detection):
-    base = free_base_port()
+    base = reserve_base_port()
 
     def start(index: int) -> subprocess.Popen:
         run_dir = str(tmp_path / f"h{index}")
@@ -260,15 +260,16 @@ def test_callers_on_host_1_reach_the_service_on_host_0(tmp_path, detection):
             slurm_host(index, base, run_dir)
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
-    # Host 1 starts first: its callers wait for the service that host 0 has not bound yet.
+    # Host 1 starts first: its callers run, and wait for the service that host 0 has not bound yet.
     host1 = start(1)
-    time.sleep(1.0)
+    lines1: list[str] = []
+    read_pids(host1, lines1)
     host0 = start(0)
     outputs = []
-    for host in (host1, host0):
+    for host, before in ((host1, "".join(lines1)), (host0, "")):
         out, _ = host.communicate(timeout=120)
-        outputs.append(out)
-        assert host.returncode == 0, out
+        outputs.append(before + out)
+        assert host.returncode == 0, before + out
     out1, out0 = outputs
     assert "caller/1 saw total 100" in out1 and "caller/3 saw total 100" in out1, out1
     assert "caller/0 saw total 100" in out0 and "caller/2 saw total 100" in out0, out0
@@ -287,7 +288,7 @@ def read_pids(process: subprocess.Popen, lines: list[str]) -> dict[str, int]:
 
 @pytest.mark.slow
 def test_a_killed_caller_on_one_host_is_restarted_and_a_stop_on_the_other_host_travels_to_it(tmp_path):
-    base = free_base_port()
+    base = reserve_base_port()
     extra = ("--mode", "forever", "--callers", "2")
     host0 = subprocess.Popen(script(0, base, str(tmp_path / "h0"), *extra), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, env=host_env())
@@ -301,8 +302,7 @@ def test_a_killed_caller_on_one_host_is_restarted_and_a_stop_on_the_other_host_t
         os.kill(pids1["caller/1"], signal.SIGKILL)  # host 1's supervisor brings it back
         with courier.Client(f"127.0.0.1:{base}", token="shared-secret") as service:
             first = service.with_timeout(10).peek()
-            time.sleep(1.0)
-            assert service.with_timeout(10).peek() > first  # host 0's caller keeps calling
+            wait_until(lambda: service.with_timeout(10).peek() > first, "host 0's caller to keep calling")
         assert host0.poll() is None and host1.poll() is None
         host0.send_signal(signal.SIGTERM)  # as scancel would: a graceful stop, exit 0
         out0, _ = host0.communicate(timeout=60)

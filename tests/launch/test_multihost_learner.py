@@ -22,7 +22,7 @@ import uuid
 import psutil
 import pytest
 
-from ports import free_base_port
+from ports import reserve_base_port
 
 pytestmark = pytest.mark.slow
 
@@ -116,7 +116,7 @@ def node_pid(host: subprocess.Popen, learner: bool) -> int:
 def test_ppo_solves_cartpole_with_one_learner_spanning_two_hosts(tmp_path, network):
     run_dir = tmp_path / "run"
     with NETWORKS[network]() as (hosts, prefixes):
-        processes = start_hosts(hosts, prefixes, run_dir, free_base_port(), "--stop-at-target")
+        processes = start_hosts(hosts, prefixes, run_dir, reserve_base_port(), "--stop-at-target")
         out0, out1 = finish(processes, timeout=420)
     assert processes[0][0].returncode == 0 and processes[1][0].returncode == 0, out0[-3000:] + out1[-3000:]
     assert "reached mean return 475" in out0, out0[-3000:]
@@ -139,7 +139,7 @@ def test_sigterm_to_every_process_of_both_hosts_saves_one_step_and_every_host_ex
     # JAX's preemption sync point agrees on, and save it together.
     run_dir = tmp_path / "run"
     with loopback_hosts() as (hosts, prefixes):
-        processes = start_hosts(hosts, prefixes, run_dir, free_base_port(), "--checkpoint-every-updates", "100000")
+        processes = start_hosts(hosts, prefixes, run_dir, reserve_base_port(), "--checkpoint-every-updates", "100000")
         metrics = run_dir / "metrics.csv"
         deadline = time.monotonic() + 300
         while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
@@ -164,7 +164,7 @@ def test_sigterm_to_every_process_of_both_hosts_saves_one_step_and_every_host_ex
 def test_killing_one_hosts_actor_and_learner_process_brings_them_back_and_learning_goes_on(tmp_path):
     run_dir = tmp_path / "run"
     with loopback_hosts() as (hosts, prefixes):
-        processes = start_hosts(hosts, prefixes, run_dir, free_base_port(), "--stop-at-target",
+        processes = start_hosts(hosts, prefixes, run_dir, reserve_base_port(), "--stop-at-target",
                                 "--checkpoint-every-updates", "10")
         checkpoints = run_dir / "checkpoints" / "learner"
         deadline = time.monotonic() + 300
