@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import multiprocessing
 import os
+import pathlib
 import pickle
 import random
 import struct
@@ -53,6 +54,12 @@ def proc_status(pid: int, field: str) -> int:
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     raise KeyError(field)
+
+
+def python_threads(pid: int) -> int:
+    """Threads named like the process: Python's, not gRPC core's own pool (which grows on demand)."""
+    name = pathlib.Path(f"/proc/{pid}/comm").read_text()
+    return sum(1 for task in pathlib.Path(f"/proc/{pid}/task").iterdir() if (task / "comm").read_text() == name)
 
 
 def rss_mb(pid: int) -> float:
@@ -461,3 +468,45 @@ def test_an_upload_announcing_a_huge_size_allocates_nothing_before_the_bytes_arr
         check_health(server.address)
         assert client.record("valid", 1) == 2
         assert during - before < 64, f"server RSS grew {during - before:.0f} MB while 1 KiB of 512 MiB arrived"
+
+
+def test_the_barrage_without_the_token_is_refused_before_anything_is_read(tmp_path):
+    """The same attacks at a server with a token, from peers without it: every one is refused
+    (UNAUTHENTICATED) before its request is read, nothing reaches the object, and the server
+    keeps its memory, its threads and its well-behaved caller."""
+    token = "barrage-token"
+    with remote_server_process(dict(SERVER_OPTIONS, token=token)) as server:
+        client = courier.Client(server.address, timeout=30, inline_limit=256 << 10, token=token)
+        client.record("valid", 0)
+        pool_answers(client, 0.1)
+        client.collect()
+        rss_before, threads_before = rss_mb(server.pid), python_threads(server.pid)
+        release = threading.Event()
+        attacks = [attack for attack in make_attacks(random.Random(11), str(tmp_path / "pickle-ran"), release, [])
+                   if attack.label != "download-unread"]  # it needs an answer from `big` first
+        attacks += [Attack("stream-never-sends", stalled_upload(1 << 20, b"", release), "unauthenticated")
+                    for _ in range(2 * POOL)]
+        outcomes: list[str | None] = [None] * len(attacks)
+
+        def attacker(index: int, workers: int) -> None:
+            with grpc.insecure_channel(server.address, options=RAW_OPTIONS) as channel:
+                for i in range(index, len(attacks), workers):
+                    outcomes[i] = attacks[i].run(channel)
+
+        try:
+            with concurrent.futures.ThreadPoolExecutor(6) as pool:
+                for done in [pool.submit(attacker, i, 6) for i in range(6)]:
+                    done.result(timeout=120)
+            assert client.record("valid", 1) == 2
+            pool_seconds = pool_answers(client, 1.0)
+        finally:
+            release.set()
+        client.collect()
+        rss_after, threads_after = rss_mb(server.pid), python_threads(server.pid)
+        stats = client.stats()
+    assert sorted(set(outcomes)) == ["UNAUTHENTICATED"], {o: outcomes.count(o) for o in set(outcomes)}
+    assert stats["calls"] == 2 and stats["garbage"] == 0
+    assert not (tmp_path / "pickle-ran").exists()
+    assert pool_seconds < 1.9, "some server threads are still held"
+    assert rss_after - rss_before < 32, (rss_before, rss_after)
+    assert threads_after <= threads_before, (threads_before, threads_after)
