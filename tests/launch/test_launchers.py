@@ -133,6 +133,20 @@ def test_each_node_has_a_log_file_and_prefixed_console(tmp_path, launcher, capfd
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_wait_with_a_timeout_returns_false_while_the_program_runs(tmp_path, launcher):
+    program = jd.Program("still-running")
+    program.add_node(jd.CourierNode(nodes.UntilStopped), label="loop")
+    running = jd.launch(program, launcher=launcher, run_dir=str(tmp_path), echo=False)
+    try:
+        assert running.wait(timeout=0) is False
+        assert running.wait(timeout=0.5) is False
+        assert running.status()["loop/0"]["state"] == "running"
+    finally:
+        running.stop()
+    assert running.wait(timeout=0) is True
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_stop_ends_cooperative_and_services_and_reports_status(tmp_path, launcher):
     program = jd.Program("stoppable")
     program.add_node(jd.CourierNode(nodes.UntilStopped), label="loop")
