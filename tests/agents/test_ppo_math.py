@@ -1,8 +1,10 @@
 """PPO's math against NumPy references: GAE across autoreset boundaries, the clipped loss, and
-the update (lag bound, direction, data-parallel agreement)."""
+the update (lag bound, direction, data-parallel agreement, a continuous action space with
+observation normalisation and reward scaling)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import subprocess
@@ -15,10 +17,20 @@ import numpy as np
 import pytest
 
 from jaxdist import parallel
+from jaxdist.agents import actor_critic, distributions, normalization
 from jaxdist.agents.ppo import learning
-from jaxdist.agents.ppo.config import PPOHyperparams
+from jaxdist.agents.ppo.config import PPOConfig
+from jaxdist.agents.spaces import ActionSpace, EnvInfo
 
-HP = PPOHyperparams(num_actions=2, obs_shape=(4,), hidden=(16, 16), epochs=2, minibatches=2, total_updates=10)
+# Bandit batches of 8 trajectories x 16 transitions; total_steps makes 10 updates (the schedule).
+CONFIG = PPOConfig(hidden=(16, 16), epochs=2, minibatches=2, batch_trajectories=8, trajectory_length=16,
+                   total_steps=10 * 8 * 16)
+ENV = EnvInfo((4,), "float32", ActionSpace(num_actions=2))
+PENDULUM = EnvInfo((3,), "float32", ActionSpace(shape=(1,), low=(-2.0,), high=(2.0,)))
+
+
+def init(config: PPOConfig = CONFIG, env: EnvInfo = ENV, seed: int = 0) -> dict:
+    return actor_critic.init(config, env, learning.optimizer, jax.random.key(seed))
 
 
 # GAE -------------------------------------------------------------------------------------------
@@ -75,17 +87,19 @@ def test_gae_by_hand_a_terminal_row_cuts_and_a_truncated_one_bootstraps(kind, ex
 # Loss ------------------------------------------------------------------------------------------
 
 
-def mlp_reference(layers: dict, x: np.ndarray) -> np.ndarray:
-    names = sorted(layers)  # Dense_0, Dense_1, ..., the last one the head
-    for name in names[:-1]:
-        x = np.tanh(x @ np.asarray(layers[name]["kernel"], np.float64) + np.asarray(layers[name]["bias"], np.float64))
-    return x @ np.asarray(layers[names[-1]]["kernel"], np.float64) + np.asarray(layers[names[-1]]["bias"], np.float64)
+def mlp_reference(torso: dict, head: dict, x: np.ndarray) -> np.ndarray:
+    """tanh(x W + b) per layer of the torso (Dense_0, Dense_1, ...), then the linear head."""
+    dense = lambda layer, x: x @ np.asarray(layer["kernel"], np.float64) + np.asarray(layer["bias"], np.float64)  # noqa: E731
+    for name in sorted(torso):
+        x = np.tanh(dense(torso[name], x))
+    return dense(head, x)
 
 
-def ppo_loss_reference(params, minibatch, hp):
+def ppo_loss_reference(params, minibatch, config):
     obs = np.asarray(minibatch["obs"], np.float64)
-    logits = mlp_reference(params["params"]["policy"], obs)
-    value = mlp_reference(params["params"]["critic"], obs)[:, 0]
+    layers = params["params"]
+    logits = mlp_reference(layers["torso"], layers["head"], obs)
+    value = mlp_reference(layers["value_torso"], layers["value_head"], obs)[:, 0]
     log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     logp = log_probs[np.arange(len(obs)), minibatch["action"]]
     w = minibatch["weight"]
@@ -94,22 +108,22 @@ def ppo_loss_reference(params, minibatch, hp):
     mu = mean(advantage)
     advantage = (advantage - mu) / (np.sqrt(mean((advantage - mu) ** 2)) + 1e-8)
     ratio = np.exp(logp - minibatch["logp"])
-    clipped = np.clip(ratio, 1 - hp.clip_eps, 1 + hp.clip_eps)
+    clipped = np.clip(ratio, 1 - config.clip_eps, 1 + config.clip_eps)
     policy_loss = -mean(np.minimum(ratio * advantage, clipped * advantage))
     value_loss = 0.5 * mean((value - minibatch["target"]) ** 2)
     entropy = mean(-(np.exp(log_probs) * log_probs).sum(-1))
-    return {"loss": policy_loss + hp.vf_coef * value_loss - hp.ent_coef * entropy, "policy_loss": policy_loss,
+    return {"loss": policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy, "policy_loss": policy_loss,
             "value_loss": value_loss, "entropy": entropy,
-            "clip_fraction": mean((np.abs(ratio - 1) > hp.clip_eps).astype(float))}
+            "clip_fraction": mean((np.abs(ratio - 1) > config.clip_eps).astype(float))}
 
 
 def test_ppo_loss_matches_numpy():
-    hp = dataclass_replace(HP, ent_coef=0.01)
-    params = learning.init(hp, jax.random.key(0))["params"]
+    hp = dataclasses.replace(CONFIG, ent_coef=0.01)
+    params = init(hp)["params"]
     rng = np.random.default_rng(1)
     n = 64
     obs = rng.normal(size=(n, 4)).astype(np.float32)
-    logits = mlp_reference(params["params"]["policy"], obs.astype(np.float64))
+    logits = mlp_reference(params["params"]["torso"], params["params"]["head"], obs.astype(np.float64))
     action = rng.integers(0, 2, n)
     log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     # Acting log-probabilities a little off the current policy, some beyond the clip range.
@@ -117,18 +131,12 @@ def test_ppo_loss_matches_numpy():
     minibatch = {"obs": obs, "action": action.astype(np.int32), "logp": behaviour_logp.astype(np.float32),
                  "advantage": rng.normal(size=n).astype(np.float32), "target": rng.normal(size=n).astype(np.float32),
                  "weight": (rng.random(n) < 0.8).astype(np.float32)}
-    loss, info = jax.jit(learning.ppo_loss, static_argnums=2)(params, minibatch, hp)
+    loss, info = jax.jit(learning.ppo_loss, static_argnums=(2, 3))(params, minibatch, hp, ENV)
     expected = ppo_loss_reference(params, minibatch, hp)
     assert 0 < expected["clip_fraction"] < 1  # both branches of the clip are exercised
     for name, value in expected.items():
         np.testing.assert_allclose(float(info[name]), value, rtol=2e-4, atol=2e-5, err_msg=name)
     np.testing.assert_allclose(float(loss), expected["loss"], rtol=2e-4, atol=2e-5)
-
-
-def dataclass_replace(hp: PPOHyperparams, **changes) -> PPOHyperparams:
-    import dataclasses
-
-    return dataclasses.replace(hp, **changes)
 
 
 # Update ----------------------------------------------------------------------------------------
@@ -148,15 +156,15 @@ def bandit_batch(rng: np.random.Generator, trajectories: int = 8, rows: int = 17
 
 
 def prob_of_action_one(params, obs) -> float:
-    logits = HP.network().apply(params, obs, method="logits")
+    logits = actor_critic.network(CONFIG, ENV).apply(params, obs, method="policy")
     return float(jnp.mean(jax.nn.softmax(logits)[:, 1]))
 
 
 def test_the_update_moves_the_policy_toward_the_better_action_and_counts_versions():
     rng = np.random.default_rng(0)
-    hp = dataclass_replace(HP, learning_rate=1e-2, anneal_lr=False)
-    update = jax.jit(functools.partial(learning.update, hp))
-    state = learning.init(hp, jax.random.key(0))
+    hp = dataclasses.replace(CONFIG, learning_rate=1e-2, anneal_lr=False)
+    update = jax.jit(functools.partial(learning.update, hp, ENV))
+    state = init(hp)
     probe = rng.normal(size=(256, 4)).astype(np.float32)
     before = prob_of_action_one(state["params"], probe)
     for i in range(5):
@@ -169,9 +177,9 @@ def test_the_update_moves_the_policy_toward_the_better_action_and_counts_version
 
 def test_transitions_older_than_the_lag_bound_are_not_learned_from():
     rng = np.random.default_rng(0)
-    hp = dataclass_replace(HP, max_policy_lag=2)
-    update = jax.jit(functools.partial(learning.update, hp))
-    state = learning.init(hp, jax.random.key(0))
+    hp = dataclasses.replace(CONFIG, max_policy_lag=2)
+    update = jax.jit(functools.partial(learning.update, hp, ENV))
+    state = init(hp)
     for i in range(3):  # learner version 3 afterwards, with some momentum in Adam
         state, _ = update(state, bandit_batch(rng, version=i), jax.random.key(i))
     params = jax.tree.map(np.asarray, state["params"])
@@ -190,31 +198,130 @@ def test_transitions_older_than_the_lag_bound_are_not_learned_from():
 def test_the_update_runs_data_parallel_through_parallel_py():
     rng = np.random.default_rng(0)
     batch = bandit_batch(rng)
-    step = parallel.data_parallel(functools.partial(learning.update, HP))
-    state = step.replicate(learning.init(HP, jax.random.key(0)))
+    step = parallel.data_parallel(functools.partial(learning.update, CONFIG, ENV))
+    state = step.replicate(init())
     state, metrics = step(state, step.shard_batch(batch), jax.random.key(1))
-    reference, expected = jax.jit(functools.partial(learning.update, HP))(
-        learning.init(HP, jax.random.key(0)), batch, jax.random.key(1))
+    reference, expected = jax.jit(functools.partial(learning.update, CONFIG, ENV))(init(), batch, jax.random.key(1))
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), state["params"],
                  reference["params"])
     np.testing.assert_allclose(float(metrics["loss"]), float(expected["loss"]), rtol=1e-5)
 
 
+# A continuous action space --------------------------------------------------------------------
+
+
+def pendulum_batch(rng: np.random.Generator, trajectories: int = 4, rows: int = 33) -> dict:
+    """Pendulum-like rows: observations far from mean 0 / variance 1, raw (unclipped) Gaussian
+    actions, rewards in [-16, 0], one truncated episode (then a reset row); no ``logp`` yet."""
+    shape = (trajectories, rows)
+    truncated = np.zeros(shape, bool)
+    truncated[1, 10] = True
+    reward = (-16 * rng.random(shape)).astype(np.float32)
+    reward[1, 11] = 0.0
+    obs = rng.normal(size=(*shape, 3)) * np.array([0.5, 2.0, 4.0]) + np.array([1.0, -1.0, 3.0])
+    return {"obs": obs.astype(np.float32), "action": (1.5 * rng.normal(size=(*shape, 1))).astype(np.float32),
+            "reward": reward, "terminated": np.zeros(shape, bool), "truncated": truncated,
+            "version": np.zeros(shape, np.int32)}
+
+
+def acting_logp(config, state: dict, batch: dict, normalize: bool = True) -> np.ndarray:
+    """``log mu(a|x)`` of the learner's current policy acting as an actor does: on observations
+    normalised with the statistics published with the parameters (those before the batch)."""
+    obs = normalization.normalize(state["obs_norm"], batch["obs"]) if normalize else batch["obs"]
+    dist = actor_critic.network(config, PENDULUM).apply(state["params"], obs, method="policy")
+    return np.asarray(distributions.log_prob(PENDULUM.action, dist, batch["action"]))
+
+
+def moments(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """NumPy mean and variance of ``samples`` (rows) merged into normalization's prior: mean 0
+    and variance 1 of weight 1e-4 (see tests/agents/test_normalization.py)."""
+    samples = samples.astype(np.float64)
+    n, prior = len(samples), 1e-4
+    mean = samples.sum(0) / (n + prior)
+    var = (((samples - mean) ** 2).sum(0) + prior * (1.0 + mean ** 2)) / (n + prior)
+    return mean, var
+
+
+# One SGD step per update: its ratio is pi / mu on the first minibatch step, read in the metrics.
+PENDULUM_CONFIG = PPOConfig(env_id="Pendulum-v1", hidden=(16, 16), epochs=1, minibatches=1, batch_trajectories=4,
+                            trajectory_length=32, total_steps=10 * 4 * 32, gamma=0.9,
+                            normalize_observations=True, scale_rewards=True)
+
+
+def test_a_continuous_update_normalises_with_the_actors_statistics_and_merges_the_batchs_in():
+    config = PENDULUM_CONFIG
+    update = jax.jit(functools.partial(learning.update, config, PENDULUM))
+    rng = np.random.default_rng(0)
+    state, seen = init(config, PENDULUM), []
+    for i in range(2):  # the second batch meets statistics the first one set
+        batch = pendulum_batch(rng)
+        batch["logp"] = acting_logp(config, state, batch)
+        new_state, metrics = update(state, batch, jax.random.key(i))
+        assert np.isfinite(float(metrics["loss"])) and float(metrics["transitions"]) == 4 * 32 - 1
+        # mu = pi: the ratio is 1 (no KL, nothing clipped, and the surrogate is the mean of the
+        # normalised advantages, 0); the learner normalised as the actor did.
+        assert abs(float(metrics["approx_kl"])) < 1e-8 and float(metrics["clip_fraction"]) == 0.0
+        assert abs(float(metrics["policy_loss"])) < 1e-6
+        for name, (old, new) in zip(flat_tree(state["params"]), zip(jax.tree.leaves(state["params"]),
+                                                                    jax.tree.leaves(new_state["params"]))):
+            assert not np.array_equal(old, new), f"{name} did not move"
+        seen.append(batch["obs"][:, :-1].reshape(-1, 3))  # the last row is the next batch's first
+        mean, var = moments(np.concatenate(seen))
+        np.testing.assert_allclose(new_state["obs_norm"].mean, mean, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(new_state["obs_norm"].var, var, rtol=1e-5)
+        np.testing.assert_allclose(new_state["obs_norm"].count, len(np.concatenate(seen)) + 1e-4, rtol=1e-6)
+        assert float(new_state["return_norm"].count) > float(state["return_norm"].count) + 1  # rewards scaled
+        state = new_state
+    # The same batch acted on raw observations (not as the learner normalises): the ratio is not 1.
+    batch["logp"] = acting_logp(config, state, batch, normalize=False)
+    _, metrics = update(state, batch, jax.random.key(2))
+    assert float(metrics["approx_kl"]) > 1e-5 and abs(float(metrics["policy_loss"])) > 1e-4
+
+
+# One minibatch per epoch: under pmap each device permutes its own shard, so with several
+# minibatches the devices' minibatches are not jit's; with one, both learn from the same
+# transitions. Stale trajectories and random episode ends leave the shards unequal weights.
+SHARDED_CONFIG = dataclasses.replace(CONFIG, minibatches=1, max_policy_lag=2, normalize_observations=True,
+                                     scale_rewards=True)
+SHARDED_VERSION = 3  # the learner's version when it meets uneven_batch()
+
+
+def uneven_batch(seed: int = 0) -> dict:
+    """A bandit batch whose trajectories (one per device of 8) differ in how many transitions
+    count: episode ends at random, versions 0 (lag 3: stale) to 3; observations far from 0/1."""
+    rng = np.random.default_rng(seed)
+    batch = bandit_batch(rng)
+    batch["terminated"] = rng.random(batch["terminated"].shape) < 0.3
+    batch["version"][:] = np.array([0, 3, 1, 2, 0, 3, 3, 2], np.int32)[:, None]
+    batch["obs"] = batch["obs"] * np.array([0.5, 2.0, 5.0, 1.0], np.float32) + np.array([1, -3, 10, 0], np.float32)
+    return batch
+
+
+def uneven_state() -> dict:
+    return dict(init(SHARDED_CONFIG), version=jnp.asarray(SHARDED_VERSION, jnp.int32))
+
+
+def flat_tree(tree) -> dict[str, np.ndarray]:
+    return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
 EIGHT_DEVICES = textwrap.dedent("""
     import functools, sys, jax, numpy as np
     sys.path.insert(0, {tests!r})
-    from agents.test_ppo_math import HP, bandit_batch
+    from agents.test_ppo_math import (CONFIG, ENV, SHARDED_CONFIG, bandit_batch, flat_tree, init, uneven_batch,
+                                      uneven_state)
     from jaxdist import parallel
     from jaxdist.agents.ppo import learning
     assert jax.device_count() == 8
     out = {{}}
     for mode in ("jit", "pmap"):
-        step = parallel.data_parallel(functools.partial(learning.update, HP), mode=mode)
-        state = step.replicate(learning.init(HP, jax.random.key(0)))
-        state, metrics = step(state, step.shard_batch(bandit_batch(np.random.default_rng(0))), jax.random.key(1))
-        out[mode] = step.unreplicate(state)["params"]
-    np.savez({path!r}, **{{f"{{m}}/{{'/'.join(str(k.key) for k in p)}}": np.asarray(v)
-             for m, tree in out.items() for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}})
+        for name, config, state, batch in (("bandit", CONFIG, init(), bandit_batch(np.random.default_rng(0))),
+                                           ("uneven", SHARDED_CONFIG, uneven_state(), uneven_batch())):
+            step = parallel.data_parallel(functools.partial(learning.update, config, ENV), mode=mode)
+            state, metrics = step(step.replicate(state), step.shard_batch(batch), jax.random.key(1))
+            tree = {{"state": step.unreplicate(state), "metrics": metrics}}
+            out.update({{f"{{mode}}/{{name}}/{{key}}": value for key, value in flat_tree(tree).items()}})
+    np.savez({path!r}, **out)
 """)
 
 
@@ -224,14 +331,23 @@ def test_eight_devices_jit_and_pmap_agree_with_one(tmp_path):
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
     done = subprocess.run([sys.executable, "-c", EIGHT_DEVICES.format(tests=tests, path=path)], env=env,
-                          capture_output=True, text=True, timeout=240)
+                          capture_output=True, text=True, timeout=480)
     assert done.returncode == 0, done.stdout + done.stderr
-    reference, _ = jax.jit(functools.partial(learning.update, HP))(
-        learning.init(HP, jax.random.key(0)), bandit_batch(np.random.default_rng(0)), jax.random.key(1))
-    flat = {"/".join(str(k.key) for k in p): np.asarray(v)
-            for p, v in jax.tree_util.tree_flatten_with_path(reference["params"])[0]}
+    reference, _ = jax.jit(functools.partial(learning.update, CONFIG, ENV))(
+        init(), bandit_batch(np.random.default_rng(0)), jax.random.key(1))
     with np.load(path) as got:
-        for name, value in flat.items():
-            np.testing.assert_allclose(got[f"jit/{name}"], value, rtol=1e-4, atol=1e-5, err_msg=f"jit {name}")
-            # pmap: each device permutes its own shard, so minibatches differ; same direction only.
-            assert np.all(np.isfinite(got[f"pmap/{name}"]))
+        # jit on 8 devices: the one-device update on the global batch, minibatches and all.
+        for name, value in flat_tree(reference["params"]).items():
+            np.testing.assert_allclose(got[f"jit/bandit/['state']['params']{name}"], value, rtol=1e-4, atol=1e-5,
+                                       err_msg=f"jit {name}")
+        # pmap: each device's shard, gradients and statistics averaged over devices, equals jit
+        # on the global batch (one minibatch per epoch, see SHARDED_CONFIG), even with shards
+        # of unequal weight.
+        names = sorted(key.removeprefix("jit/uneven/") for key in got.files if key.startswith("jit/uneven/"))
+        # Not averages: summed or maximal over the batch, pmap reports their mean over devices.
+        per_device = {"['metrics']['transitions']", "['metrics']['policy_lag_max']"}
+        assert 0 < float(got["jit/uneven/['metrics']['stale_fraction']"]) < 1
+        assert any("obs_norm" in name for name in names) and len(names) > 20
+        for name in sorted(set(names) - per_device):
+            np.testing.assert_allclose(got[f"pmap/uneven/{name}"], got[f"jit/uneven/{name}"], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"pmap {name}")

@@ -77,7 +77,18 @@ def gae(reward: jax.Array, value: jax.Array, terminated: jax.Array, truncated: j
 
 
 def _weighted_mean(x: jax.Array, weight: jax.Array) -> jax.Array:
-    return jnp.sum(x * weight) / jnp.maximum(jnp.sum(weight), 1.0)
+    """``sum(x w) / sum(w)`` over the global batch, as a term of a loss or a metric: under a pmap
+    step this device's sum over its shard, divided by the weight of every shard (the step
+    averages gradients and metrics over devices, which sums the numerators). 0 if no weight."""
+    count = parallel.pmean(jnp.sum(weight))
+    return jnp.sum(x * weight) / jnp.where(count > 0, count, 1.0)
+
+
+def _global_weighted_mean(x: jax.Array, weight: jax.Array) -> jax.Array:
+    """``sum(x w) / sum(w)`` over the global batch, the same on every device: for statistics
+    used inside the step (advantage normalisation), not differentiated."""
+    total, count = parallel.pmean((jnp.sum(x * weight), jnp.sum(weight)))
+    return total / jnp.where(count > 0, count, 1.0)
 
 
 def ppo_loss(params: PyTree, minibatch: dict[str, jax.Array], config: PPOConfig,
@@ -90,8 +101,8 @@ def ppo_loss(params: PyTree, minibatch: dict[str, jax.Array], config: PPOConfig,
     weight = minibatch["weight"]
     advantage = minibatch["advantage"]
     if config.normalize_advantages:
-        mean = _weighted_mean(advantage, weight)
-        std = jnp.sqrt(_weighted_mean((advantage - mean) ** 2, weight))
+        mean = _global_weighted_mean(advantage, weight)
+        std = jnp.sqrt(_global_weighted_mean((advantage - mean) ** 2, weight))
         advantage = (advantage - mean) / (std + 1e-8)
 
     log_ratio = logp - minibatch["logp"]
