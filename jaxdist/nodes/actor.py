@@ -233,7 +233,7 @@ class Actor:
         import jax
 
         columns = dict(rows, **jax.device_get(_stack_env_major(extras)))
-        columns["version"] = np.broadcast_to(np.asarray(versions, np.int32), rows["action"].shape).copy()
+        columns["version"] = np.broadcast_to(np.asarray(versions, np.int32), rows["action"].shape[:2]).copy()  # (envs, T + 1)
         self._sender.send(columns)
 
     def _book_episodes(self) -> None:
