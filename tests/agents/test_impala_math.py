@@ -1,11 +1,16 @@
 """IMPALA's loss and update: the loss against a NumPy mirror (importance weights from the
-behaviour logits, masks across autoresets, coefficients), the update's direction on a bandit
-acted by an older policy, the policy step's behaviour logits, and data-parallel agreement."""
+behaviour log-probabilities, masks across autoresets, coefficients), the update's direction on a
+bandit acted by an older policy, the actors' policy sending its log-probabilities, data-parallel
+agreement, and a continuous action space with observation normalisation and reward scaling."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -13,19 +18,29 @@ import numpy as np
 import pytest
 
 from jaxdist import parallel
+from jaxdist.agents import actor_critic, distributions, normalization
 from jaxdist.agents.impala import learning
-from jaxdist.agents.impala.acting import PolicyStep
-from jaxdist.agents.impala.config import IMPALAConfig, IMPALAHyperparams
+from jaxdist.agents.impala.config import IMPALAConfig
 from jaxdist.agents.impala.vtrace import vtrace
+from jaxdist.agents.policies import ActorCriticPolicy
+from jaxdist.agents.spaces import ActionSpace, EnvInfo
 
-HP = IMPALAHyperparams(num_actions=2, obs_shape=(4,), hidden=(16, 16), total_updates=10)
+# total_steps makes 10 updates of 8 trajectories x 16 transitions (the learning-rate schedule).
+CONFIG = IMPALAConfig(hidden=(16, 16), batch_trajectories=8, trajectory_length=16, total_steps=10 * 8 * 16)
+ENV = EnvInfo((4,), "float32", ActionSpace(num_actions=2))
+PENDULUM = EnvInfo((3,), "float32", ActionSpace(shape=(1,), low=(-2.0,), high=(2.0,)))
 
 
-def mlp_reference(layers: dict, x: np.ndarray) -> np.ndarray:
-    names = sorted(layers)  # Dense_0, Dense_1, ..., the last one the head
-    for name in names[:-1]:
-        x = np.tanh(x @ np.asarray(layers[name]["kernel"], np.float64) + np.asarray(layers[name]["bias"], np.float64))
-    return x @ np.asarray(layers[names[-1]]["kernel"], np.float64) + np.asarray(layers[names[-1]]["bias"], np.float64)
+def init(config: IMPALAConfig = CONFIG, env: EnvInfo = ENV, seed: int = 0) -> dict:
+    return actor_critic.init(config, env, learning.optimizer, jax.random.key(seed))
+
+
+def mlp_reference(torso: dict, head: dict, x: np.ndarray) -> np.ndarray:
+    """tanh(x W + b) per layer of the torso (Dense_0, Dense_1, ...), then the linear head."""
+    dense = lambda layer, x: x @ np.asarray(layer["kernel"], np.float64) + np.asarray(layer["bias"], np.float64)  # noqa: E731
+    for name in sorted(torso):
+        x = np.tanh(dense(torso[name], x))
+    return dense(head, x)
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -35,46 +50,58 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 def bandit_batch(rng: np.random.Generator, trajectories: int = 8, rows: int = 17, version: int = 0,
                  behaviour_logits: tuple[float, float] = (0.0, 0.0)) -> dict:
     """One-step episodes (every other row ends one): action 1 pays 1, action 0 pays 0; actions
-    drawn from the behaviour policy ``softmax(behaviour_logits)``."""
+    drawn from the behaviour policy ``softmax(behaviour_logits)``, whose log-probabilities the
+    batch carries."""
     shape = (trajectories, rows)
-    probs = np.exp(log_softmax(np.asarray(behaviour_logits, np.float64)))
-    action = (rng.random(shape) < probs[1]).astype(np.int32)
+    log_probs = log_softmax(np.asarray(behaviour_logits, np.float64))
+    action = (rng.random(shape) < np.exp(log_probs[1])).astype(np.int32)
     ends = np.zeros(shape, bool)
     ends[:, 1::2] = True
     reward = np.zeros(shape, np.float32)
     reward[:, 1::2] = action[:, 0::2][:, :reward[:, 1::2].shape[1]]
     return {"obs": rng.normal(size=(*shape, 4)).astype(np.float32), "action": action, "reward": reward,
-            "terminated": ends, "truncated": np.zeros(shape, bool),
-            "logits": np.broadcast_to(np.asarray(behaviour_logits, np.float32), (*shape, 2)).copy(),
+            "terminated": ends, "truncated": np.zeros(shape, bool), "logp": log_probs[action].astype(np.float32),
             "version": np.full(shape, version, np.int32)}
 
 
 def random_batch(rng: np.random.Generator, trajectories: int = 4, rows: int = 12) -> dict:
     shape = (trajectories, rows)
     terminated = rng.random(shape) < 0.1
-    return {"obs": rng.normal(size=(*shape, 4)).astype(np.float32),
-            "action": rng.integers(0, 2, shape).astype(np.int32),
+    behaviour = log_softmax(rng.normal(size=(*shape, 2)))  # a behaviour policy per row
+    action = rng.integers(0, 2, shape).astype(np.int32)
+    return {"obs": rng.normal(size=(*shape, 4)).astype(np.float32), "action": action,
             "reward": rng.normal(size=shape).astype(np.float32), "terminated": terminated,
             "truncated": (rng.random(shape) < 0.05) & ~terminated,
-            "logits": rng.normal(size=(*shape, 2)).astype(np.float32), "version": np.zeros(shape, np.int32)}
+            "logp": np.take_along_axis(behaviour, action[..., None], -1)[..., 0].astype(np.float32),
+            "version": np.zeros(shape, np.int32)}
 
 
-def test_impala_loss_matches_numpy_with_rhos_from_the_behaviour_logits():
-    hp = dataclasses.replace(HP, ent_coef=0.03, baseline_cost=0.7, rho_bar=1.2, c_bar=0.9, pg_rho_bar=1.5)
-    params = learning.init(hp, jax.random.key(0))["params"]
+def loss_inputs(config: IMPALAConfig, state: dict, batch: dict):
+    """``(obs, time-major reward)`` as the update hands them to ``impala_loss``."""
+    obs, reward, _ = actor_critic.normalized(config, state, batch,
+                                             np.swapaxes(batch["terminated"] | batch["truncated"], 0, 1))
+    return obs, reward
+
+
+def test_impala_loss_matches_numpy_with_rhos_from_the_behaviour_log_probabilities():
+    config = dataclasses.replace(CONFIG, ent_coef=0.03, baseline_cost=0.7, rho_bar=1.2, c_bar=0.9, pg_rho_bar=1.5)
+    state = init(config)
+    params = state["params"]
     batch = random_batch(np.random.default_rng(1))
-    loss, info = jax.jit(learning.impala_loss, static_argnums=2)(params, batch, hp)
+    obs, reward = loss_inputs(config, state, batch)
+    loss, info = jax.jit(learning.impala_loss, static_argnums=(4, 5))(params, batch, obs, reward, config, ENV)
 
     obs = batch["obs"].astype(np.float64)
-    log_probs = log_softmax(mlp_reference(params["params"]["policy"], obs))[:, :-1]
-    value = mlp_reference(params["params"]["critic"], obs)[..., 0]
+    layers = params["params"]
+    log_probs = log_softmax(mlp_reference(layers["torso"], layers["head"], obs))[:, :-1]
+    value = mlp_reference(layers["value_torso"], layers["value_head"], obs)[..., 0]
     action = batch["action"][:, :-1]
     pick = lambda lp: np.take_along_axis(lp, action[..., None], -1)[..., 0]  # noqa: E731
-    log_rho = pick(log_probs) - pick(log_softmax(batch["logits"][:, :-1].astype(np.float64)))
+    log_rho = pick(log_probs) - batch["logp"][:, :-1].astype(np.float64)
     t = lambda x: np.swapaxes(np.asarray(x), 0, 1)  # noqa: E731
     targets, advantages, _ = (t(x) for x in vtrace(
         t(value).astype(np.float32), t(batch["reward"]), t(batch["terminated"]), t(batch["truncated"]),
-        t(log_rho).astype(np.float32), hp.gamma, rho_bar=1.2, c_bar=0.9, pg_rho_bar=1.5))
+        t(log_rho).astype(np.float32), config.gamma, rho_bar=1.2, c_bar=0.9, pg_rho_bar=1.5))
     real = ~(batch["terminated"] | batch["truncated"])[:, :-1]
     mean = lambda x: float(x[real].mean())  # noqa: E731
     expected = {"policy_loss": -mean(pick(log_probs) * advantages),
@@ -89,15 +116,15 @@ def test_impala_loss_matches_numpy_with_rhos_from_the_behaviour_logits():
 
 
 def prob_of_action_one(params, obs) -> float:
-    logits = HP.network().apply(params, obs, method="logits")
+    logits = actor_critic.network(CONFIG, ENV).apply(params, obs, method="policy")
     return float(jnp.mean(jax.nn.softmax(logits)[:, 1]))
 
 
 def test_the_update_learns_the_better_action_from_an_older_policy_and_counts_versions():
     rng = np.random.default_rng(0)
-    hp = dataclasses.replace(HP, learning_rate=1e-2, anneal_lr=False)
-    update = jax.jit(functools.partial(learning.update, hp))
-    state = learning.init(hp, jax.random.key(0))
+    config = dataclasses.replace(CONFIG, learning_rate=1e-2, anneal_lr=False)
+    update = jax.jit(functools.partial(learning.update, config, ENV))
+    state = init(config)
     probe = rng.normal(size=(256, 4)).astype(np.float32)
     before = prob_of_action_one(state["params"], probe)
     for i in range(20):  # acted by a behaviour policy that prefers the worse action, 2 versions ago
@@ -109,25 +136,146 @@ def test_the_update_learns_the_better_action_from_an_older_policy_and_counts_ver
     assert float(metrics["policy_lag_mean"]) == 2.0 and float(metrics["policy_lag_max"]) == 2.0
 
 
-def test_the_policy_step_samples_and_sends_the_behaviour_logits():
-    hp = dataclasses.replace(HP)
-    params = learning.init(hp, jax.random.key(0))["params"]
+def test_the_policy_samples_and_sends_the_behaviour_log_probabilities():
+    params = init()["params"]
     obs = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
-    action, extras = jax.jit(PolicyStep(2, hp.hidden))(params, obs, jax.random.key(1))
-    assert action.shape == (6,) and action.dtype == jnp.int32 and set(extras) == {"logits"}
-    np.testing.assert_allclose(extras["logits"], hp.network().apply(params, obs, method="logits"), rtol=1e-6)
+    policy = ActorCriticPolicy(ENV, CONFIG.network, CONFIG.hidden)
+    action, extras = jax.jit(policy)({"network": params}, obs, jax.random.key(1))
+    assert action.shape == (6,) and action.dtype == jnp.int32 and set(extras) == {"logp"}
+    logits = actor_critic.network(CONFIG, ENV).apply(params, obs, method="policy")
+    expected = jax.nn.log_softmax(logits)[np.arange(6), action]
+    np.testing.assert_allclose(extras["logp"], expected, rtol=1e-6)
 
 
 def test_the_update_runs_data_parallel_through_parallel_py():
     batch = bandit_batch(np.random.default_rng(0))
-    step = parallel.data_parallel(functools.partial(learning.update, HP))
-    state = step.replicate(learning.init(HP, jax.random.key(0)))
+    step = parallel.data_parallel(functools.partial(learning.update, CONFIG, ENV))
+    state = step.replicate(init())
     state, metrics = step(state, step.shard_batch(batch), jax.random.key(1))
-    reference, expected = jax.jit(functools.partial(learning.update, HP))(
-        learning.init(HP, jax.random.key(0)), batch, jax.random.key(1))
+    reference, expected = jax.jit(functools.partial(learning.update, CONFIG, ENV))(init(), batch, jax.random.key(1))
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), state["params"],
                  reference["params"])
     np.testing.assert_allclose(float(metrics["loss"]), float(expected["loss"]), rtol=1e-5)
+
+
+# Normalisation on, and shards of unequal weight: random episode ends, observations far from 0/1.
+SHARDED_CONFIG = dataclasses.replace(CONFIG, normalize_observations=True, scale_rewards=True)
+
+
+def uneven_batch(seed: int = 0) -> dict:
+    batch = random_batch(np.random.default_rng(seed), trajectories=8, rows=17)
+    batch["terminated"] |= np.random.default_rng(seed + 1).random(batch["terminated"].shape) < 0.2
+    batch["truncated"] &= ~batch["terminated"]
+    batch["obs"] = batch["obs"] * np.array([0.5, 2.0, 5.0, 1.0], np.float32) + np.array([1, -3, 10, 0], np.float32)
+    return batch
+
+
+def flat_tree(tree) -> dict[str, np.ndarray]:
+    return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+EIGHT_DEVICES = textwrap.dedent("""
+    import functools, sys, jax, numpy as np
+    sys.path.insert(0, {tests!r})
+    from agents.test_impala_math import ENV, SHARDED_CONFIG, flat_tree, init, uneven_batch
+    from jaxdist import parallel
+    from jaxdist.agents.impala import learning
+    assert jax.device_count() == 8
+    out = {{}}
+    for mode in ("jit", "pmap"):
+        step = parallel.data_parallel(functools.partial(learning.update, SHARDED_CONFIG, ENV), mode=mode)
+        state, metrics = step(step.replicate(init(SHARDED_CONFIG)), step.shard_batch(uneven_batch()),
+                              jax.random.key(1))
+        tree = {{"state": step.unreplicate(state), "metrics": metrics}}
+        out.update({{f"{{mode}}/{{key}}": value for key, value in flat_tree(tree).items()}})
+    np.savez({path!r}, **out)
+""")
+
+
+@pytest.mark.slow
+def test_eight_devices_pmap_on_shards_equals_jit_on_the_global_batch(tmp_path):
+    path = str(tmp_path / "out.npz")
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    done = subprocess.run([sys.executable, "-c", EIGHT_DEVICES.format(tests=tests, path=path)], env=env,
+                          capture_output=True, text=True, timeout=480)
+    assert done.returncode == 0, done.stdout + done.stderr
+    reference, _ = jax.jit(functools.partial(learning.update, SHARDED_CONFIG, ENV))(
+        init(SHARDED_CONFIG), uneven_batch(), jax.random.key(1))
+    with np.load(path) as got:
+        for name, value in flat_tree(reference).items():  # jit on 8 devices: the one-device update
+            np.testing.assert_allclose(got[f"jit/['state']{name}"], value, rtol=1e-5, atol=1e-6, err_msg=f"jit {name}")
+        names = sorted(key.removeprefix("jit/") for key in got.files if key.startswith("jit/"))
+        # Not averages: summed or maximal over the batch, pmap reports their mean over devices.
+        per_device = {"['metrics']['transitions']", "['metrics']['policy_lag_max']"}
+        assert any("obs_norm" in name for name in names) and len(names) > 20
+        for name in sorted(set(names) - per_device):
+            np.testing.assert_allclose(got[f"pmap/{name}"], got[f"jit/{name}"], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"pmap {name}")
+
+
+# A continuous action space --------------------------------------------------------------------
+
+
+def pendulum_batch(rng: np.random.Generator, trajectories: int = 4, rows: int = 21) -> dict:
+    """Pendulum-like rows: observations far from mean 0 / variance 1, raw (unclipped) Gaussian
+    actions, rewards in [-16, 0], one truncated episode (then a reset row); no ``logp`` yet."""
+    shape = (trajectories, rows)
+    truncated = np.zeros(shape, bool)
+    truncated[1, 10] = True
+    reward = (-16 * rng.random(shape)).astype(np.float32)
+    reward[1, 11] = 0.0
+    obs = rng.normal(size=(*shape, 3)) * np.array([0.5, 2.0, 4.0]) + np.array([1.0, -1.0, 3.0])
+    return {"obs": obs.astype(np.float32), "action": (1.5 * rng.normal(size=(*shape, 1))).astype(np.float32),
+            "reward": reward, "terminated": np.zeros(shape, bool), "truncated": truncated,
+            "version": np.zeros(shape, np.int32)}
+
+
+def acting_logp(config, state: dict, batch: dict) -> np.ndarray:
+    """``log mu(a|x)`` of the learner's current policy acting as an actor does: on observations
+    normalised with the statistics published with the parameters (those before the batch)."""
+    obs = normalization.normalize(state["obs_norm"], batch["obs"])
+    dist = actor_critic.network(config, PENDULUM).apply(state["params"], obs, method="policy")
+    return np.asarray(distributions.log_prob(PENDULUM.action, dist, batch["action"]))
+
+
+def moments(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """NumPy mean and variance of ``samples`` (rows) merged into normalization's prior: mean 0
+    and variance 1 of weight 1e-4 (see tests/agents/test_normalization.py)."""
+    samples = samples.astype(np.float64)
+    n, prior = len(samples), 1e-4
+    mean = samples.sum(0) / (n + prior)
+    var = (((samples - mean) ** 2).sum(0) + prior * (1.0 + mean ** 2)) / (n + prior)
+    return mean, var
+
+
+PENDULUM_CONFIG = IMPALAConfig(env_id="Pendulum-v1", hidden=(16, 16), batch_trajectories=4, trajectory_length=20,
+                               total_steps=10 * 4 * 20, gamma=0.9, ent_coef=0.0, normalize_observations=True,
+                               scale_rewards=True)
+
+
+def test_a_continuous_update_normalises_with_the_actors_statistics_and_merges_the_batchs_in():
+    config = PENDULUM_CONFIG
+    update = jax.jit(functools.partial(learning.update, config, PENDULUM))
+    rng = np.random.default_rng(0)
+    state, seen = init(config, PENDULUM), []
+    for i in range(2):  # the second batch meets statistics the first one set
+        batch = pendulum_batch(rng)
+        batch["logp"] = acting_logp(config, state, batch)
+        new_state, metrics = update(state, batch, jax.random.key(i))
+        assert np.isfinite(float(metrics["loss"])) and float(metrics["transitions"]) == 4 * 20 - 1
+        # mu = pi, the learner normalising as the actor did: every importance weight is 1.
+        np.testing.assert_allclose(float(metrics["rho_mean"]), 1.0, rtol=1e-6)
+        for name, (old, new) in zip(flat_tree(state["params"]), zip(jax.tree.leaves(state["params"]),
+                                                                    jax.tree.leaves(new_state["params"]))):
+            assert not np.array_equal(old, new), f"{name} did not move"
+        seen.append(batch["obs"][:, :-1].reshape(-1, 3))  # the last row is the next batch's first
+        mean, var = moments(np.concatenate(seen))
+        np.testing.assert_allclose(new_state["obs_norm"].mean, mean, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(new_state["obs_norm"].var, var, rtol=1e-5)
+        np.testing.assert_allclose(new_state["obs_norm"].count, len(np.concatenate(seen)) + 1e-4, rtol=1e-6)
+        assert float(new_state["return_norm"].count) > float(state["return_norm"].count) + 1  # rewards scaled
+        state = new_state
 
 
 def test_the_config_refuses_a_queue_that_cannot_hold_a_batch():

@@ -39,7 +39,11 @@ PyTree = Any
 
 
 def _weighted_mean(x: jax.Array, weight: jax.Array) -> jax.Array:
-    return jnp.sum(x * weight) / jnp.maximum(jnp.sum(weight), 1.0)
+    """``sum(x w) / sum(w)`` over the global batch, as a term of a loss or a metric: under a pmap
+    step this device's sum over its shard, divided by the weight of every shard (the step
+    averages gradients and metrics over devices, which sums the numerators). 0 if no weight."""
+    count = parallel.pmean(jnp.sum(weight))
+    return jnp.sum(x * weight) / jnp.where(count > 0, count, 1.0)
 
 
 def _time_major(x: jax.Array) -> jax.Array:
