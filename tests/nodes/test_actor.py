@@ -11,17 +11,21 @@ import numpy as np
 import pytest
 
 from jaxdist import courier
-from jaxdist.agents.ppo.acting import PolicyStep
 from jaxdist.agents.networks import ActorCritic
+from jaxdist.agents.policies import ActorCriticPolicy
+from jaxdist.agents.spaces import ActionSpace, EnvInfo
 from jaxdist.envs import EnvSpec
 from jaxdist.nodes.actor import Actor
 from jaxdist.nodes.parameter_server import ParameterServer
 
-POLICY = PolicyStep(2, hidden=(8,))
+CARTPOLE = EnvInfo((4,), "float32", ActionSpace(num_actions=2))
+NETWORK = ActorCritic(action=CARTPOLE.action, hidden=(8,))
+POLICY = ActorCriticPolicy(CARTPOLE, "mlp", (8,))
 
 
 def params(seed: int = 0):
-    return jax.tree.map(np.asarray, ActorCritic(2, (8,)).init(jax.random.key(seed), np.zeros((1, 4), np.float32)))
+    """What a learner publishes: ``{"network": ...}``."""
+    return {"network": jax.tree.map(np.asarray, NETWORK.init(jax.random.key(seed), np.zeros((1, 4), np.float32)))}
 
 
 class ListSink:
@@ -77,7 +81,7 @@ def test_logp_is_the_acting_policys_log_probability_of_the_action():
     actor.run()
     actor.close()
     item = sink.sends[0][0]
-    logits = ActorCritic(2, (8,)).apply(p, item["obs"], method="logits")
+    logits = NETWORK.apply(p["network"], item["obs"], method="policy")
     expected = jax.nn.log_softmax(logits)[np.arange(9), item["action"]]
     np.testing.assert_allclose(item["logp"], expected, rtol=1e-5, atol=1e-6)
 
