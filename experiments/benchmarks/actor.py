@@ -4,8 +4,8 @@ same jitted policy (target: the actor at >= 0.9x).
     python experiments/benchmarks/actor.py                       # vector, sync, async x 8, 16, 64 envs
     python experiments/benchmarks/actor.py --backends vector --envs 16 --sink replay
 
-Two hand-written loops, both calling PPO's policy (``PolicyStep``, jitted, the key split inside
-the call) once per step on the raw gymnasium vector env:
+Two hand-written loops, both calling PPO's policy (``ActorCriticPolicy``, jitted, the key split
+inside the call) once per step on the raw gymnasium vector env:
 
 - *bare*: the least a program can do per step: policy, action to the host, ``env.step``.
   Nothing is recorded; no learner could use it.
@@ -50,13 +50,16 @@ class _Prebuilt:
 
 
 def _policy_and_params(num_actions: int = 2):
+    """PPO's CartPole policy (64x64) and its published parameters, ``{"network": ...}``."""
     import jax
 
-    from jaxdist.agents.ppo.acting import PolicyStep
     from jaxdist.agents.networks import ActorCritic
+    from jaxdist.agents.policies import ActorCriticPolicy
+    from jaxdist.agents.spaces import ActionSpace, EnvInfo
 
-    params = ActorCritic(num_actions).init(jax.random.key(0), np.zeros((1, 4), np.float32))
-    return PolicyStep(num_actions), jax.tree.map(np.asarray, params)
+    env = EnvInfo((4,), "float32", ActionSpace(num_actions=num_actions))
+    params = ActorCritic(action=env.action).init(jax.random.key(0), np.zeros((1, 4), np.float32))
+    return ActorCriticPolicy(env, "mlp", (64, 64)), {"network": jax.tree.map(np.asarray, params)}
 
 
 def hand_loop(env, policy, params, steps: int) -> tuple[float, float]:
