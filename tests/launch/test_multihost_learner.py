@@ -119,7 +119,7 @@ def test_ppo_solves_cartpole_with_one_learner_spanning_two_hosts(tmp_path, netwo
         processes = start_hosts(hosts, prefixes, run_dir, reserve_base_port(), "--stop-at-target")
         out0, out1 = finish(processes, timeout=420)
     assert processes[0][0].returncode == 0 and processes[1][0].returncode == 0, out0[-3000:] + out1[-3000:]
-    assert "reached mean return 475" in out0, out0[-3000:]
+    assert "reached evaluation return 475" in out0, out0[-3000:]
     assert "host 1 stopped: host 0 stopped the program" in out1, out1[-3000:]  # the stop travelled
     logs = [(run_dir / "logs" / f"learner-{h}.log").read_text() for h in (0, 1)]
     for log in logs:
@@ -184,7 +184,7 @@ def test_killing_one_hosts_actor_and_learner_process_brings_them_back_and_learni
         recovered_after = time.monotonic() - killed_at
         out0, out1 = finish(processes, timeout=420)
     assert processes[0][0].returncode == 0 and processes[1][0].returncode == 0, out0[-3000:] + out1[-3000:]
-    assert "reached mean return 475" in out0, out0[-3000:]
+    assert "reached evaluation return 475" in out0, out0[-3000:]
     assert re.search(r"restarting actor/1 \(1 of \d+ in a row\) .* killed by SIGKILL", out1), out1[-3000:]
     assert re.search(r"restarting learner/1 \(1 of \d+ in a row\) .* killed by SIGKILL", out1), out1[-3000:]
     assert re.search(r"restarting learner/0 \(1 of \d+ in a row\)", out0), out0[-3000:]  # the heartbeat's abort
