@@ -44,7 +44,11 @@ def evaluate(arguments: Arguments) -> list[float]:
     returns = []
     try:
         for episode in range(arguments.episodes):
-            obs, _ = env.reset(seed=arguments.seed + episode)
+            try:
+                obs, _ = env.reset(seed=arguments.seed + episode)
+            except gym.error.DependencyNotInstalled as error:  # the env's renderer, asked for by --video
+                raise SystemExit(f"recording {policy.env_id} needs its renderer: {error} (pip install "
+                                 f"'jaxdist[video]' installs moviepy and pygame)") from None
             total, done = 0.0, False
             while not done:
                 action = policy.act(obs[None], deterministic=not arguments.stochastic)[0]

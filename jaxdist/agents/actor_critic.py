@@ -50,7 +50,8 @@ def normalized(config: Any, state: dict[str, PyTree], batch: dict[str, jax.Array
         stats["obs_norm"] = normalization.update_stats(state["obs_norm"], batch["obs"][:, :-1])
     if config.scale_rewards:
         returns = normalization.discounted_returns(reward, time_major_ended, config.gamma)
-        stats["return_norm"] = normalization.update_stats(state["return_norm"], returns)
+        # Row 0 is the previous trajectory's last row: its reward was counted there.
+        stats["return_norm"] = normalization.update_stats(state["return_norm"], returns[1:])
         reward = normalization.scale_rewards(stats["return_norm"], reward)
     return obs, reward, stats
 

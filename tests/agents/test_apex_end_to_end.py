@@ -21,6 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_the_script_solves_cartpole_across_processes(tmp_path):
     done = subprocess.run([sys.executable, os.path.join(REPO, "experiments", "apex_dqn.py"), "--run-dir",
                            str(tmp_path), "--stop-at-target", "--quiet", "--compilation-cache", ""],

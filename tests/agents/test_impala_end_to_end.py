@@ -20,6 +20,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_the_script_solves_cartpole_across_processes(tmp_path):
     done = subprocess.run([sys.executable, os.path.join(REPO, "experiments", "impala.py"), "--run-dir", str(tmp_path),
                            "--stop-at-target", "--quiet", "--compilation-cache", ""],
@@ -33,6 +34,7 @@ def test_the_script_solves_cartpole_across_processes(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_continuous_actions_learn_through_v_trace(tmp_path):
     config = configs.with_preset(impala.IMPALAConfig, "Pendulum-v1", impala.PRESETS, total_steps=150_000,
                                  num_actors=2)

@@ -61,6 +61,7 @@ def test_the_program_ends_itself_after_the_last_update():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_the_demo_script_solves_cartpole_across_processes_and_resumes_its_accounting(tmp_path):
     done = script("--run-dir", str(tmp_path), "--stop-at-target")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -125,6 +126,7 @@ def test_ctrl_c_is_the_ordered_stop_with_one_line_and_a_summary(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_continuous_control_improves_pendulum_with_normalised_observations(tmp_path):
     config = configs.with_preset(ppo.PPOConfig, "Pendulum-v1", ppo.PRESETS, total_steps=120_000, num_actors=2)
     out = io.StringIO()
@@ -142,14 +144,15 @@ def test_continuous_control_improves_pendulum_with_normalised_observations(tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_a_cnn_learns_a_pixel_env_given_as_module_colon_id(tmp_path):
+    # A coin flip scores ~8 of 16; the side of the block is visible only in the pixels.
     config = ppo.PPOConfig(env_id="pixel_envs:PixelChase-v0", network="cnn", num_actors=1, envs_per_actor=8,
-                           trajectory_length=16, total_steps=40_000, learning_rate=2.5e-4, ent_coef=0.01,
-                           eval_every_updates=20, env_backend="sync")
-    train(ppo.agent(config), launcher="threads", run_dir=str(tmp_path), echo=False, out=io.StringIO())
+                           trajectory_length=16, total_steps=40_000, learning_rate=2.5e-4, ent_coef=0.01, epochs=4,
+                           eval_every_updates=10, env_backend="sync", target_return=13.5, stop_at_target=True)
+    summary = train(ppo.agent(config), launcher="threads", run_dir=str(tmp_path), echo=False, out=io.StringIO())
     evaluations = [row["mean_return"] for row in read_metrics(tmp_path / "evaluations.csv")]
-    # A coin flip scores ~7.5 of 15; the side of the block is visible only in the pixels.
-    assert max(evaluations) >= 13.5, evaluations
+    assert evaluations[0] < 11 and summary["wall_time_to_target"] is not None, evaluations
 
 
 @pytest.mark.slow
