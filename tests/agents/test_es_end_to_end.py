@@ -1,6 +1,8 @@
-"""ES end to end: the whole program (master and evaluator nodes) learns CartPole under the
-threads launcher and resumes from its checkpoint; under the processes launcher it carries on
-through an evaluator killed mid-run."""
+"""ES end to end: its script's command line is generated from ``ESConfig`` with per-env
+presets and refuses to resume with another config; the program wires the master by its handle;
+the whole program (master and evaluator nodes) learns CartPole under the threads launcher and
+resumes from its checkpoint, counting the target over the whole run; under the processes
+launcher Ctrl-C is an ordered stop, and a run carries on through an evaluator killed mid-run."""
 
 from __future__ import annotations
 
@@ -9,20 +11,59 @@ import io
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
 import jaxdist as jd
 from jaxdist import courier
-from jaxdist.agents.es import ESConfig, builder, train
+from jaxdist.agents import config as configs
+from jaxdist.agents.cli import parse
+from jaxdist.agents.es import PRESETS, ESConfig, builder, train
 from jaxdist.agents.es.master import ALREADY_FINISHED
 from jaxdist.metrics import read_metrics
 from jaxdist.metrics_tensorboard import read_scalars
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(REPO, "experiments", "es.py")
+
+
+def test_every_config_field_is_a_flag_and_the_env_picks_its_preset():
+    help_text = subprocess.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True, timeout=60).stdout
+    for field in dataclasses.fields(ESConfig):
+        assert "--" + field.name.replace("_", "-") in help_text, field.name
+    config, run = parse(ESConfig, PRESETS, None, args=["--env-id", "Pendulum-v1", "--sigma", "0.05"])
+    assert config.env_id == "Pendulum-v1" and config.target_return == -200.0
+    assert config.episodes_per_member == 8 and config.total_steps == 40_000_000
+    assert config.sigma == 0.05  # a flag overrides the class default
+    assert run.launcher == "processes"
+    config, _ = parse(ESConfig, PRESETS, None, args=["--env-id", "Pendulum-v1", "--total-steps", "1000"])
+    assert config.total_steps == 1000  # and the preset
+
+
+def test_a_resume_with_another_config_names_the_fields_and_refuses(tmp_path):
+    configs.save(str(tmp_path), "es", ESConfig(sigma=0.1))
+    done = subprocess.run([sys.executable, SCRIPT, "--quiet", "--run-dir", str(tmp_path), "--sigma", "0.2"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "sigma: 0.1 -> 0.2" in done.stderr and "--allow-config-change" in done.stderr, done.stderr
+
+
+def test_the_evaluators_call_the_master_by_the_handle_add_node_gave_it():
+    topology = builder.build(ESConfig(num_evaluators=3))
+    (master,) = topology.program.groups["master"]
+    evaluators = topology.program.groups["evaluator"]
+    assert topology.master.node_name == master.name
+    assert all(node.args[0] is topology.master for node in evaluators)
+    assert [handle.node_name for handle in master.args[0]] == [node.name for node in evaluators]
+    assert master.default_restart() == builder.MASTER_RESTART and master.stops_first()  # node options
+    assert all(node.default_restart() == builder.EVALUATOR_RESTART for node in evaluators)
+
 
 @pytest.mark.slow
-def test_a_threads_run_solves_cartpole_then_a_rerun_resumes_from_the_masters_checkpoint(tmp_path):
+def test_a_threads_run_solves_cartpole_then_a_rerun_resumes_and_counts_the_target_over_the_whole_run(tmp_path):
     out = io.StringIO()
     config = ESConfig(seed=1, stop_at_target=True)
     summary = train(config, launcher="threads", run_dir=str(tmp_path), echo=False, out=out)
@@ -34,13 +75,18 @@ def test_a_threads_run_solves_cartpole_then_a_rerun_resumes_from_the_masters_che
     assert [row["generation"] for row in progress] == list(range(1, summary["generations"] + 1))
     assert "progress/episode_return" in read_scalars(tmp_path / "tensorboard" / "progress")
     assert (tmp_path / "learning_curve.png").read_bytes().startswith(b"\x89PNG")
-    assert {"wall_time_to_target", "steps_to_target", "env_steps", "wall_time", "steps_per_second", "final_return",
-            "stop_reason"} <= set(json.loads((tmp_path / "summary.json").read_text()))
+    assert {"target_return", "wall_time_to_target", "steps_to_target", "env_steps", "wall_time", "steps_per_second",
+            "final_return", "stop_reason"} <= set(json.loads((tmp_path / "summary.json").read_text()))
+    assert configs.load(str(tmp_path)) == ("es", configs.to_dict(config))  # the resolved config is saved
 
     more = dataclasses.replace(config, stop_at_target=False, total_steps=summary["env_steps"] + 60_000)
     resumed = train(more, launcher="threads", run_dir=str(tmp_path), echo=False, out=out)
     assert resumed["restored_generation"] == summary["generations"]
     assert resumed["generations"] > summary["generations"] and resumed["env_steps"] >= more.total_steps
+    # Time and steps to the target are the first segment's: counted over the whole run.
+    assert resumed["steps_to_target"] == summary["steps_to_target"]
+    assert resumed["wall_time_to_target"] == pytest.approx(summary["wall_time_to_target"], abs=0.1)
+    assert resumed["wall_time"] > summary["wall_time"]
     rows = read_metrics(tmp_path / "progress.csv")  # one row per generation across both runs
     assert [row["generation"] for row in rows] == list(range(1, resumed["generations"] + 1))
 
@@ -49,12 +95,38 @@ def test_a_threads_run_solves_cartpole_then_a_rerun_resumes_from_the_masters_che
 
 
 @pytest.mark.slow
+def test_ctrl_c_is_the_ordered_stop_with_one_line_and_a_summary(tmp_path):
+    process = subprocess.Popen([sys.executable, SCRIPT, "--quiet", "--compilation-cache", "", "--run-dir",
+                                str(tmp_path), "--env-id", "Pendulum-v1", "--total-steps", "1000000000"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        rows = []
+        while time.monotonic() < deadline and len(rows) < 3:  # a few generations in
+            time.sleep(0.5)
+            if (tmp_path / "progress.csv").exists():
+                rows = read_metrics(tmp_path / "progress.csv")
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stdout + stderr
+    assert "Traceback" not in stdout + stderr, stdout + stderr
+    assert "stopped by Ctrl-C at generation" in stdout and "(checkpoint saved)" in stdout, stdout
+    generation = int(stdout.split("stopped by Ctrl-C at generation ")[1].split()[0])
+    assert generation >= 3 and str(generation) in os.listdir(tmp_path / "checkpoints" / "master" / "0")
+    summary = json.loads((tmp_path / "summary.json").read_text())  # written by the master, stopped first
+    assert summary["stop_reason"].startswith("stopped by Ctrl-C") and summary["generations"] == generation
+
+
+@pytest.mark.slow
 def test_a_processes_run_carries_on_through_an_evaluator_killed_mid_run(tmp_path):
     config = ESConfig(seed=0, num_evaluators=2, total_steps=1_200_000, backup_after=1.0)
-    running = jd.launch(builder.make_program(config), launcher="processes", run_dir=str(tmp_path), echo=False,
-                        resources=builder.resources(), restart=builder.restarts())
+    topology = builder.build(config)
+    running = jd.launch(topology.program, launcher="processes", run_dir=str(tmp_path), echo=False,
+                        resources=builder.resources())
     try:
-        master = courier.Client(running.addresses[builder.MASTER], token=running.token, timeout=10)
+        master = courier.Client(running.addresses[topology.master.node_name], token=running.token, timeout=10)
         deadline = time.monotonic() + 120
         while (master.status().get("generation") or 0) < 3:
             assert time.monotonic() < deadline, running.status()

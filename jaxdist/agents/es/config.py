@@ -1,25 +1,29 @@
-"""One frozen dataclass describes a whole ES experiment. Nothing here imports JAX: the launching
-process builds configs and programs without it."""
+"""ES's config: one frozen dataclass for a whole experiment, and per-env presets. Its command
+line is generated from it (``jaxdist.agents.cli``; a field's docstring is its help text).
+Nothing here imports JAX: the launching process builds configs and programs without it."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Literal
 
-ENV_DEFAULTS: dict[str, dict[str, Any]] = {
+from jaxdist.agents.config import Presets
+
+PRESETS: Presets = {
     # A CartPole episode starts within 0.05 of upright, so one episode ranks a member well.
     "CartPole-v1": {"episodes_per_member": 1, "total_steps": 3_000_000, "target_return": 475.0},
     # A Pendulum episode starts at any angle, so a member is ranked on eight start states: with
     # four, the noise of the ranking left the mean policy of some seeds hovering near -200.
     "Pendulum-v1": {"episodes_per_member": 8, "total_steps": 40_000_000, "target_return": -200.0},
 }
+"""Per env id: the values of the fields left None. ES runs only the envs it has JAX ports of."""
 
 
 @dataclasses.dataclass(frozen=True)
 class ESConfig:
-    """Defaults reach CartPole-v1 >= 475 and Pendulum-v1 >= -200 (mean return of the mean
-    policy over ``eval_episodes`` episodes); fields left None take the env's value from
-    ``ENV_DEFAULTS``.
+    """OpenAI-ES (Salimans et al. 2017). The defaults reach CartPole-v1 >= 475 and Pendulum-v1
+    >= -200 (mean return of the mean policy over ``eval_episodes`` episodes); fields left None
+    take the env's value from ``PRESETS``.
 
     Each generation evaluates ``population`` perturbations (``population / 2`` antithetic
     pairs) in tasks of ``pairs_per_task`` pairs spread over ``num_evaluators`` evaluator
@@ -28,43 +32,56 @@ class ESConfig:
     counted), or, with ``stop_at_target``, once the mean policy reaches ``target_return``
     on the JAX env and then on gymnasium's. The final mean policy is then scored on
     ``final_episodes`` fresh episodes of gymnasium's env (the summary's ``final_return``).
-
-    The pool (``jd.Pool``) gives each call ``task_timeout`` seconds, runs a backup copy of a
-    task still running after ``backup_after`` seconds on an idle evaluator, and gives up once
-    no evaluator has answered for ``unavailable_timeout`` seconds.
     """
 
-    env_id: str = "CartPole-v1"
+    env_id: Literal["CartPole-v1", "Pendulum-v1"] = "CartPole-v1"
+    """An env with a JAX port of its dynamics (jaxdist/agents/es/dynamics.py); picks its preset."""
     seed: int = 0
     num_evaluators: int = 2
+    """Evaluator nodes: ES's actors."""
 
     # OpenAI-ES.
     population: int = 64
+    """Perturbations per generation (antithetic pairs: half as many)."""
     sigma: float = 0.1
+    """Standard deviation of the parameter noise."""
     learning_rate: float = 0.1
     optimizer: Literal["adam", "sgd"] = "adam"
     momentum: float = 0.9
+    """SGD's momentum."""
     weight_decay: float = 0.005
+    """L2 decay of the mean parameters."""
     hidden: tuple[int, ...] = (32, 32)
+    """Widths of the policy MLP's hidden layers."""
     episodes_per_member: int | None = None
+    """Start states every member plays per generation (None: the env's preset)."""
 
     # The run.
     total_steps: int | None = None
+    """Env steps of training episodes, then the run ends (None: the env's preset)."""
     target_return: float | None = None
+    """The mean policy's return whose first crossing is timed (None: the env's preset)."""
     stop_at_target: bool = False
+    """End the run once the mean policy reaches target_return (on the JAX env, then on gymnasium's)."""
     eval_episodes: int = 20
+    """Episodes that score the mean policy each generation."""
     final_episodes: int = 100
+    """Fresh gymnasium episodes that score the final mean policy (the summary's final_return)."""
     pairs_per_task: int = 8
+    """Antithetic pairs per task sent to an evaluator."""
     checkpoint_every_generations: int = 10
     task_timeout: float = 120.0
+    """Seconds the pool (jd.Pool) gives each call."""
     backup_after: float = 3.0
+    """Seconds after which the pool runs a backup copy of a task still running on an idle evaluator."""
     unavailable_timeout: float = 300.0
+    """Seconds without any evaluator answering after which the pool gives up."""
 
     def __post_init__(self) -> None:
-        if self.env_id not in ENV_DEFAULTS:
-            raise ValueError(f"ES here runs {', '.join(ENV_DEFAULTS)} (JAX ports of their dynamics); "
+        if self.env_id not in PRESETS:
+            raise ValueError(f"ES here runs {', '.join(PRESETS)} (JAX ports of their dynamics); "
                              f"got {self.env_id!r}")
-        for name, value in ENV_DEFAULTS[self.env_id].items():
+        for name, value in PRESETS[self.env_id].items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
         object.__setattr__(self, "hidden", tuple(self.hidden))
