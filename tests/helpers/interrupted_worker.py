@@ -30,9 +30,9 @@ def main(run_dir: str, closed: str) -> None:
     parent, child = Pipe()
 
     def launcher() -> None:
-        _, addresses, _ = parent.recv()
+        _, addresses = parent.recv()  # ("bound", addresses)
         parent.send(("construct", addresses))
-        parent.recv()
+        parent.recv()  # ("constructed", has_run)
         parent.send(("run",))
         time.sleep(0.3)
         parent.send(("stop",))
