@@ -64,14 +64,20 @@ def parse(config_type: type[AgentConfig], presets: Presets, description: str | N
           args: Sequence[str] | None = None) -> tuple[AgentConfig, RunOptions]:
     """(config, run options) from the command line, over the preset of its ``--env-id``."""
     args = list(sys.argv[1:] if args is None else args)
-    env_id = _flag_value(args, "--env-id") or config_type().env_id
-    default = configs.with_preset(config_type, env_id, presets)
+    try:
+        env_id = _flag_value(args, "--env-id") or config_type().env_id
+        default = configs.with_preset(config_type, env_id, presets)
+    except ValueError as error:  # a preset the class refuses, e.g. an env the agent does not support
+        raise SystemExit(f"error: {error}") from None
 
     flat = tyro.conf.arg(name="")  # --learning-rate, not --config.learning-rate
     command_type = dataclasses.make_dataclass("Command", [
         ("config", Annotated[config_type, flat]),
         ("run", Annotated[RunOptions, flat], dataclasses.field(default=RunOptions()))], frozen=True)
-    command = tyro.cli(command_type, default=command_type(default), args=args, description=description)
+    try:
+        command = tyro.cli(command_type, default=command_type(default), args=args, description=description)
+    except ValueError as error:  # the config's own checks (e.g. num_actors must be >= 1)
+        raise SystemExit(f"error: {error}") from None
     return command.config, command.run
 
 
@@ -114,9 +120,13 @@ def main(agent: str, config_type: type[AgentConfig], presets: Presets, make_agen
         from jaxdist.agents.monitor import train
 
     config, run = parse(config_type, presets, description)
+    try:
+        built = make_agent(config)
+    except ValueError as error:  # an env this agent cannot act in, an unknown env id
+        raise SystemExit(f"error: {error}") from None
     run_dir = run_dir_for(agent, config, run)
     prepare_run_dir(run_dir, agent, config, run)
-    summary = train(make_agent(config), launcher=run.launcher, run_dir=run_dir, start_time=start_time,
+    summary = train(built, launcher=run.launcher, run_dir=run_dir, start_time=start_time,
                     compilation_cache=os.path.expanduser(run.compilation_cache) or None, echo=not run.quiet,
                     track=run.track, launch_options=run.launch_options())
     report(summary, run_dir)

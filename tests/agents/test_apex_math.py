@@ -169,9 +169,13 @@ def test_the_evaluators_policy_is_greedy_with_no_extras_and_actors_get_their_eps
     np.testing.assert_array_equal(action, jnp.argmax(network.apply(params, obs), -1))
     assert extras == {} and action.dtype == jnp.int32
     assert [acting.policy(config, ENV, i).epsilon for i in range(3)] == config.epsilons()
-    pendulum = EnvInfo((3,), "float32", ActionSpace(shape=(1,), low=(-2.0,), high=(2.0,)))
+
+
+def test_apex_refuses_a_continuous_action_space_when_the_agent_is_built():
+    from jaxdist.agents import apex
+
     with pytest.raises(ValueError, match="continuous action space"):
-        acting.policy(config, pendulum, 0)
+        apex.agent(dataclasses.replace(CONFIG, env_id="Pendulum-v1"))
 
 
 # The update ------------------------------------------------------------------------------------

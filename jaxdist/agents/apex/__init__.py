@@ -36,7 +36,11 @@ def transition_sink(config: ApexConfig, replay: Any) -> acting.TransitionSink:
 
 
 def agent(config: ApexConfig) -> distributed.Agent:
-    return distributed.Agent("apex", config, env_info(config.env_id), learner_logic, acting.policy, replay_table,
+    env = env_info(config.env_id)
+    if not env.action.discrete:
+        raise ValueError(f"DQN chooses among discrete actions; {config.env_id} has a continuous action space "
+                         f"(use PPO or IMPALA)")
+    return distributed.Agent("apex", config, env, learner_logic, acting.policy, replay_table,
                              sink=transition_sink, prioritized=True)
 
 

@@ -53,9 +53,6 @@ class EpsilonGreedy:
 
 def policy(config: Any, env: EnvInfo, actor: int | None) -> EpsilonGreedy:
     """An ``Agent.policy``: actor i explores with its epsilon; the evaluator acts greedily."""
-    if not env.action.discrete:
-        raise ValueError(f"DQN chooses among discrete actions; {config.env_id} has a continuous action space "
-                         f"(use PPO or IMPALA)")
     epsilon = None if actor is None else config.epsilons()[actor]
     return EpsilonGreedy(env, config.network, tuple(config.hidden), config.dueling, epsilon)
 
