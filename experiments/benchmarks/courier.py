@@ -2,7 +2,8 @@
 
 The servers run in a child process (nodes are processes), the clients here. Raw grpcio is the
 floor courier is built on: a generic handler moving bytes in and out, with the same message
-limits. Latency is a tiny call; throughput is blocking calls and futures; bandwidth is an echo
+limits. Courier runs as under a launcher: with a token, and its default limits (request cap,
+calls in flight, uploads, staged bytes, per-chunk timeout). Latency is a tiny call; throughput is blocking calls and futures; bandwidth is an echo
 of a float32 array (counted both ways) against an echo of the same number of raw bytes. Every
 comparison alternates the two trial by trial and reports medians.
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import secrets
 import statistics
 import time
 from concurrent import futures
@@ -36,7 +38,7 @@ def _raw_echo(request: bytes, context: grpc.ServicerContext) -> bytes:
     return request
 
 
-def serve(addresses: "multiprocessing.connection.Connection") -> None:
+def serve(addresses: "multiprocessing.connection.Connection", token: str) -> None:
     """Child process: a raw grpcio echo server and a courier echo server, until told to stop."""
     raw = grpc.server(futures.ThreadPoolExecutor(16), options=RAW_OPTIONS + [("grpc.so_reuseport", 0)])
     raw.add_generic_rpc_handlers(
@@ -44,7 +46,7 @@ def serve(addresses: "multiprocessing.connection.Connection") -> None:
     )
     raw_port = raw.add_insecure_port("127.0.0.1:0")
     raw.start()
-    server = courier.Server(Echo()).start()
+    server = courier.Server(Echo(), token=token).start()
     addresses.send((f"127.0.0.1:{raw_port}", server.address))
     addresses.recv()
     server.stop(0)
@@ -87,13 +89,14 @@ def main() -> None:
     calls = 500 if args.quick else 3000
     repeats_divisor = 3 if args.quick else 1
 
+    token = secrets.token_hex(16)
     parent_end, child_end = multiprocessing.get_context("spawn").Pipe()
-    child = multiprocessing.get_context("spawn").Process(target=serve, args=(child_end,))
+    child = multiprocessing.get_context("spawn").Process(target=serve, args=(child_end, token))
     child.start()
     raw_address, courier_address = parent_end.recv()
     channel = grpc.insecure_channel(raw_address, options=RAW_OPTIONS)
     raw_echo = channel.unary_unary("/raw/echo")
-    client = courier.Client(courier_address, timeout=120)
+    client = courier.Client(courier_address, timeout=120, token=token)
 
     rows = []
     raw_lat, jd_lat = alternating(lambda: raw_echo(b"\x00" * 8), lambda: client.echo(1), calls)
