@@ -15,6 +15,7 @@ import pytest
 
 import jaxdist as jd
 import launch_nodes
+from orphans import processes_with_marker
 from waiting import wait_until
 from ports import reserve_base_port
 import multihost_nodes as nodes
@@ -186,6 +187,12 @@ def test_a_multi_host_launch_needs_a_shared_token(tmp_path, monkeypatch):
         jd.launch(rl_program(), launcher="multihost", hosts=["a", "b"], host_index=0, run_dir=str(tmp_path))
 
 
+def test_an_empty_token_is_no_token_for_a_multi_host_launch(tmp_path, monkeypatch):
+    monkeypatch.setenv(multihost.TOKEN_ENV, "")
+    with pytest.raises(ValueError, match="JAXDIST_TOKEN"):
+        jd.launch(rl_program(), launcher="multihost", hosts=["a", "b"], host_index=0, run_dir=str(tmp_path))
+
+
 def test_only_the_per_host_group_gets_the_distributed_environment(tmp_path, capfd):
     program = jd.Program("distributed-env")
     with program.group("learner"):
@@ -219,6 +226,28 @@ def test_one_host_runs_only_its_share_on_the_planned_addresses_bound_on_every_in
         assert running.addresses["other/0"] == f"127.0.0.1:{base}"  # known, though host 0 runs it
         with courier.Client(plan.addresses["service/0"], token="t") as client:
             assert client.increment() == 1
+    finally:
+        running.stop()
+
+
+def test_the_multihost_control_port_refuses_a_stop_without_the_token(tmp_path):
+    program = jd.Program("control")
+    with program.group("service"):
+        program.add_node(jd.CourierNode(nodes.Counter))
+    options = dict(hosts=["127.0.0.1", "127.0.0.1"], host_index=1, base_port=reserve_base_port(), token="shared",
+                   placement={"service": placement.on_host(1)})
+    running = jd.launch(program, launcher="multihost", run_dir=str(tmp_path), echo=False, **options)
+    control = multihost.plan_for(program, **options).controls[1]
+    try:
+        for token in (None, "not-the-token"):
+            with courier.Client(control, token=token, timeout=30) as stranger:
+                with pytest.raises(courier.AuthenticationError, match="missing or wrong courier token"):
+                    stranger.stop("a stranger says stop", 0)
+        assert running.wait(timeout=0) is False and running.status()["service/0"]["state"] == "running"
+        with courier.Client(control, token="shared", timeout=30) as peer:
+            assert peer.stop("host 0 is done", 0) == 1
+        assert running.wait(timeout=60)
+        assert running.stop_reason == "host 0 stopped the program: host 0 is done"
     finally:
         running.stop()
 
@@ -317,3 +346,54 @@ def test_a_killed_caller_on_one_host_is_restarted_and_a_stop_on_the_other_host_t
             if host.poll() is None:
                 host.kill()
                 host.wait()
+
+
+@pytest.mark.slow
+def test_hosts_given_different_tokens_refuse_each_other_and_both_stop_naming_the_fix(tmp_path):
+    base = reserve_base_port()
+    marker = f"tokens-{base}"
+    hosts = [subprocess.Popen(script(index, base, str(tmp_path / f"h{index}"), "--mode", "idle"),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=dict(host_env(token), JAXDIST_TEST_MARKER=marker))
+             for index, token in ((0, "token-of-host-0"), (1, "token-of-host-1"))]
+    try:
+        outputs = [host.communicate(timeout=120)[0] for host in hosts]
+    finally:
+        for host in hosts:
+            if host.poll() is None:
+                host.kill()
+                host.wait()
+    for index, (host, out) in enumerate(zip(hosts, outputs)):
+        assert host.returncode != 0, out
+        assert f"HostMismatchError: host {1 - index} at 127.0.0.1:" in out, out
+        assert f"refused the courier token of host {index}: every host of a multi-host run needs the same token" \
+            in out, out
+    wait_until(lambda: not processes_with_marker(marker), "both hosts' nodes to exit")
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, raises=subprocess.TimeoutExpired, reason=(
+    "host 1 is never told: a launcher that dies tells nobody, and a host cannot watch its peers' control ports "
+    "for that until a host that finishes its share says so there (jaxdist/launch/host_control.py), since a "
+    "finished host's control port goes away too"))
+def test_when_one_hosts_launcher_dies_the_other_host_stops_naming_it_and_no_node_is_left(tmp_path):
+    base = reserve_base_port()
+    marker = f"dying-host-{base}"
+    env = dict(host_env(), JAXDIST_TEST_MARKER=marker)
+    hosts = [subprocess.Popen(script(index, base, str(tmp_path / f"h{index}"), "--mode", "idle"),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+             for index in (0, 1)]
+    lines1: list[str] = []
+    try:
+        read_pids(hosts[0], [])
+        read_pids(hosts[1], lines1)
+        hosts[0].kill()  # the launcher alone: its nodes are orphaned
+        hosts[0].wait()
+        out1 = "".join(lines1) + hosts[1].communicate(timeout=120)[0]
+    finally:
+        for host in hosts:
+            if host.poll() is None:
+                host.kill()
+                host.wait()
+    assert hosts[1].returncode != 0 and "host 0" in out1.split("running pids", 1)[1], out1
+    wait_until(lambda: not processes_with_marker(marker), "both hosts' nodes to exit")

@@ -16,7 +16,9 @@ a server to come up (gRPC `wait_for_ready`): a call to a peer not yet up waits, 
 A host's program ends when its nodes with work finish, on `jd.stop()` in one of its nodes, on
 SIGTERM (`srun`/`scancel` send it to every host), or on a failure; whichever host stops first
 tells the others through their control ports (see `jaxdist.launch.host_control`), so the whole
-program stops together.
+program stops together. Each host also calls every other host's launcher once it is up: a peer
+that refuses this host's token (the hosts were given different ones) ends the run on both hosts
+with a `HostMismatchError` naming the fix, raised by `wait()`.
 
 Nodes of the group that joins `jax.distributed` (the only per_host() group, or the one named by
 `distributed=`) get JAXDIST_COORDINATOR_ADDRESS, JAXDIST_NUM_PROCESSES and JAXDIST_PROCESS_ID
@@ -26,9 +28,13 @@ Nodes of the group that joins `jax.distributed` (the only per_host() group, or t
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Mapping, Sequence
+from concurrent import futures
 from typing import Any
 
+from jaxdist import courier
 from jaxdist.launch import host_control
 from jaxdist.launch import hosts as hosts_module
 from jaxdist.launch import placement as placement_module
@@ -41,6 +47,14 @@ from jaxdist.program import Program
 SUPPORTED_RESOURCES = processes.SUPPORTED_RESOURCES
 TOKEN_ENV = "JAXDIST_TOKEN"
 AUTO = "auto"
+MISMATCH_LINGER = 5.0
+"""How long a host that found a peer refusing its token keeps its own control port up (less once
+the peer is gone): the peer's own check, waiting on that port, reconnects at least once a second
+(courier's backoff ceiling), so it sees the refusal too and stops as well."""
+
+
+class HostMismatchError(RuntimeError):
+    """Hosts of one multi-host run that cannot work together: they were given different tokens."""
 
 
 def launch(
@@ -71,7 +85,7 @@ def launch(
     cluster = hosts_module.detect(hosts, host_index, environ)
     the_plan = placement_module.plan(program, cluster.hosts, placement, base_port, ports_per_host, coordinator)
     token = token or environ.get(TOKEN_ENV)
-    if token is None and len(cluster.hosts) > 1:
+    if not token and len(cluster.hosts) > 1:  # an empty secret is none
         raise ValueError(
             f"a multi-host run needs one courier token shared by every host: pass token=... or set "
             f"${TOKEN_ENV} to the same secret on all {len(cluster.hosts)} hosts"
@@ -94,7 +108,47 @@ def launch(
         except BaseException:
             running.stop()
             raise
+        _check_peers(running, the_plan.controls, cluster.host_index, token)
     return running
+
+
+def _check_peers(running: Running, controls: tuple[str, ...], host_index: int, token: str | None) -> None:
+    """Call every other host's launcher, each call waiting for it to come up (hosts start in any
+    order); a refusal of this host's token aborts the run. The calls end with this host's stop."""
+    peers = {index: address for index, address in enumerate(controls) if index != host_index}
+    clients = {index: courier.Client(address, token=token, timeout=None) for index, address in peers.items()}
+
+    def close(reason: str) -> None:
+        for client in clients.values():
+            client.close()
+
+    running.on_stop(close)
+
+    def check(index: int) -> None:
+        try:
+            clients[index].ping()
+        except courier.AuthenticationError:
+            _until_gone(clients[index])
+            running.abort(HostMismatchError(
+                f"host {index} at {peers[index]} refused the courier token of host {host_index}: every host of a "
+                f"multi-host run needs the same token (pass token=... or set ${TOKEN_ENV} to one secret on all hosts)"))
+        except (courier.CourierError, futures.CancelledError, ValueError):
+            pass  # the stop closed the client (ValueError: on a closed channel), or the peer went away
+
+    for index in peers:
+        threading.Thread(target=check, args=(index,), name=f"jaxdist-peer-{index}", daemon=True).start()
+
+
+def _until_gone(peer: courier.Client) -> None:
+    """Returns once the peer's control port is gone (it stopped), or after MISMATCH_LINGER s."""
+    prober, deadline = peer.with_timeout(1.0).failing_fast(), time.monotonic() + MISMATCH_LINGER
+    while time.monotonic() < deadline:
+        try:
+            prober.ping()
+        except courier.AuthenticationError:
+            time.sleep(0.1)  # still up, and still refusing
+        except (courier.CourierError, futures.CancelledError, ValueError):
+            return
 
 
 def plan_for(program: Program, **options: Any) -> Plan:
