@@ -67,7 +67,7 @@ def train(agent: Agent, *, launcher: str = "processes", run_dir: str | None = No
     out = out or sys.stdout
     running = jd.launch(topology.program, launcher=launcher, **options, **(launch_options or {}))
     if running.host_index:
-        return _serve_share(running, agent.name, out)
+        return serve_share(running, agent.name, out)
     try:
         monitor = Monitor(running, agent, topology, run_dir, start_time, out=out, track=track)
     except BaseException:
@@ -98,7 +98,7 @@ def train(agent: Agent, *, launcher: str = "processes", run_dir: str | None = No
     return summary
 
 
-def _serve_share(running: jd.Running, agent: str, out: TextIO) -> dict[str, Any]:
+def serve_share(running: jd.Running, agent: str, out: TextIO) -> dict[str, Any]:
     """A host other than 0: run this host's nodes until the program stops (host 0 reports)."""
     print(f"[{agent}] host {running.host_index} runs its share of the program; host 0 reports progress",
           file=out, flush=True)
@@ -373,4 +373,4 @@ def _call(client: courier.Client, method: str, *args: Any) -> Any:
         return None
 
 
-__all__ = ["Monitor", "plot_learning_curve", "train"]
+__all__ = ["Monitor", "plot_learning_curve", "serve_share", "train"]

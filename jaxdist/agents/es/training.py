@@ -23,6 +23,7 @@ from jaxdist.agents.distributed import env_slug
 from jaxdist.agents.es import builder
 from jaxdist.agents.es.config import ESConfig
 from jaxdist.agents.es.master import ALREADY_FINISHED, SUMMARY
+from jaxdist.agents.monitor import serve_share
 
 AGENT = "es"
 
@@ -53,7 +54,7 @@ def train(config: ESConfig, *, launcher: str = "processes", run_dir: str | None 
     launched = time.time()
     running = jd.launch(topology.program, launcher=launcher, **options, **(launch_options or {}))
     if running.host_index:
-        return _serve_share(running, out)
+        return serve_share(running, AGENT, out)
     master = courier.Client(running.addresses[topology.master.node_name], token=running.token, timeout=2.0)
     status: dict[str, Any] = {}
     interrupted = False
@@ -111,17 +112,6 @@ def _unknown_summary(config: ESConfig, status: dict[str, Any], wall_time: float)
             "wall_time_to_target": None, "steps_to_target": None, "env_steps": status.get("env_steps", 0),
             "wall_time": round(wall_time, 2), "steps_per_second": None, "final_return": status.get("episode_return"),
             "generations": status.get("generation")}
-
-
-def _serve_share(running: jd.Running, out: TextIO) -> dict[str, Any]:
-    print(f"[{AGENT}] host {running.host_index} runs its evaluators; host 0 reports progress", file=out, flush=True)
-    try:
-        running.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        running.stop()
-    return {"stop_reason": running.stop_reason, "host_index": running.host_index}
 
 
 def _print_progress(out: TextIO, master: courier.Client, running: jd.Running, start_time: float,
