@@ -60,8 +60,11 @@ def test_ppo_reaches_its_target_through_learners_restarted_from_sigkills_during_
         deadline = time.monotonic() + 300
         while len(kills) < KILLS and time.monotonic() < deadline:
             step, pid = learner_step(learner), running.status()["learner/0"]["pid"]
-            if step is not None and pid is not None and step >= next_kill_at:
-                committed = committed_steps(checkpoints)
+            committed = committed_steps(checkpoints)
+            # Each kill after a checkpoint of this life committed (saves are asynchronous), so every
+            # restart restores one.
+            if step is not None and pid is not None and step >= next_kill_at and committed \
+                    and committed[-1] > (kills[-1]["committed_before"] if kills else -1):
                 os.kill(pid, signal.SIGKILL)
                 kills.append({"at": time.time(), "step_before": step,
                               "committed_before": committed[-1] if committed else None})
