@@ -51,7 +51,7 @@ class Running(abc.ABC):
         self._lock = threading.Lock()
         self._stop_requested = threading.Event()
         self._done = threading.Event()
-        self._failure: NodeFailedError | None = None
+        self._failure: Exception | None = None
         self._stop_reason = ""
         self._stop_listeners: list[Callable[[str], None]] = []
 
@@ -99,6 +99,15 @@ class Running(abc.ABC):
                 self._failure = NodeFailedError(name, details)
         self.request_stop(f"node '{name}' failed")
 
+    def abort(self, error: Exception) -> None:
+        """Stop the program for a failure of the launch itself (hosts of one run that refuse each
+        other, say), which `wait` raises; ignored once a stop has begun."""
+        with self._lock:
+            if self._stop_requested.is_set():
+                return
+            self._failure = self._failure or error
+        self.request_stop(str(error))
+
     def request_stop(self, reason: str) -> None:
         """Begin tearing the program down, once, without blocking the caller."""
         with self._lock:
@@ -120,7 +129,8 @@ class Running(abc.ABC):
     # The user's view ------------------------------------------------------------------------
 
     def wait(self, timeout: float | None = None) -> bool:
-        """True once the program is over (False on timeout); raises the first node failure."""
+        """True once the program is over (False on timeout); raises the first failure (a node's,
+        or the launch's own)."""
         try:
             over = self._done.wait(timeout)
         except KeyboardInterrupt:

@@ -53,3 +53,8 @@ class ForeverCaller:
     def run(self) -> None:
         while not jd.wait_for_stop(0.05):
             self._counter.with_timeout(60).increment()
+
+
+def idle() -> None:
+    """Work that lasts until the program stops, calling nobody."""
+    jd.wait_for_stop()

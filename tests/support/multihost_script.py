@@ -1,7 +1,10 @@
 """One host's share of a two-host test program: run once per host with --host-index.
 
     python multihost_script.py --hosts 127.0.0.1,127.0.0.1 --host-index 1 --base-port 40000 \
-        --run-dir DIR [--mode calls|forever] [--print-plan]
+        --run-dir DIR [--mode calls|forever|idle] [--print-plan]
+
+Callers call the service on host 0 25 times each (calls), until the program stops (forever), or
+not at all (idle: the hosts' launchers are all that talk between hosts).
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ def build(mode: str, callers: int, calls: int) -> jd.Program:
         for _ in range(callers):
             if mode == "calls":
                 program.add_node(jd.CourierNode(nodes.Caller, counter, calls, callers * calls))
-            else:
+            elif mode == "forever":
                 program.add_node(jd.CourierNode(nodes.ForeverCaller, counter))
+            else:
+                program.add_node(jd.PyNode(nodes.idle))
     return program
 
 
@@ -38,7 +43,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     hosts.add_arguments(parser)
     parser.add_argument("--run-dir", required=True)
-    parser.add_argument("--mode", choices=["calls", "forever"], default="calls")
+    parser.add_argument("--mode", choices=["calls", "forever", "idle"], default="calls")
     parser.add_argument("--callers", type=int, default=4)
     parser.add_argument("--calls", type=int, default=25)
     parser.add_argument("--print-plan", action="store_true")
