@@ -9,26 +9,18 @@ import sys
 import time
 import uuid
 
-import psutil
 import pytest
 
 import jaxdist as jd
 import launch_nodes as nodes
+from orphans import alive, processes_with_marker
 from waiting import returns, wait_until
 from jaxdist import courier
+from jaxdist.nodes.cacher import CacherNode
+from jaxdist.nodes.replay import Fifo, ReplayNode
 
 LAUNCHERS = ["threads", "processes"]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def processes_with_marker(marker: str) -> list[int]:
-    """Pids of live processes whose environment carries `marker` (children inherit it)."""
-    found = []
-    for process in psutil.process_iter(["environ"]):
-        environ = process.info["environ"] or {}  # None where it may not be read
-        if process.pid != os.getpid() and any(marker in f"{name}={value}" for name, value in environ.items()):
-            found.append(process.pid)
-    return found
 
 
 def wait_for_text(path, text: str, timeout: float = 30.0) -> None:
@@ -36,13 +28,6 @@ def wait_for_text(path, text: str, timeout: float = 30.0) -> None:
     while not (path.exists() and path.read_text() == text):
         assert time.monotonic() < deadline, f"{path} did not say {text!r} within {timeout} s"
         time.sleep(0.02)
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 @pytest.mark.slow
@@ -64,7 +49,7 @@ def test_examples_run_and_leave_no_process_behind(tmp_path, launcher, script, ex
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert expected in out.stdout
-    wait_until(lambda: not [pid for pid in processes_with_marker(marker) if alive(pid)], "the nodes to exit")
+    wait_until(lambda: not processes_with_marker(marker), "the nodes to exit")
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
@@ -130,6 +115,29 @@ def test_each_node_has_a_log_file_and_prefixed_console(tmp_path, launcher, capfd
     assert "hello from stdout" in log and "hello from stderr" in log
     captured = capfd.readouterr()
     assert "[chatty/0] hello from stdout" in captured.out + captured.err
+
+
+def test_every_node_the_processes_launcher_starts_refuses_a_caller_without_the_programs_token(tmp_path):
+    program = jd.Program("tokens")
+    with program.group("service"):
+        service = program.add_node(jd.CourierNode(nodes.Counter))
+    with program.group("replay"):
+        program.add_node(ReplayNode(Fifo(4)))
+    with program.group("cacher"):
+        program.add_node(CacherNode(service))
+    calls = {"service/0": "increment", "replay/0": "size", "cacher/0": "ping"}
+    running = jd.launch(program, launcher="processes", run_dir=str(tmp_path), echo=False)  # a token of its own
+    try:
+        assert set(running.addresses) == set(calls)
+        for name, address in running.addresses.items():
+            for token in (None, "not-the-token"):
+                with courier.Client(address, token=token, timeout=30) as stranger:
+                    with pytest.raises(courier.AuthenticationError, match="missing or wrong courier token"):
+                        getattr(stranger, calls[name])()
+            with courier.Client(address, token=running.token, timeout=30) as member:
+                assert getattr(member, calls[name])() is not None  # still serving, to the token's holder
+    finally:
+        running.stop()
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
@@ -250,7 +258,7 @@ def test_nodes_exit_when_the_launcher_is_killed(tmp_path):
     assert len(processes_with_marker(marker)) >= 3  # the launcher, two nodes (and a resource tracker)
     launcher.send_signal(signal.SIGKILL)
     launcher.wait()
-    wait_until(lambda: not [pid for pid in processes_with_marker(marker) if alive(pid)], "the orphaned nodes to exit")
+    wait_until(lambda: not processes_with_marker(marker), "the orphaned nodes to exit")
 
 
 def test_processes_stop_reports_every_exit_code(tmp_path):
