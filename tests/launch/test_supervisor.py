@@ -6,12 +6,16 @@ import os
 import signal
 import time
 
+import numpy as np
 import pytest
 
 import jaxdist as jd
 import launch_nodes as nodes
 from waiting import wait_until
 from jaxdist import courier
+from jaxdist.nodes.cacher import CacherNode
+from jaxdist.nodes.parameter_server import ParameterServer
+from jaxdist.nodes.replay import Fifo, ReplayClient, ReplayNode
 
 
 def test_a_crashed_node_comes_back_on_its_address_and_its_callers_carry_on(tmp_path, capfd):
@@ -110,3 +114,41 @@ def test_restart_policies_are_checked():
         jd.launch(program, launcher="processes", restart={"counter": 3})
     with pytest.raises(ValueError, match="invalid restart policy"):
         jd.Restart(max_restarts=-1)
+
+
+def test_replay_cacher_and_parameter_server_come_back_by_default_on_their_addresses(tmp_path, capfd):
+    program = jd.Program("default-restarts")
+    kinds = {"replay/0": ReplayNode(Fifo(16), checkpoint=True), "params/0": jd.CourierNode(ParameterServer)}
+    with program.group("replay"):
+        program.add_node(kinds["replay/0"])
+    with program.group("params"):
+        params = program.add_node(kinds["params/0"])
+    with program.group("cacher"):
+        program.add_node(kinds.setdefault("cacher/0", CacherNode(params)))
+    # No restart=: each group gets its node type's own policy.
+    running = jd.launch(program, launcher="processes", run_dir=str(tmp_path), echo=False)
+    try:
+        addresses = dict(running.addresses)
+        clients = {name: courier.Client(address, token=running.token, timeout=60) for name, address in addresses.items()}
+        replay = ReplayClient(clients["replay/0"])
+        replay.insert_many([{"x": np.full(2, seq)} for seq in range(3)])
+        step = replay.checkpoint()
+        replay.insert({"x": np.full(2, 3)})  # after the checkpoint: dies with the node
+        clients["params/0"].push({"w": np.ones(2)}, 7)
+        for name in ("replay/0", "params/0", "cacher/0"):
+            os.kill(running.status()[name]["pid"], signal.SIGKILL)
+            wait_until(lambda: running.status()[name]["restarts"] == 1, f"{name}'s restart")
+            wait_until(lambda: running.status()[name]["state"] == "running", f"{name} to run again")
+        assert running.addresses == addresses
+        # The clients made before the kills reach the restarted nodes on the same addresses.
+        assert replay.size() == 3 and replay.sample(3, timeout=10)["data"]["x"][:, 0].tolist() == [0, 1, 2]
+        assert clients["params/0"].get() == {"version": -1, "params": None}  # it holds nothing until a push
+        assert clients["params/0"].push({"w": np.full(2, 2.0)}, 8)
+        assert clients["cacher/0"].get()["version"] == 8  # through the restarted cacher to the restarted server
+    finally:
+        running.stop()
+    out = capfd.readouterr().out
+    for name, node in kinds.items():
+        assert f"restarting {name} (1 of {node.default_restart().max_restarts} in a row)" in out, out
+    with open(tmp_path / "logs" / "replay-0.log") as log:
+        assert f"restored checkpoint step {step}" in log.read()
