@@ -81,7 +81,8 @@ class _ThreadsRunning(Running):
             pass  # a node failed to construct: wait() reports it
 
     def _stop_from_node(self) -> None:
-        self.request_stop(f"jd.stop() was called in node '{threading.current_thread().name}'")
+        node = context.current_node()  # a colocated part runs in a helper thread of its unit's
+        self.request_stop(f"jd.stop() was called in node '{node.node_name if node else threading.current_thread().name}'")
 
     def _node_main(self, name: str, executable: Executable) -> None:
         self._output.route_current_thread(name)
