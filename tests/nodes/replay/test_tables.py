@@ -7,6 +7,7 @@ import pytest
 
 from jaxdist.nodes.replay import (Fifo, MinSize, Prioritized, SampleToInsertRatio, TableClosedError,
                                   Uniform)
+from waiting import wait_until
 
 Step = collections.namedtuple("Step", "obs reward")
 
@@ -37,10 +38,9 @@ def run_threads(*targets, join_timeout: float = 15.0) -> None:
         raise errors[0]
 
 
-def start_later(delay: float, fn) -> threading.Thread:
-    thread = threading.Thread(target=lambda: (time.sleep(delay), fn()), daemon=True)
-    thread.start()
-    return thread
+def once(condition, fn) -> None:
+    """Calls ``fn()`` on another thread once ``condition()`` holds (a waiter is waiting, say)."""
+    threading.Thread(target=lambda: (wait_until(condition), fn()), daemon=True).start()
 
 
 # --- Fifo ---------------------------------------------------------------------------------------
@@ -64,8 +64,8 @@ def test_fifo_insert_blocks_while_full_until_a_sample_frees_space():
     queue.insert(item(0, 1))
     with pytest.raises(TimeoutError, match=r"Fifo is full \(2 items\).*sample faster"):
         queue.insert(item(0, 2), timeout=0.05)
-    start_later(0.05, lambda: queue.sample(1))
-    assert queue.insert(item(0, 2), timeout=5) == 2
+    once(lambda: queue.stats()["insert_waits"] == 2, lambda: queue.sample(1))
+    assert queue.insert(item(0, 2), timeout=60) == 2
     assert queue.stats()["insert_waits"] == 2 and queue.stats()["timeouts"] == 1
 
 
@@ -74,8 +74,8 @@ def test_fifo_sample_waits_for_exactly_batch_size_items():
     queue.insert(item(0, 0))
     with pytest.raises(TimeoutError, match="Fifo holds 1 of the 2 items"):
         queue.sample(2, timeout=0.05)
-    start_later(0.05, lambda: queue.insert(item(0, 1)))
-    np.testing.assert_array_equal(queue.sample(2, timeout=5).keys, [0, 1])
+    once(lambda: queue.stats()["sample_waits"] == 2, lambda: queue.insert(item(0, 1)))
+    np.testing.assert_array_equal(queue.sample(2, timeout=60).keys, [0, 1])
 
 
 def test_fifo_refuses_a_batch_it_could_never_fill_instead_of_hanging():
@@ -212,8 +212,13 @@ def test_rate_limited_inserters_and_samplers_never_deadlock():
 
     inserters = [lambda i=i: loop(f"insert{i}", lambda: table.insert(item(i, 0), timeout=0.02)) for i in range(3)]
     samplers = [lambda i=i: loop(f"sample{i}", lambda: table.sample(4, timeout=0.02)) for i in range(2)]
-    start_later(1.0, table.close)
-    run_threads(*inserters, *samplers)
+    def progressed() -> bool:
+        stats = table.stats()
+        return (all(progress[name] > 0 for name in [*(f"insert{i}" for i in range(3)), "sample0", "sample1"])
+                and stats["inserts"] > 50 and stats["insert_waits"] > 0 and stats["sample_waits"] > 0)
+
+    once(progressed, table.close)  # a deadlock would keep the threads from progressing, and closing
+    run_threads(*inserters, *samplers, join_timeout=90)
     stats = table.stats()
     assert all(progress[f"insert{i}"] > 0 for i in range(3)) and all(progress[f"sample{i}"] > 0 for i in range(2))
     assert stats["inserts"] > 50 and stats["insert_waits"] > 0 and stats["sample_waits"] > 0
@@ -275,8 +280,8 @@ def test_close_wakes_blocked_waiters_and_keeps_state_readable(kind):
         except TableClosedError as e:
             outcomes.append(str(e))
 
-    start_later(0.1, table.close)
-    run_threads(wait_for_sample, wait_for_sample, join_timeout=5)
+    once(lambda: table.stats()["sample_waits"] == 2, table.close)
+    run_threads(wait_for_sample, wait_for_sample, join_timeout=60)
     assert len(outcomes) == 2 and "is closed" in outcomes[0]
     with pytest.raises(TableClosedError):
         table.insert(item(0, 0))
@@ -286,7 +291,7 @@ def test_close_wakes_blocked_waiters_and_keeps_state_readable(kind):
 def test_close_wakes_a_blocked_inserter():
     queue = Fifo(max_size=1)
     queue.insert(item(0, 0))
-    start_later(0.1, queue.close)
+    once(lambda: queue.stats()["insert_waits"] == 1, queue.close)
     with pytest.raises(TableClosedError):
         queue.insert(item(0, 1))
 
