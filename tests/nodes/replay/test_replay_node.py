@@ -98,13 +98,14 @@ def test_concurrent_writers_over_rpc_lose_nothing_and_a_fifo_delivers_each_item_
                 seq += len(batch)
 
         def drain_fifo() -> None:
+            # The writers fill the queue and wait before anything is taken out.
+            wait_until(lambda: replay.stats()["fifo"]["insert_waits"] > 0, "a writer to wait for room")
             while writing.is_set() or replay.size("fifo"):
                 try:
                     batch = replay.sample(4, table="fifo", timeout=0.5)
                 except TimeoutError:
                     continue
                 sampled_fifo.extend(zip(batch["keys"].tolist(), rn.ids(batch["data"])))
-                time.sleep(0.01)  # slower than the writers, so they fill the queue and wait
 
         def reprioritize() -> None:
             while writing.is_set():
