@@ -28,7 +28,6 @@ on a shared machine disturbs less).
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import statistics
 import sys

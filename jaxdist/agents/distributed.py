@@ -23,6 +23,7 @@ builds the same one), and imports no JAX: a node's process imports what its node
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -114,8 +115,6 @@ def resources(compilation_cache: str | None = None,
     """Per-group environment for the processes launcher: CPU JAX (unless ``JAX_PLATFORMS``
     says otherwise), single-threaded XLA, and optionally a persistent compilation cache shared
     by every process."""
-    import os
-
     env = {"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"), "XLA_FLAGS": SINGLE_THREAD_XLA}
     if compilation_cache:
         env.update(JAX_COMPILATION_CACHE_DIR=compilation_cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",

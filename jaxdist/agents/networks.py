@@ -16,7 +16,6 @@ IMPALA paper): two CNNs cost twice the compute for the same features.
 
 from __future__ import annotations
 
-import functools
 import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -171,19 +170,3 @@ def clipped_adam(learning_rate: float, max_grad_norm: float, anneal_steps: int |
     the rate falls linearly to 0."""
     rate: Any = learning_rate if not anneal_steps else optax.linear_schedule(learning_rate, 0.0, anneal_steps)
     return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(rate, eps=1e-5))
-
-
-def init_train_state(hp: Any, optimizer: Callable[[Any], optax.GradientTransformation],
-                     rng: jax.Array) -> dict[str, Any]:
-    """``{"params", "opt_state", "version"}`` of ``hp.network()`` (``hp`` has ``obs_shape``);
-    ``version`` counts updates, as the learner's step does. Jitted as a whole: run op by op,
-    flax's orthogonal initialisers compile a dozen small programs (seconds on a cold start); one
-    program is one compile, or one cache hit."""
-    return _jitted_init_train_state(hp, optimizer, rng)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _jitted_init_train_state(hp: Any, optimizer: Callable[[Any], optax.GradientTransformation],
-                             rng: jax.Array) -> dict[str, Any]:
-    params = hp.network().init(rng, jnp.zeros((1, *hp.obs_shape), jnp.float32))
-    return {"params": params, "opt_state": optimizer(hp).init(params), "version": jnp.zeros((), jnp.int32)}
