@@ -65,11 +65,15 @@ def train(agent: Agent, *, launcher: str = "processes", run_dir: str | None = No
     if launcher == "multihost":
         options["placement"] = placement(agent.config)
     out = out or sys.stdout
+    multihost_share = launcher == "multihost" and (launch_options or {}).get("host_index")
+    # Imported before any node thread starts: CPython 3.11 can fail compiling a module's source
+    # while other threads compile (an AST recursion-depth race seen with wandb's imports).
+    tracker = _wandb(track, agent, run_dir) if track and not multihost_share else None
     running = jd.launch(topology.program, launcher=launcher, **options, **(launch_options or {}))
     if running.host_index:
         return serve_share(running, agent.name, out)
     try:
-        monitor = Monitor(running, agent, topology, run_dir, start_time, out=out, track=track)
+        monitor = Monitor(running, agent, topology, run_dir, start_time, out=out, tracker=tracker)
     except BaseException:
         running.stop()
         raise
@@ -116,7 +120,7 @@ class Monitor:
 
     def __init__(self, running: jd.Running, agent: Agent, topology: Topology, run_dir: str, start_time: float, *,
                  window: int = 20, progress_interval: float = 1.0, out: TextIO = sys.stdout,
-                 track: str | None = None) -> None:
+                 tracker: Any = None) -> None:
         self.agent, self.config, self.run_dir, self.start_time = agent, agent.config, run_dir, start_time
         self.window = window
         token = getattr(running, "token", None)
@@ -148,7 +152,7 @@ class Monitor:
         self._tb.config(configs.to_dict(self.config))
         self._learner_tb = TensorBoardWriter(os.path.join(run_dir, "tensorboard", "learner"),
                                              purge_step=self.restored_step)
-        self._tracker = _wandb(track, agent, run_dir) if track else None
+        self._tracker = tracker  # a Weights & Biases run, or None
         self._mirrored_step = self.restored_step
         self._last_row = self._last_mirror = 0.0
 

@@ -194,3 +194,17 @@ def test_actors_keep_acting_while_the_learner_is_killed_and_comes_back_from_its_
                  "actors on the restarted learner's parameters")
     finally:
         running.stop()
+
+
+@pytest.mark.slow
+def test_track_logs_the_progress_and_config_to_weights_and_biases_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")  # no account, no network: the run is written locally
+    config = ppo.PPOConfig(num_actors=1, envs_per_actor=4, total_steps=4 * 32 * 4, eval_every_updates=2)
+    train(ppo.agent(config), launcher="threads", run_dir=str(tmp_path), echo=False, out=io.StringIO(),
+          track="jaxdist-tests")
+    runs = [name for name in os.listdir(tmp_path / "wandb") if name.startswith("offline-run-")]
+    assert len(runs) == 1, os.listdir(tmp_path / "wandb")
+    log = tmp_path / "wandb" / runs[0]
+    records = b"".join(path.read_bytes() for path in log.glob("*.wandb"))  # the run's record log
+    assert b"num_actors" in records and b"CartPole-v1" in records  # the config
+    assert b"progress/eval_return" in records  # the progress rows
