@@ -111,7 +111,7 @@ def test_sigterm_saves_off_interval_exits_zero_and_a_relaunch_resumes_there(tmp_
     wait_until(lambda: learner.status()["step"] == 23, what="step 23")
     assert learner.get()["version"] == 20
     os.kill(running.status()["learner/0"]["pid"], signal.SIGTERM)
-    assert running.wait(timeout=30)
+    assert running.wait(timeout=120)
     status = running.status()["learner/0"]
     # None: the launcher's monitor and teardown threads both join the process, and the one that
     # loses the waitpid race reads no exit code (a launcher race, reported); never non-zero.
@@ -123,7 +123,7 @@ def test_sigterm_saves_off_interval_exits_zero_and_a_relaunch_resumes_there(tmp_
 
     running = launch_learner(tmp_path, ln.RegressionBatches(), max_steps=30, publish_every=5,
                              log_every=5, checkpoint={"save_every_steps": 10})
-    assert running.wait(timeout=60)
+    assert running.wait(timeout=120)
     assert "learner/0: restored step 23" in node_log(tmp_path)
     assert logged_steps(tmp_path) == [5, 10, 15, 20, 23, 25, 30]
     assert saved_steps(tmp_path)[-1] == 30
@@ -137,11 +137,11 @@ def test_sigkill_mid_run_then_relaunch_resumes_at_the_latest_checkpoint(tmp_path
     wait_until(lambda: saved_steps(tmp_path) == [10, 20], what="checkpoint 20 committed")
     os.kill(running.status()["learner/0"]["pid"], signal.SIGKILL)
     with pytest.raises(jd.NodeFailedError, match="SIGKILL"):
-        running.wait(timeout=30)
+        running.wait(timeout=120)
 
     running = launch_learner(tmp_path, ln.RegressionBatches(), max_steps=24, log_every=1,
                              checkpoint={"save_every_steps": 10})
-    assert running.wait(timeout=60)
+    assert running.wait(timeout=120)
     assert "learner/0: restored step 20" in node_log(tmp_path)
     assert logged_steps(tmp_path) == list(range(1, 25))  # rows past 20 were redone, not doubled
 
@@ -197,7 +197,7 @@ def test_eight_devices_train_the_same_as_one_through_the_node(tmp_path):
     reference.run()
     clean = reference.get()
     reference.close()
-    assert running.wait(timeout=120)
+    assert running.wait(timeout=240)
     assert "on 8 device(s), mode=pmap" in node_log(tmp_path, "eightpmap/0")
 
     one, eight, pmap = (final_state(tmp_path, f"{label}/0") for label in ("one", "eight", "eightpmap"))
@@ -219,7 +219,7 @@ def test_learner_samples_batches_from_a_replay_node(tmp_path):
         program.add_node(jd.CourierNode(Learner, ln.LOGIC, queue, batch_size=16, max_steps=5,
                                         log_every=1))
     running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False)
-    assert running.wait(timeout=60)
+    assert running.wait(timeout=120)
     assert running.status()["learner/0"]["state"] == "finished"
     assert logged_steps(tmp_path) == [1, 2, 3, 4, 5]
 
