@@ -48,7 +48,7 @@ def train(agent: Agent, *, launcher: str = "processes", run_dir: str | None = No
     """Launch ``agent``'s program, watch it until it ends, and return the summary (also
     ``<run_dir>/summary.json``): ``wall_time_to_target`` / ``steps_to_target`` over the whole
     run (None if no evaluation reached the target), ``env_steps``, ``wall_time`` (all segments),
-    ``steps_per_second`` (steady, this segment), ``final_return`` (the last evaluation), ...
+    ``steps_per_second`` (steady: this segment's, from the first update to the last env step), ``final_return`` (the last evaluation), ...
 
     ``start_time`` (a ``time.time()``) is when this segment's clock started, e.g. at the top of
     a script, so that imports and start-up count; default: now. ``track``: a Weights & Biases
@@ -142,6 +142,7 @@ class Monitor:
         self.lag: float | None = None
         self.eval_return: float | None = None
         self._first_update: tuple[float, int] | None = None
+        self._last_acting: tuple[float, int] = (time.time(), 0)  # when env steps last grew
         self._rate: tuple[float, int, float] | None = None  # (time, env steps, steps/s) at the last reading
         self._out, self._progress_interval, self._next_progress = out, progress_interval, 0.0
         self._tty = hasattr(out, "isatty") and out.isatty()
@@ -192,6 +193,8 @@ class Monitor:
             self.lag = learner_lag if learner_lag is not None else (float(np.mean(acting)) if acting else None)
             if self._first_update is None and self.version > self.restored_step:
                 self._first_update = (time.time(), self.env_steps)
+        if self.env_steps > self._last_acting[1]:
+            self._last_acting = (time.time(), self.env_steps)
         self._update_rate()
         now = time.time()
         if final or now - self._last_row >= 0.5:
@@ -263,11 +266,10 @@ class Monitor:
         return max(steps, default=None)
 
     def summary(self) -> dict[str, Any]:
-        steady = None
-        if self._first_update is not None and self._rate is not None:
-            t0, s0 = self._first_update
-            duration = time.time() - t0
-            steady = (self.env_steps - s0) / duration if duration > 0 else None
+        steady = None  # from the first update to the last env step (the stop is not acting time)
+        if self._first_update is not None:
+            (t0, s0), (t1, s1) = self._first_update, self._last_acting
+            steady = (s1 - s0) / (t1 - t0) if t1 > t0 else None
         return {
             "agent": self.agent.name, "env_id": self.config.env_id, "seed": self.config.seed,
             "target_return": self.config.target_return,
