@@ -389,7 +389,7 @@ def test_when_one_hosts_launcher_dies_the_other_host_stops_naming_it_and_no_node
         read_pids(hosts[1], lines1)
         hosts[0].kill()  # the launcher alone: its nodes are orphaned
         hosts[0].wait()
-        out1 = "".join(lines1) + hosts[1].communicate(timeout=120)[0]
+        out1 = "".join(lines1) + hosts[1].communicate(timeout=60)[0]
     finally:
         for host in hosts:
             if host.poll() is None:
