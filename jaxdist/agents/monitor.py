@@ -124,7 +124,9 @@ class Monitor:
         self.agent, self.config, self.run_dir, self.start_time = agent, agent.config, run_dir, start_time
         self.window = window
         token = getattr(running, "token", None)
-        client = lambda handle: courier.Client(running.addresses[handle.node_name], token=token, timeout=2.0)  # noqa: E731
+        # Failing fast: a node that is away (restarting, or gone at the stop) costs a poll nothing.
+        client = lambda handle: courier.Client(running.addresses[handle.node_name], token=token,  # noqa: E731
+                                               timeout=2.0).failing_fast()
         self._running, self._topology = running, topology
         self._actors = [client(actor) for actor in topology.actors]
         self._learner = client(topology.learner)
