@@ -1,7 +1,9 @@
 """A stop travels between hosts: each host's launcher serves ``stop`` on its control port, and
 when its own program begins to stop (the user, SIGTERM, ``jd.stop()``, a failure) it tells the
 other hosts, which stop too (and do not tell anyone again). A host whose own nodes have all
-finished their work stops alone: the others may still have work.
+finished their work stops alone (the others may still have work), and says so: the others
+then know that its control port going away is not a launcher that died (see
+``multihost._check_peers``, which stops a host whose peer stops answering unannounced).
 
 Without this, a host that stops leaves the others running: their learner processes wait in a
 collective for peers that are gone, and their actors act for nothing.
@@ -10,6 +12,7 @@ collective for peers that are gone, and their actors act for nothing.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent import futures
 
 from jaxdist import courier
@@ -24,38 +27,49 @@ class _Control:
 
     def __init__(self, running: Running, host_index: int) -> None:
         self._running, self._host_index = running, host_index
+        self.finished_hosts: set[int] = set()  # peers that finished their share and said so
+        self.seen_hosts: set[int] = set()  # peers that called this host: they were up
 
     def stop(self, reason: str, from_host: int) -> int:
         self._running.request_stop(f"{PEER_PREFIX}{from_host} stopped the program: {reason}")
         return self._host_index
 
-    def ping(self) -> int:
+    def finished(self, from_host: int) -> int:
+        self.finished_hosts.add(int(from_host))
+        return self._host_index
+
+    def ping(self, from_host: int | None = None) -> int:
+        if from_host is not None:
+            self.seen_hosts.add(int(from_host))
         return self._host_index
 
 
 def serve(running: Running, host_index: int, controls: tuple[str, ...], bind_host: str | None,
-          token: str | None) -> courier.Server:
-    """Serve this host's control port and tell the other hosts when this host's stop begins."""
+          token: str | None) -> _Control:
+    """Serve this host's control port and tell the other hosts when this host's stop begins
+    (or, when its nodes finished their work, that it finished); returns what peers told it."""
     own = controls[host_index]
     port = own.rsplit(":", 1)[1]
-    server = courier.Server(_Control(running, host_index), address=f"{bind_host or own.rsplit(':', 1)[0]}:{port}",
-                            token=token).start()
+    control = _Control(running, host_index)
+    server = courier.Server(control, address=f"{bind_host or own.rsplit(':', 1)[0]}:{port}", token=token).start()
     peers = [address for index, address in enumerate(controls) if index != host_index]
 
     def tell_peers(reason: str) -> None:
-        if not (reason.startswith(PEER_PREFIX) or reason == WORK_DONE):  # a peer's stop was told by it
-            _tell(peers, reason, host_index, token)
+        if reason == WORK_DONE:
+            _tell(peers, token, lambda client: client.finished(host_index))
+        elif not reason.startswith(PEER_PREFIX):  # a peer's stop was told by it
+            _tell(peers, token, lambda client: client.stop(reason, host_index))
         threading.Thread(target=server.stop, kwargs={"grace": 1.0}, daemon=True).start()
 
     running.on_stop(tell_peers)
-    return server
+    return control
 
 
-def _tell(peers: list[str], reason: str, host_index: int, token: str | None) -> None:
+def _tell(peers: list[str], token: str | None, call: Callable[[courier.Client], object]) -> None:
     """Best effort, all at once, each within TELL_TIMEOUT: a host that is down is already stopped."""
     def one(address: str) -> None:
         with courier.Client(address, token=token, timeout=TELL_TIMEOUT) as client:
-            client.stop(reason, host_index)
+            call(client)
 
     with futures.ThreadPoolExecutor(max(1, len(peers))) as pool:
         for address, outcome in zip(peers, [pool.submit(one, address) for address in peers]):

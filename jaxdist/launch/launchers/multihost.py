@@ -53,6 +53,18 @@ the peer is gone): the peer's own check, waiting on that port, reconnects at lea
 (courier's backoff ceiling), so it sees the refusal too and stops as well."""
 
 
+PEER_PING_INTERVAL = 1.0
+PEER_LOST_AFTER = 5.0
+"""A peer's control port silent this long, unannounced, means the peer is gone (see _check_peers)."""
+PEER_START_TIMEOUT_ENV = "JAXDIST_PEER_START_TIMEOUT"
+"""Seconds a host waits for each peer to answer once (default 300): hosts start in any order, but
+a peer that never comes up, or dies before it is seen, must not keep this host running for ever."""
+
+
+class HostLostError(RuntimeError):
+    """Another host of the run vanished without a word (its launcher was killed, its machine lost)."""
+
+
 class HostMismatchError(RuntimeError):
     """Hosts of one multi-host run that cannot work together: they were given different tokens."""
 
@@ -104,17 +116,22 @@ def launch(
     running.host_index = cluster.host_index
     if len(cluster.hosts) > 1:
         try:
-            host_control.serve(running, cluster.host_index, the_plan.controls, bind_host, token)
+            control = host_control.serve(running, cluster.host_index, the_plan.controls, bind_host, token)
         except BaseException:
             running.stop()
             raise
-        _check_peers(running, the_plan.controls, cluster.host_index, token)
+        _check_peers(running, the_plan.controls, cluster.host_index, token, control)
     return running
 
 
-def _check_peers(running: Running, controls: tuple[str, ...], host_index: int, token: str | None) -> None:
+def _check_peers(running: Running, controls: tuple[str, ...], host_index: int, token: str | None,
+                 control: Any) -> None:
     """Call every other host's launcher, each call waiting for it to come up (hosts start in any
-    order); a refusal of this host's token aborts the run. The calls end with this host's stop."""
+    order); a refusal of this host's token aborts the run. Meanwhile a watcher pings each peer
+    every PEER_PING_INTERVAL s: a peer that was up (it answered, or it called this host) and whose
+    control port then stays silent for PEER_LOST_AFTER s without having said it finished its
+    share (or told this host to stop) lost its launcher or its machine, and this host stops too,
+    with a ``HostLostError`` naming it. The calls end with this host's stop."""
     peers = {index: address for index, address in enumerate(controls) if index != host_index}
     clients = {index: courier.Client(address, token=token, timeout=None) for index, address in peers.items()}
 
@@ -126,7 +143,7 @@ def _check_peers(running: Running, controls: tuple[str, ...], host_index: int, t
 
     def check(index: int) -> None:
         try:
-            clients[index].ping()
+            clients[index].ping(host_index)
         except courier.AuthenticationError:
             _until_gone(clients[index])
             running.abort(HostMismatchError(
@@ -135,8 +152,38 @@ def _check_peers(running: Running, controls: tuple[str, ...], host_index: int, t
         except (courier.CourierError, futures.CancelledError, ValueError):
             pass  # the stop closed the client (ValueError: on a closed channel), or the peer went away
 
+    start_timeout = float(os.environ.get(PEER_START_TIMEOUT_ENV, 300))
+
+    def watch(index: int) -> None:
+        prober, seen, silent_since = clients[index].with_timeout(1.0).failing_fast(), False, None
+        started = time.monotonic()
+        try:
+            while True:
+                try:
+                    prober.ping(host_index)
+                    seen, silent_since = True, None
+                except (courier.UnavailableError, courier.DeadlineExceededError):
+                    seen = seen or index in control.seen_hosts
+                    if not seen and time.monotonic() - started >= start_timeout:
+                        running.abort(HostLostError(
+                            f"host {index} at {peers[index]} never answered in {start_timeout:g} s: start the same "
+                            f"command there (host index {index}), or check the host list and that the ports are "
+                            f"open (${PEER_START_TIMEOUT_ENV} sets how long to wait)"))
+                        return
+                    silent_since = (silent_since or time.monotonic()) if seen else None
+                    if silent_since is not None and index not in control.finished_hosts \
+                            and time.monotonic() - silent_since >= PEER_LOST_AFTER:
+                        running.abort(HostLostError(
+                            f"host {index} at {peers[index]} stopped answering without finishing or stopping the "
+                            f"program: its launcher died or its machine went away; host {host_index} stops too"))
+                        return
+                time.sleep(PEER_PING_INTERVAL)
+        except (courier.CourierError, futures.CancelledError, ValueError):
+            return  # this host's stop closed the client, or the peer refuses the token (check reports it)
+
     for index in peers:
         threading.Thread(target=check, args=(index,), name=f"jaxdist-peer-{index}", daemon=True).start()
+        threading.Thread(target=watch, args=(index,), name=f"jaxdist-watch-{index}", daemon=True).start()
 
 
 def _until_gone(peer: courier.Client) -> None:
