@@ -4,7 +4,6 @@ parameter source or a sink that goes away."""
 from __future__ import annotations
 
 import threading
-import time
 
 import jax
 import numpy as np
@@ -17,6 +16,7 @@ from jaxdist.agents.spaces import ActionSpace, EnvInfo
 from jaxdist.envs import EnvSpec
 from jaxdist.nodes.actor import Actor
 from jaxdist.nodes.parameter_server import ParameterServer
+from waiting import wait_until
 
 CARTPOLE = EnvInfo((4,), "float32", ActionSpace(num_actions=2))
 NETWORK = ActorCritic(action=CARTPOLE.action, hidden=(8,))
@@ -34,13 +34,6 @@ class ListSink:
 
     def __call__(self, items: list[dict]) -> None:
         self.sends.append(items)
-
-
-def wait_until(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
 
 
 def test_trajectories_overlap_by_one_row_and_carry_versions_and_boundaries():
