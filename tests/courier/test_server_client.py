@@ -347,8 +347,10 @@ def test_256mb_array_round_trip_keeps_memory_near_payload_size():
     finally:
         server.stdin.close()
         server.wait(timeout=30)
-    assert growth["client_mb"] < 1.25 * 256, growth  # the result: one payload, plus chunks
-    assert growth["server_mb"] < 1.25 * 256, growth  # the request it holds, plus chunks
+    # About one copy a side: typically 1.1x the payload; a second copy would be 2x. The margin
+    # absorbs chunks gRPC buffers ahead when the machine is busy (1.29x seen once in a full run).
+    assert growth["client_mb"] < 1.5 * 256, growth  # the result: one payload, plus chunks
+    assert growth["server_mb"] < 1.5 * 256, growth  # the request it holds, plus chunks
 
 
 def test_a_peer_that_stops_reading_a_large_answer_is_cut_off():
