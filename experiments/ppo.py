@@ -4,7 +4,7 @@ A learner (with the FIFO replay queue colocated in its process) runs data-parall
 and serves its parameters; actors step vector envs with a jitted policy and send trajectories
 to the queue; an evaluator plays the deterministic policy on fresh episodes every few updates.
 Every field of ``PPOConfig`` is a flag (``--help``); ``--env-id`` picks the env's preset of
-tuned defaults first (CartPole-v1, Acrobot-v1, Pendulum-v1, HalfCheetah-v5).
+tuned defaults first (CartPole-v1, Pendulum-v1, HalfCheetah-v5).
 
     python experiments/ppo.py                                   # CartPole-v1, 2 actors x 8 envs
     python experiments/ppo.py --stop-at-target                  # stop once the evaluation hits 475

@@ -71,8 +71,6 @@ class PPOConfig(AgentConfig):
 
 PRESETS: Presets = {
     "CartPole-v1": {"target_return": 475.0},
-    "Acrobot-v1": {"target_return": -100.0, "gamma": 0.99, "gae_lambda": 0.94, "ent_coef": 0.0,
-                   "total_steps": 1_000_000},
     "Pendulum-v1": {"target_return": -250.0, "num_actors": 2, "envs_per_actor": 4, "trajectory_length": 256,
                     "total_steps": 500_000, "gamma": 0.9, "gae_lambda": 0.95, "learning_rate": 1e-3,
                     "epochs": 10, "minibatches": 32, "normalize_observations": True, "scale_rewards": True,
