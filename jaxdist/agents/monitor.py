@@ -133,6 +133,7 @@ class Monitor:
         self._pool = futures.ThreadPoolExecutor(len(self._actors) + 1, thread_name_prefix="monitor")
         self._since = [0] * len(self._actors)
         self._evaluations_read = 0
+        self._evaluations_size = -1  # bytes of evaluations.csv when last parsed
         self._train_returns: list[float] = []
         self._actor_steps = [0] * len(self._actors)  # as last reported
         self._actor_offsets = [0] * len(self._actors)  # steps of earlier lives of restarted actors
@@ -210,11 +211,17 @@ class Monitor:
             self._print_progress(final)
 
     def _read_evaluations(self) -> None:
-        """New rows of the evaluator's ``evaluations.csv`` (this segment's: written after it began)."""
+        """New rows of the evaluator's ``evaluations.csv`` (this segment's: written after it began).
+        Parsed only when the file grew: it changes every few updates, and polls come ten a second."""
+        path = metrics_path(self.run_dir, EVALUATIONS)
         try:
-            rows = read_metrics(metrics_path(self.run_dir, EVALUATIONS))
+            size = os.path.getsize(path)
+            if size == self._evaluations_size:
+                return
+            rows = read_metrics(path)
         except (OSError, ValueError):
             return  # none yet, or caught mid-write: next time
+        self._evaluations_size = size
         target = self.config.target_return
         for row in rows[self._evaluations_read:]:
             if row.get("wall_time", 0.0) < self.start_time or row.get("mean_return") is None:
