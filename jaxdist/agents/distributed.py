@@ -1,14 +1,19 @@
 """The one actor-learner topology every agent's program is built on (Acme's
 ``make_distributed_experiment``): ``make_program(agent) -> jd.Program``.
 
-    learner/h     one process per learner host h (``learner_hosts``): the agent's replay table
-                  (a FIFO for on-policy agents, prioritized for Ape-X) and the generic Learner,
-                  colocated as threads; host 0's learner serves the parameters (``get``)
+    learner/h     one process per learner host h (``learner_hosts``), threads of it:
+                  learner/h/0 the agent's replay table (a FIFO for on-policy agents,
+                  prioritized for Ape-X); learner/h/1 the generic Learner (host 0's serves the
+                  parameters: ``get``); on host 0, learner/0/2 the Evaluator: every
+                  ``eval_every_updates`` it plays ``eval_episodes`` episodes with the
+                  deterministic policy, and its mean return is the reported and target metric
     actor/i       Actor nodes: a vector env each, acting with the agent's policy and sending
                   trajectories (or, through the agent's sink, transitions) to the replay of host
                   i % learner_hosts
-    evaluator/0   the Evaluator: every ``eval_every_updates`` it plays ``eval_episodes`` episodes
-                  with the deterministic policy; its mean return is the reported and target metric
+
+The evaluator shares the learner's process rather than having its own: on a small machine a
+process of its own costs a JAX start-up and a compilation that every other process waits on,
+while its evaluations are short and come every few updates.
 
 Training ends inside the program: the learner calls ``jd.stop()`` after its last update (and the
 evaluator, with ``stop_at_target``, once the target is reached), so
@@ -90,28 +95,29 @@ def build(agent: Agent) -> Topology:
         replay = replay_node.create_handle()
         learner_node = jd.CourierNode(build_learner, agent, replay).with_options(
             stops_first=True, restart=LEARNER_RESTART)
-        program.add_node(jd.ColocationNode([replay_node, learner_node], mode="threads"), label="learner")
-        replays.append(replay)
+        parts = [replay_node, learner_node]
         learners.append(learner_node.create_handle())
+        if host == 0:
+            parts.append(jd.CourierNode(build_evaluator, agent, learners[0]))
+        program.add_node(jd.ColocationNode(parts, mode="threads"), label="learner")
+        replays.append(replay)
     with program.group("actor"):
         actors = [program.add_node(jd.CourierNode(build_actor, agent, index, learners[0], replays[index % hosts])
                                    .with_options(restart=ACTOR_RESTART))
                   for index in range(config.num_actors)]
-    with program.group("evaluator"):
-        program.add_node(jd.CourierNode(build_evaluator, agent, learners[0]).with_options(restart=ACTOR_RESTART))
     return Topology(program, learners[0], actors)
 
 
 def placement(config: AgentConfig) -> dict[str, Any]:
     """For the multihost launcher: a learner process (with its replay) on each of the first
     ``learner_hosts`` hosts, actors round-robin over the hosts (actor i beside the replay it
-    feeds when every host has a learner), the evaluator on host 0."""
+    feeds when every host has a learner)."""
     learner = jd.per_host() if config.learner_hosts > 1 else jd.on_host(0)
-    return {"learner": learner, "actor": jd.spread(), "evaluator": jd.on_host(0)}
+    return {"learner": learner, "actor": jd.spread()}
 
 
 def resources(compilation_cache: str | None = None,
-              groups: tuple[str, ...] = ("learner", "actor", "evaluator")) -> dict[str, dict[str, Any]]:
+              groups: tuple[str, ...] = ("learner", "actor")) -> dict[str, dict[str, Any]]:
     """Per-group environment for the processes launcher: CPU JAX (unless ``JAX_PLATFORMS``
     says otherwise), single-threaded XLA, and optionally a persistent compilation cache shared
     by every process."""

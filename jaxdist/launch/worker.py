@@ -144,7 +144,8 @@ class _Worker:
             self._begin_stop()
 
     def _ask_program_to_stop(self) -> None:
-        self._send("stop_program", f"jd.stop() was called in node '{self._context.node_name}'")
+        caller = context.current_node() or self._context  # a colocated part names itself
+        self._send("stop_program", f"jd.stop() was called in node '{caller.node_name}'")
 
     def _begin_stop(self) -> None:
         with self._stop_once:
