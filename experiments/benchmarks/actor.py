@@ -54,7 +54,7 @@ def _policy_and_params(num_actions: int = 2):
 
     from jaxdist.agents.networks import ActorCritic
     from jaxdist.agents.policies import ActorCriticPolicy
-    from jaxdist.agents.spaces import ActionSpace, EnvInfo
+    from jaxdist.spaces import ActionSpace, EnvInfo
 
     env = EnvInfo((4,), "float32", ActionSpace(num_actions=num_actions))
     params = ActorCritic(action=env.action).init(jax.random.key(0), np.zeros((1, 4), np.float32))

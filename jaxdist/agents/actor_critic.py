@@ -20,7 +20,7 @@ import optax
 
 from jaxdist.agents import normalization
 from jaxdist.agents.networks import ActorCritic
-from jaxdist.agents.spaces import EnvInfo
+from jaxdist.spaces import EnvInfo
 
 PyTree = Any
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import jaxdist as jd
 from jaxdist.agents.config import AgentConfig
-from jaxdist.agents.spaces import EnvInfo
+from jaxdist.spaces import EnvInfo
 from jaxdist.envs import EnvSpec
 
 SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"

@@ -27,7 +27,7 @@ import numpy as np
 import optax
 
 from jaxdist.agents.distributions import Dist
-from jaxdist.agents.spaces import ActionSpace
+from jaxdist.spaces import ActionSpace
 
 Network = str | Callable[[], nn.Module]
 Initializer = Callable[..., jax.Array]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jaxdist.agents.spaces import EnvInfo
+from jaxdist.spaces import EnvInfo
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,7 @@ from jaxdist import parallel
 from jaxdist.agents import actor_critic, distributions, normalization
 from jaxdist.agents.ppo import learning
 from jaxdist.agents.ppo.config import PPOConfig
-from jaxdist.agents.spaces import ActionSpace, EnvInfo
+from jaxdist.spaces import ActionSpace, EnvInfo
 
 # Bandit batches of 8 trajectories x 16 transitions; total_steps makes 10 updates (the schedule).
 CONFIG = PPOConfig(hidden=(16, 16), epochs=2, minibatches=2, batch_trajectories=8, trajectory_length=16,

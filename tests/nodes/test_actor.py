@@ -12,7 +12,7 @@ import pytest
 from jaxdist import courier
 from jaxdist.agents.networks import ActorCritic
 from jaxdist.agents.policies import ActorCriticPolicy
-from jaxdist.agents.spaces import ActionSpace, EnvInfo
+from jaxdist.spaces import ActionSpace, EnvInfo
 from jaxdist.envs import EnvSpec
 from jaxdist.nodes.actor import Actor
 from jaxdist.nodes.parameter_server import ParameterServer

@@ -13,7 +13,7 @@ import jaxdist as jd
 from jaxdist.agents import distributed
 from jaxdist.agents.apex import acting
 from jaxdist.agents.apex.config import PRESETS, ApexConfig
-from jaxdist.agents.spaces import EnvInfo, env_info
+from jaxdist.spaces import EnvInfo, env_info
 
 
 def learner_logic(config: ApexConfig, env: EnvInfo) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxdist.agents.spaces import EnvInfo
+from jaxdist.spaces import EnvInfo
 
 def actor_epsilons(num_actors: int, base: float = 0.4, alpha: float = 7.0) -> list[float]:
     """``base ** (1 + alpha * i / (N - 1))`` for actor i of N (Horgan et al. 2018); ``[base]``

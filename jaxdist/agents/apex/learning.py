@@ -35,7 +35,7 @@ import optax
 
 from jaxdist.agents.apex.config import ApexConfig
 from jaxdist.agents.networks import QNetwork
-from jaxdist.agents.spaces import EnvInfo
+from jaxdist.spaces import EnvInfo
 from jaxdist.nodes.learner import LearnerLogic
 
 PyTree = Any

@@ -10,7 +10,7 @@ from typing import Any
 import jaxdist as jd
 from jaxdist.agents import distributed, policies
 from jaxdist.agents.impala.config import PRESETS, IMPALAConfig
-from jaxdist.agents.spaces import EnvInfo, env_info
+from jaxdist.spaces import EnvInfo, env_info
 
 
 def learner_logic(config: IMPALAConfig, env: EnvInfo) -> Any:

@@ -32,7 +32,7 @@ from jaxdist import parallel
 from jaxdist.agents import actor_critic, distributions, networks
 from jaxdist.agents.impala.config import IMPALAConfig
 from jaxdist.agents.impala.vtrace import vtrace
-from jaxdist.agents.spaces import EnvInfo
+from jaxdist.spaces import EnvInfo
 from jaxdist.nodes.learner import LearnerLogic
 
 PyTree = Any
