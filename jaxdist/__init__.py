@@ -6,6 +6,9 @@
 import importlib
 from typing import Any
 
+__version__ = "0.2.0.dev0"
+"""The release this tree will become; what each release changed for users is in CHANGELOG.md."""
+
 from jaxdist import courier, metrics
 from jaxdist.nodes import replay
 from jaxdist.launch import NodeFailedError, Restart, Running, current_node, launch, stop, stop_requested, wait_for_stop
@@ -30,6 +33,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "__version__",
     "CacherNode",
     "CheckpointOptions",
     "ColocationNode",
