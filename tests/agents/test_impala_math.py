@@ -20,7 +20,7 @@ import pytest
 from jaxdist import parallel
 from jaxdist.agents import actor_critic, distributions, normalization
 from jaxdist.agents.impala import learning
-from jaxdist.agents.impala.config import IMPALAConfig
+from jaxdist.agents.impala import IMPALAConfig
 from jaxdist.agents.impala.vtrace import vtrace
 from jaxdist.agents.policies import ActorCriticPolicy
 from jaxdist.spaces import ActionSpace, EnvInfo

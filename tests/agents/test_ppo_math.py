@@ -19,7 +19,7 @@ import pytest
 from jaxdist import parallel
 from jaxdist.agents import actor_critic, distributions, normalization
 from jaxdist.agents.ppo import learning
-from jaxdist.agents.ppo.config import PPOConfig
+from jaxdist.agents.ppo import PPOConfig
 from jaxdist.spaces import ActionSpace, EnvInfo
 
 # Bandit batches of 8 trajectories x 16 transitions; total_steps makes 10 updates (the schedule).

@@ -30,7 +30,7 @@ import optax
 
 from jaxdist import parallel
 from jaxdist.agents import actor_critic, distributions, networks
-from jaxdist.agents.impala.config import IMPALAConfig
+from jaxdist.agents.impala import IMPALAConfig
 from jaxdist.agents.impala.vtrace import vtrace
 from jaxdist.spaces import EnvInfo
 from jaxdist.nodes.learner import LearnerLogic

@@ -1,16 +1,95 @@
-"""PPO: ``learning.py`` (the math: GAE, the clipped loss, the jitted update) and ``config.py``
-(``PPOConfig`` and per-env presets). The actors run the shared actor-critic policy
-(``jaxdist.agents.policies``), the learner is the generic one, the topology the shared one
-(``jaxdist.agents.distributed``): ``jd.launch(ppo.make_program(ppo.PPOConfig())).wait()``."""
+"""PPO as an agent record: its config (``PPOConfig``, per-env ``PRESETS``) and its components.
+The math (GAE, the clipped loss, the jitted update) is in ``learning.py``; the actors run the
+shared actor-critic policy (``jaxdist.agents.policies``), the learner is the generic one, the
+topology the shared one (``jaxdist.agents.distributed``):
+``jd.launch(ppo.make_program(ppo.PPOConfig())).wait()``. Nothing here imports JAX: the
+launching process builds configs and programs without it."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jaxdist as jd
 from jaxdist.agents import distributed, policies
-from jaxdist.agents.ppo.config import PRESETS, PPOConfig
+from jaxdist.agents.config import AgentConfig, Presets
 from jaxdist.spaces import EnvInfo, env_info
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig(AgentConfig):
+    """PPO (Schulman et al., 2017) on the actor-learner topology. The defaults are the CartPole
+    preset: a mean evaluation return of 475 in well under 100k env steps.
+
+    One update learns from ``batch_trajectories`` (B) env trajectories of ``trajectory_length``
+    (T) steps: ``epochs`` passes over its ``B * T`` transitions in ``minibatches`` SGD steps
+    each. ``queue_trajectories`` bounds the FIFO between actors and learner (default B): with
+    each actor's ``max_in_flight`` sends it bounds how far actors run ahead, hence the policy
+    lag (about 2 updates with these defaults); transitions more than ``max_policy_lag``
+    versions old are not learned from. With ``learner_hosts`` > 1 each host's learner takes
+    ``B / learner_hosts`` trajectories of every update from its own FIFO.
+    """
+
+    learning_rate: float = 1e-3
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over the run's SGD steps."""
+    gamma: float = 0.98
+    gae_lambda: float = 0.8
+    clip_eps: float = 0.2
+    vf_coef: float = 0.5
+    ent_coef: float = 0.0
+    max_grad_norm: float = 0.5
+    epochs: int = 10
+    minibatches: int = 2
+    normalize_advantages: bool = True
+    normalize_observations: bool = False
+    """Running mean/std normalisation of observations, learned by the learner and shipped with
+    its parameters (and checkpoints), so learner and actors normalise alike."""
+    scale_rewards: bool = False
+    """Divide rewards by the running std of the discounted return (as VecNormalize does)."""
+    batch_trajectories: int | None = None
+    """B (default: one per env, num_actors x envs_per_actor)."""
+    queue_trajectories: int | None = None
+    max_policy_lag: int = 4
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("epochs", "minibatches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if (self.batch_size // self.learner_hosts * self.trajectory_length) % self.minibatches:
+            raise ValueError(f"an update's {self.batch_size} x {self.trajectory_length} transitions do not split "
+                             f"into {self.minibatches} minibatches")
+        if self.queue_size < self.batch_size:
+            raise ValueError(f"queue_trajectories ({self.queue_size}) must hold one batch ({self.batch_size})")
+
+    @property
+    def batch_size(self) -> int:
+        return self.batch_trajectories or self.num_actors * self.envs_per_actor
+
+    @property
+    def queue_size(self) -> int:
+        return self.queue_trajectories or self.batch_size
+
+    @property
+    def steps_per_update(self) -> int:
+        return self.batch_size * self.trajectory_length
+
+
+PRESETS: Presets = {
+    "CartPole-v1": {"target_return": 475.0},
+    "Pendulum-v1": {"target_return": -250.0, "num_actors": 2, "envs_per_actor": 4, "trajectory_length": 256,
+                    "total_steps": 500_000, "gamma": 0.9, "gae_lambda": 0.95, "learning_rate": 1e-3,
+                    "epochs": 10, "minibatches": 32, "normalize_observations": True, "scale_rewards": True,
+                    "max_policy_lag": 2, "eval_every_updates": 5, "checkpoint_every_updates": 50},
+    "HalfCheetah-v5": {"target_return": 1500.0, "num_actors": 2, "envs_per_actor": 4, "trajectory_length": 256,
+                       "total_steps": 1_000_000, "gamma": 0.99, "gae_lambda": 0.95, "learning_rate": 3e-4,
+                       "epochs": 10, "minibatches": 32, "ent_coef": 0.0, "normalize_observations": True,
+                       "scale_rewards": True, "max_policy_lag": 2, "eval_every_updates": 10,
+                       "eval_episodes": 5, "checkpoint_every_updates": 50},
+}
+"""Tuned defaults per env id (rl-baselines3-zoo and CleanRL's settings, checked here); every
+field stays overridable flag by flag."""
 
 
 def learner_logic(config: PPOConfig, env: EnvInfo) -> Any:

@@ -42,7 +42,7 @@ import optax
 
 from jaxdist import parallel
 from jaxdist.agents import actor_critic, distributions, networks
-from jaxdist.agents.ppo.config import PPOConfig
+from jaxdist.agents.ppo import PPOConfig
 from jaxdist.spaces import EnvInfo
 from jaxdist.nodes.learner import LearnerLogic
 
