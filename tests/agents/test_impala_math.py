@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import subprocess
-import sys
-import textwrap
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from eight_devices import assert_pmap_equals_jit, flat_tree, on_eight_devices
 
 from jaxdist import parallel
 from jaxdist.agents import actor_critic, distributions, normalization
@@ -170,48 +167,20 @@ def uneven_batch(seed: int = 0) -> dict:
     return batch
 
 
-def flat_tree(tree) -> dict[str, np.ndarray]:
-    return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
-
-
-EIGHT_DEVICES = textwrap.dedent("""
-    import functools, sys, jax, numpy as np
-    sys.path.insert(0, {tests!r})
-    from agents.test_impala_math import ENV, SHARDED_CONFIG, flat_tree, init, uneven_batch
-    from jaxdist import parallel
-    from jaxdist.agents.impala import learning
-    assert jax.device_count() == 8
-    out = {{}}
-    for mode in ("jit", "pmap"):
-        step = parallel.data_parallel(functools.partial(learning.update, SHARDED_CONFIG, ENV), mode=mode)
-        state, metrics = step(step.replicate(init(SHARDED_CONFIG)), step.shard_batch(uneven_batch()),
-                              jax.random.key(1))
-        tree = {{"state": step.unreplicate(state), "metrics": metrics}}
-        out.update({{f"{{mode}}/{{key}}": value for key, value in flat_tree(tree).items()}})
-    np.savez({path!r}, **out)
-""")
+def eight_device_cases() -> dict:
+    """For ``eight_devices``: a batch whose shards weigh unequally."""
+    return {"uneven": (functools.partial(learning.update, SHARDED_CONFIG, ENV), init(SHARDED_CONFIG), uneven_batch())}
 
 
 @pytest.mark.slow
 def test_eight_devices_pmap_on_shards_equals_jit_on_the_global_batch(tmp_path):
-    path = str(tmp_path / "out.npz")
-    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
-    done = subprocess.run([sys.executable, "-c", EIGHT_DEVICES.format(tests=tests, path=path)], env=env,
-                          capture_output=True, text=True, timeout=480)
-    assert done.returncode == 0, done.stdout + done.stderr
+    got = on_eight_devices("agents.test_impala_math", tmp_path)
     reference, _ = jax.jit(functools.partial(learning.update, SHARDED_CONFIG, ENV))(
         init(SHARDED_CONFIG), uneven_batch(), jax.random.key(1))
-    with np.load(path) as got:
-        for name, value in flat_tree(reference).items():  # jit on 8 devices: the one-device update
-            np.testing.assert_allclose(got[f"jit/['state']{name}"], value, rtol=1e-5, atol=1e-6, err_msg=f"jit {name}")
-        names = sorted(key.removeprefix("jit/") for key in got.files if key.startswith("jit/"))
-        # Not averages: summed or maximal over the batch, pmap reports their mean over devices.
-        per_device = {"['metrics']['transitions']", "['metrics']['policy_lag_max']"}
-        assert any("obs_norm" in name for name in names) and len(names) > 20
-        for name in sorted(set(names) - per_device):
-            np.testing.assert_allclose(got[f"pmap/{name}"], got[f"jit/{name}"], rtol=1e-5, atol=1e-6,
-                                       err_msg=f"pmap {name}")
+    for name, value in flat_tree(reference).items():  # jit on 8 devices: the one-device update
+        np.testing.assert_allclose(got[f"jit/uneven/['state']{name}"], value, rtol=1e-5, atol=1e-6, err_msg=f"jit {name}")
+    names = assert_pmap_equals_jit(got, "uneven")
+    assert any("obs_norm" in name for name in names) and len(names) > 20
 
 
 # A continuous action space --------------------------------------------------------------------

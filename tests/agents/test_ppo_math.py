@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import subprocess
-import sys
-import textwrap
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from eight_devices import assert_pmap_equals_jit, flat_tree, on_eight_devices
 
 from jaxdist import parallel
 from jaxdist.agents import actor_critic, distributions, normalization
@@ -301,53 +298,24 @@ def uneven_state() -> dict:
     return dict(init(SHARDED_CONFIG), version=jnp.asarray(SHARDED_VERSION, jnp.int32))
 
 
-def flat_tree(tree) -> dict[str, np.ndarray]:
-    return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
-
-
-EIGHT_DEVICES = textwrap.dedent("""
-    import functools, sys, jax, numpy as np
-    sys.path.insert(0, {tests!r})
-    from agents.test_ppo_math import (CONFIG, ENV, SHARDED_CONFIG, bandit_batch, flat_tree, init, uneven_batch,
-                                      uneven_state)
-    from jaxdist import parallel
-    from jaxdist.agents.ppo import learning
-    assert jax.device_count() == 8
-    out = {{}}
-    for mode in ("jit", "pmap"):
-        for name, config, state, batch in (("bandit", CONFIG, init(), bandit_batch(np.random.default_rng(0))),
-                                           ("uneven", SHARDED_CONFIG, uneven_state(), uneven_batch())):
-            step = parallel.data_parallel(functools.partial(learning.update, config, ENV), mode=mode)
-            state, metrics = step(step.replicate(state), step.shard_batch(batch), jax.random.key(1))
-            tree = {{"state": step.unreplicate(state), "metrics": metrics}}
-            out.update({{f"{{mode}}/{{name}}/{{key}}": value for key, value in flat_tree(tree).items()}})
-    np.savez({path!r}, **out)
-""")
+def eight_device_cases() -> dict:
+    """For ``eight_devices``: the bandit batch (jit on 8 devices must equal one device) and the
+    uneven one (shards of unequal weight)."""
+    return {"bandit": (functools.partial(learning.update, CONFIG, ENV), init(), bandit_batch(np.random.default_rng(0))),
+            "uneven": (functools.partial(learning.update, SHARDED_CONFIG, ENV), uneven_state(), uneven_batch())}
 
 
 @pytest.mark.slow
 def test_eight_devices_jit_and_pmap_agree_with_one(tmp_path):
-    path = str(tmp_path / "params.npz")
-    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
-    done = subprocess.run([sys.executable, "-c", EIGHT_DEVICES.format(tests=tests, path=path)], env=env,
-                          capture_output=True, text=True, timeout=480)
-    assert done.returncode == 0, done.stdout + done.stderr
+    got = on_eight_devices("agents.test_ppo_math", tmp_path)
     reference, _ = jax.jit(functools.partial(learning.update, CONFIG, ENV))(
         init(), bandit_batch(np.random.default_rng(0)), jax.random.key(1))
-    with np.load(path) as got:
-        # jit on 8 devices: the one-device update on the global batch, minibatches and all.
-        for name, value in flat_tree(reference["params"]).items():
-            np.testing.assert_allclose(got[f"jit/bandit/['state']['params']{name}"], value, rtol=1e-4, atol=1e-5,
-                                       err_msg=f"jit {name}")
-        # pmap: each device's shard, gradients and statistics averaged over devices, equals jit
-        # on the global batch (one minibatch per epoch, see SHARDED_CONFIG), even with shards
-        # of unequal weight.
-        names = sorted(key.removeprefix("jit/uneven/") for key in got.files if key.startswith("jit/uneven/"))
-        # Not averages: summed or maximal over the batch, pmap reports their mean over devices.
-        per_device = {"['metrics']['transitions']", "['metrics']['policy_lag_max']"}
-        assert 0 < float(got["jit/uneven/['metrics']['stale_fraction']"]) < 1
-        assert any("obs_norm" in name for name in names) and len(names) > 20
-        for name in sorted(set(names) - per_device):
-            np.testing.assert_allclose(got[f"pmap/uneven/{name}"], got[f"jit/uneven/{name}"], rtol=1e-5, atol=1e-6,
-                                       err_msg=f"pmap {name}")
+    # jit on 8 devices: the one-device update on the global batch, minibatches and all.
+    for name, value in flat_tree(reference["params"]).items():
+        np.testing.assert_allclose(got[f"jit/bandit/['state']['params']{name}"], value, rtol=1e-4, atol=1e-5,
+                                   err_msg=f"jit {name}")
+    # pmap on shards of unequal weight equals jit on the global batch (one minibatch per epoch,
+    # see SHARDED_CONFIG).
+    assert 0 < float(got["jit/uneven/['metrics']['stale_fraction']"]) < 1
+    names = assert_pmap_equals_jit(got, "uneven")
+    assert any("obs_norm" in name for name in names) and len(names) > 20
