@@ -58,6 +58,14 @@ def pmean(tree: PyTree) -> PyTree:
     return tree if axis is None else jax.lax.pmean(tree, axis)
 
 
+def shard_count() -> int | jax.Array:
+    """Devices the batch is split over: pmap's inside a ``mode="pmap"`` step, else 1 (under jit
+    the update sees the global batch whole). With ``pmean``, it turns a per-shard mean into the
+    global batch's, e.g. for a count of samples."""
+    axis = _PMAP_AXIS.get()
+    return 1 if axis is None else jax.lax.psum(1, axis)
+
+
 def global_batch_from_local(local_batch: PyTree, mesh: Mesh, axis_name: str = "data",
                             batch_axis: int = 0) -> PyTree:
     """Host arrays of this process's share -> global arrays split along ``axis_name``.

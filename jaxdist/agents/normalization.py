@@ -57,18 +57,12 @@ def update_stats(stats: RunningStats, x: jax.Array, weight: jax.Array | None = N
     safe_n = jnp.maximum(n, 1e-12)
     batch_mean = total / safe_n
     batch_var = parallel.pmean(jnp.sum(w * jnp.square(x - batch_mean), axes)) / safe_n
-    n = n * _shards()
+    n = n * parallel.shard_count()
     count = stats.count + n
     delta = batch_mean - stats.mean
     mean = stats.mean + delta * n / count
     var = (stats.var * stats.count + batch_var * n + jnp.square(delta) * stats.count * n / count) / count
     return RunningStats(mean, var, count)
-
-
-def _shards() -> int:
-    """Devices the batch is split over: pmap's inside a pmap step, else 1 (jit sees it whole)."""
-    axis = parallel._PMAP_AXIS.get()
-    return 1 if axis is None else jax.lax.psum(1, axis)
 
 
 def normalize(stats: RunningStats, x: jax.Array, clip: float = 10.0) -> jax.Array:
