@@ -45,6 +45,11 @@ class Sample(NamedTuple):
     probabilities: np.ndarray | None  # each draw's chance, for importance weights; None for Fifo
 
 
+MAX_SAMPLE_ITEMS = 1 << 20
+MAX_SAMPLE_BYTES = 1 << 30
+"""The most items, and item bytes, one ``sample`` returns: sampling with replacement is not
+bounded by the table's size, and an answer is allocated whole before it is sent."""
+
 _LEAF = "*"  # a leaf's structure; None means no structure yet
 
 
@@ -117,6 +122,10 @@ class _Columns:
                                  f"{array.shape[1:]} {array.dtype} (fixed by its first item)")
         for leaf, array in zip(leaves, self.arrays):
             array[slots] = leaf
+
+    def row_bytes(self) -> int:
+        """Bytes of one stored item (0 before the first insert fixes its layout)."""
+        return sum(array[0].nbytes for array in self.arrays)
 
     def read(self, slots: np.ndarray) -> Any:
         return None if self.treedef is None else _unflatten(self.treedef, (a[slots] for a in self.arrays))
@@ -233,10 +242,15 @@ class _Table:
         """Returns ``batch_size`` items stacked; blocks while the table cannot provide them."""
         if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        if batch_size > MAX_SAMPLE_ITEMS:
+            raise ValueError(f"a sample of {batch_size} items is more than one call may take ({MAX_SAMPLE_ITEMS}); "
+                             "sample fewer items per call")
         self._check_batch_size(batch_size)
         with self._cond:
+            self._check_sample_bytes(batch_size)
             self._wait(lambda: self._can_sample(batch_size), timeout, "sample_waits",
                        lambda: self._sample_blocked(batch_size))
+            self._check_sample_bytes(batch_size)  # the first insert may have come meanwhile
             keys, probabilities = self._draw(batch_size)
             data = self._columns.read(keys % self.max_size)
             self._counts["samples"] += batch_size
@@ -287,6 +301,12 @@ class _Table:
 
     def _size(self) -> int:
         return self._next_key - self._first_key
+
+    def _check_sample_bytes(self, batch_size: int) -> None:
+        row = self._columns.row_bytes()
+        if batch_size * row > MAX_SAMPLE_BYTES:
+            raise ValueError(f"a sample of {batch_size} items of {row} bytes ({batch_size * row} bytes) is more than "
+                             f"one call may return ({MAX_SAMPLE_BYTES} bytes); sample fewer items per call")
 
     def _check_open(self) -> None:
         if self._closed:

@@ -327,3 +327,26 @@ def test_bad_arguments_are_refused_with_clear_errors():
     table.insert(item(0, 0), priority=0.0)
     with pytest.raises(ValueError, match="every priority is 0"):
         table.sample(1)
+
+
+@pytest.mark.parametrize("kind", [Uniform, Prioritized])
+def test_an_oversized_sample_is_refused_before_anything_is_allocated(kind):
+    # Sampling with replacement is bounded by nothing else: one 13-byte item once made a
+    # sample(2_000_000) allocate ~150 MB.
+    import tracemalloc
+
+    table = kind(10)
+    table.insert({"obs": np.zeros(3, np.float32), "done": np.zeros((), bool)})  # 13 bytes
+    big = kind(10)
+    big.insert(np.zeros(2 << 20, np.uint8))  # 2 MiB
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"sample of 2000000 items is more than one call may take \(1048576\)"):
+            table.sample(2_000_000)
+        with pytest.raises(ValueError, match=r"sample of 600 items of 2097152 bytes .* more than one call may "
+                                             r"return \(1073741824 bytes\); sample fewer items per call"):
+            big.sample(600)
+        assert tracemalloc.get_traced_memory()[1] < 1 << 20
+    finally:
+        tracemalloc.stop()
+    assert table.sample(1000).keys.shape == (1000,)  # smaller samples go on as before
