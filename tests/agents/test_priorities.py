@@ -1,40 +1,71 @@
 """PriorityWriter: the learner's after_update sends each sampled batch's new priorities back to
-the replay node, from a thread of its own and in order."""
+the replay node, from a thread of its own and in order, coalescing what piles up meanwhile."""
 
 from __future__ import annotations
 
-import time
+import threading
 
 import numpy as np
 
 from jaxdist.agents.priorities import PriorityWriter
+from waiting import wait_until
 
 
 class RecordingReplay:
-    """Stands in for a replay node's courier client: records the calls it gets."""
+    """Stands in for a replay node's courier client: records the calls it gets, and holds
+    them while ``hold`` is clear (a slow node)."""
 
     def __init__(self):
         self.calls = []
+        self.hold = threading.Event()
+        self.hold.set()
+        self.entered = threading.Event()
 
     def call(self, method, *args, **kwargs):
+        self.entered.set()
+        self.hold.wait()
         self.calls.append((method, args, kwargs))
 
     def with_timeout(self, seconds):
         return self
 
 
+def sent_keys(replay) -> np.ndarray:
+    return np.concatenate([keys for _, (keys, _), _ in replay.calls]) if replay.calls else np.empty(0)
+
+
 def test_priority_writer_sends_each_batchs_new_priorities_home_in_order():
     replay = RecordingReplay()
-    writer = PriorityWriter(replay, max_pending=2)
+    writer = PriorityWriter(replay)
     for step in range(5):
         keys = np.arange(4) + 10 * step
         writer({"keys": keys, "data": {}, "probabilities": np.full(4, 0.25)}, {"priorities": keys / 10.0, "loss": 1.0})
-    deadline = time.monotonic() + 10
-    while len(replay.calls) < 5 and time.monotonic() < deadline:  # the writes happen on the writer's thread
-        time.sleep(0.01)
-    assert [method for method, _, _ in replay.calls] == ["update_priorities"] * 5
-    for step, (_, (keys, priorities), kwargs) in enumerate(replay.calls):
-        np.testing.assert_array_equal(keys, np.arange(4) + 10 * step)
+    wait_until(lambda: len(sent_keys(replay)) == 20, what="all 20 priorities written")
+    np.testing.assert_array_equal(sent_keys(replay), np.concatenate([np.arange(4) + 10 * s for s in range(5)]))
+    for method, (keys, priorities), kwargs in replay.calls:
+        assert method == "update_priorities" and kwargs == {"table": "default"}
         np.testing.assert_allclose(priorities, keys / 10.0)
-        assert kwargs == {"table": "default"}
     assert writer.errors == 0
+
+
+def test_a_slow_replay_never_holds_the_learner_back_and_gets_the_backlog_in_one_write():
+    replay = RecordingReplay()
+    writer = PriorityWriter(replay, max_pending=64)
+    replay.hold.clear()
+    writer({"keys": np.arange(2)}, {"priorities": np.ones(2)})
+    assert replay.entered.wait(10)  # its write now waits on the node
+    finished = threading.Event()
+
+    def learner():  # 40 dispatches of scanned steps, (steps, batch) keys each
+        for step in range(1, 41):
+            keys = np.arange(6).reshape(3, 2) + 100 * step
+            writer({"keys": keys}, {"priorities": keys / 2.0})
+        finished.set()
+
+    threading.Thread(target=learner, daemon=True).start()
+    assert finished.wait(10), "the learner waited on a replay that was slow to take priorities"
+    replay.hold.set()
+    wait_until(lambda: len(sent_keys(replay)) == 2 + 40 * 6, what="every priority written")
+    assert len(replay.calls) == 2  # the first batch, then the backlog coalesced
+    expected = np.concatenate([np.arange(2)] + [np.arange(6) + 100 * s for s in range(1, 41)])
+    np.testing.assert_array_equal(sent_keys(replay), expected)
