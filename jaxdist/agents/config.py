@@ -57,6 +57,8 @@ class AgentConfig:
     learner_mode: Literal["jit", "pmap"] = "jit"
     learner_prefetch: int = 0
     """Batches fetched ahead of the learner (0: fetched inline, the lowest policy lag)."""
+    learner_steps_per_call: int = 1
+    """Updates per learner dispatch (``lax.scan``), their batches sampled in one replay request."""
     publish_every_updates: int = 1
     param_refresh_seconds: float = 0.02
     """How often actors ask for newer parameters."""
@@ -71,8 +73,8 @@ class AgentConfig:
 
     def __post_init__(self) -> None:
         for name in ("num_actors", "envs_per_actor", "trajectory_length", "total_steps", "eval_every_updates",
-                     "eval_episodes", "learner_hosts", "publish_every_updates", "max_in_flight",
-                     "checkpoint_every_updates", "log_every_updates"):
+                     "eval_episodes", "learner_hosts", "learner_steps_per_call", "publish_every_updates",
+                     "max_in_flight", "checkpoint_every_updates", "log_every_updates"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_actors % self.learner_hosts:

@@ -163,7 +163,8 @@ def build_learner(agent: Agent, replay: Any) -> Any:
         after_update = PriorityWriter(replay)
     return Learner(
         agent.learner_logic(config, agent.env), replay, batch_size=config.batch_size // config.learner_hosts,
-        mode=config.learner_mode, publish_every=config.publish_every_updates, seed=config.seed,
+        mode=config.learner_mode, steps_per_call=config.learner_steps_per_call,
+        publish_every=config.publish_every_updates, seed=config.seed,
         max_steps=config.total_updates, log_every=config.log_every_updates,
         checkpoint={"save_every_steps": config.checkpoint_every_updates, "keep": 2}, prefetch=config.learner_prefetch,
         replay_options={"field": None if agent.prioritized else "data", "end_on_stop": not multihost},

@@ -95,18 +95,22 @@ class CheckpointOptions:
 
 @dataclasses.dataclass
 class ReplaySource:
-    """The batch source over replay nodes' clients: each call samples ``batch_size`` items.
+    """The batch source over replay nodes' clients: each call samples ``steps`` batches of
+    ``batch_size`` items in one request.
 
     One client: ``ReplayClient(client).sample``; several: ``sample_many`` (the batch split over
-    them, asked at once). It waits in slices of ``slice_seconds`` while a rate limiter or an
-    empty table holds the sample back, for as long as it takes, except that with
-    ``end_on_stop`` it ends the source (``StopIteration``: the learner saves and returns) once
-    the program is stopping, so a learner fetching inline is never left waiting on actors that
-    have stopped. A learner spanning processes keeps ``end_on_stop=False``: all its processes
-    must step on to the step they agreed to stop at, and launchers keep its actors running
-    until it has. ``field`` picks one entry of the sample (``"data"``); ``None`` returns the
-    whole ``{"keys", "data", "probabilities"}``, for losses that need the probabilities
-    (prioritized replay) or the keys.
+    them, asked at once). With ``steps > 1`` a call returns every leaf as ``(steps,
+    batch_size, ...)``, the input of a learner's ``steps_per_call`` scanned updates: one round
+    trip per dispatch, not one per update. Row i of the sample goes to batch ``i % steps``, so
+    with several nodes each batch holds every node's share. It waits in slices of
+    ``slice_seconds`` while a rate limiter or an empty table holds the sample back, for as
+    long as it takes, except that with ``end_on_stop`` it ends the source (``StopIteration``:
+    the learner saves and returns) once the program is stopping, so a learner fetching inline
+    is never left waiting on actors that have stopped. A learner spanning processes keeps
+    ``end_on_stop=False``: all its processes must step on to the step they agreed to stop at,
+    and launchers keep its actors running until it has. ``field`` picks one entry of the sample
+    (``"data"``); ``None`` returns the whole ``{"keys", "data", "probabilities"}``, for losses
+    that need the probabilities (prioritized replay) or the keys.
     """
 
     clients: Any
@@ -115,6 +119,7 @@ class ReplaySource:
     field: str | None = "data"
     end_on_stop: bool = False
     slice_seconds: float = 0.25
+    steps: int = 1
 
     def __call__(self) -> PyTree:
         from jaxdist.nodes.replay import client as replay_client  # a node layer beside this one
@@ -126,15 +131,22 @@ class ReplaySource:
                 if self.end_on_stop and context.stop_requested():
                     raise StopIteration from None
                 continue
+            if self.steps > 1:
+                sample = jax.tree.map(self._split_steps, sample)
             return sample if self.field is None else sample[self.field]
 
     def _sample(self, replay_client: Any) -> PyTree:
+        size = self.batch_size * self.steps
         if isinstance(self.clients, (list, tuple)):
-            return replay_client.sample_many(list(self.clients), self.batch_size, table=self.table,
-                                             timeout=self.slice_seconds)
+            return replay_client.sample_many(list(self.clients), size, table=self.table, timeout=self.slice_seconds)
         if not isinstance(self.clients, replay_client.ReplayClient):
             self.clients = replay_client.ReplayClient(self.clients)
-        return self.clients.sample(self.batch_size, table=self.table, timeout=self.slice_seconds)
+        return self.clients.sample(size, table=self.table, timeout=self.slice_seconds)
+
+    def _split_steps(self, leaf: np.ndarray) -> np.ndarray:
+        """``(steps * batch, ...)`` rows -> ``(steps, batch, ...)``, row i in batch ``i % steps``."""
+        leaf = np.asarray(leaf)
+        return leaf.reshape(self.batch_size, self.steps, *leaf.shape[1:]).swapaxes(0, 1)
 
 
 class Learner:
@@ -243,7 +255,7 @@ class Learner:
         self._logged_restore = False
         self._rate = _Rate()
         self._feeder = _Feeder(self._resolve_source(source, batch_size, replay_options or {}),
-                               self._shard, self._k, prefetch) if source is not None else None
+                               self._shard, prefetch) if source is not None else None
         self._checked_step = -1
         print(f"{self.name}: {'restored step %d' % self._step if self.restored_step is not None else 'fresh start'}"
               f" on {self._dp.mesh.devices.size} device(s), mode={mode}", flush=True)
@@ -479,21 +491,23 @@ class Learner:
         return self.run_dir
 
     def _resolve_source(self, source: Any, batch_size: int | None, replay_options: Mapping[str, Any]) -> BatchSource:
+        """The source of one dispatch's batch: replay samples all ``steps_per_call`` batches in
+        one request; another source is called that many times and its batches stacked."""
         is_client = isinstance(source, courier.Client) or (
             isinstance(source, (list, tuple)) and source
             and all(isinstance(s, courier.Client) for s in source))
         if is_client:
             if batch_size is None:
                 raise ValueError(f"learner {self.name}: sampling from replay needs batch_size=")
-            return ReplaySource(source, batch_size, **replay_options)
+            return ReplaySource(source, batch_size, steps=self._k, **replay_options)
         if callable(getattr(source, "seek", None)):
             source.seek(self._step)
-        if callable(source):
-            return source
-        if hasattr(source, "__next__"):
-            return source.__next__
-        raise TypeError(f"learner {self.name}: source must be a callable next_batch() -> batch, an "
-                        f"iterator, or replay node client(s); got {type(source).__name__}")
+        if hasattr(source, "__next__") and not callable(source):
+            source = source.__next__
+        if not callable(source):
+            raise TypeError(f"learner {self.name}: source must be a callable next_batch() -> batch, an "
+                            f"iterator, or replay node client(s); got {type(source).__name__}")
+        return source if self._k == 1 else _Stacked(source, self._k)
 
 
 DISTRIBUTED_DEFAULTS = {"heartbeat_timeout_seconds": 10, "initialization_timeout": 120,
@@ -574,12 +588,22 @@ class _Rate:
 _END = object()
 
 
+@dataclasses.dataclass(frozen=True)
+class _Stacked:
+    """``steps`` batches of a source stacked along a new leading axis: one dispatch's input."""
+
+    source: BatchSource
+    steps: int
+
+    def __call__(self) -> PyTree:
+        return jax.tree.map(lambda *xs: np.stack(xs), *(self.source() for _ in range(self.steps)))
+
+
 class _Feeder:
     """A thread that calls the source and puts batches on devices ahead of the step loop."""
 
-    def __init__(self, source: BatchSource, shard: Callable[[PyTree], PyTree], steps_per_call: int,
-                 size: int) -> None:
-        self._source, self._shard, self._k = source, shard, steps_per_call
+    def __init__(self, source: BatchSource, shard: Callable[[PyTree], PyTree], size: int) -> None:
+        self._source, self._shard = source, shard
         self._queue: queue.Queue = queue.Queue(maxsize=max(size, 1))
         self._closed = threading.Event()
         self._inline = size == 0
@@ -616,10 +640,7 @@ class _Feeder:
             self._thread.join(timeout=0.5)
 
     def _next(self) -> PyTree:
-        if self._k == 1:
-            return self._shard(self._source())
-        batches = [self._source() for _ in range(self._k)]
-        return self._shard(jax.tree.map(lambda *xs: np.stack(xs), *batches))
+        return self._shard(self._source())
 
     def _loop(self) -> None:
         try:

@@ -17,7 +17,7 @@ import learner_nodes as ln
 from jaxdist import courier
 from jaxdist.checkpoint import Checkpointer, checkpoint_dir
 from jaxdist.metrics import read_metrics
-from jaxdist.nodes.learner import Learner
+from jaxdist.nodes.learner import Learner, ReplaySource
 
 # Unoptimised XLA compiles ~2x faster here; runs that are compared use the same flags.
 FAST_XLA = "--xla_backend_optimization_level=0"
@@ -222,6 +222,24 @@ def test_learner_samples_batches_from_a_replay_node(tmp_path):
     assert running.wait(timeout=120)
     assert running.status()["learner/0"]["state"] == "finished"
     assert logged_steps(tmp_path) == [1, 2, 3, 4, 5]
+
+
+def test_a_replay_source_samples_every_scanned_steps_batch_in_one_request(tmp_path):
+    # A Fifo hands out consecutive items per request: batch j holding items j, j+3, j+6, j+9
+    # shows the three batches came from one request of 12 (three requests give 0-3, 4-7, 8-11).
+    program = jd.Program("replay-source")
+    with program.group("replay"):
+        program.add_node(jd.ReplayNode(jd.replay.Fifo(max_size=64)))
+    running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False)
+    try:
+        client = client_of(running, "replay/0")
+        jd.replay.ReplayClient(client).insert_batch({"x": np.arange(12), "y": np.arange(24).reshape(12, 2)})
+        batch = ReplaySource(client, batch_size=4, steps=3)()
+        np.testing.assert_array_equal(batch["x"], np.arange(12).reshape(4, 3).T)
+        np.testing.assert_array_equal(batch["y"], np.arange(24).reshape(4, 3, 2).swapaxes(0, 1))
+        assert jd.replay.ReplayClient(client).size() == 0
+    finally:
+        running.stop()
 
 
 def test_steps_per_call_counts_sgd_steps_and_intervals_fire_when_crossed(tmp_path):

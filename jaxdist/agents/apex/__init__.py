@@ -24,9 +24,11 @@ def learner_logic(config: ApexConfig, env: EnvInfo) -> Any:
 
 def replay_table(config: ApexConfig) -> jd.replay.Prioritized:
     """The prioritized table, rate-limited to ``samples_per_insert``. Its window leaves room for
-    every actor's largest insert (and one batch) on either side of the target ratio."""
+    every actor's largest insert (and one learner request: a dispatch's batches) on either side
+    of the target ratio."""
     spi = config.samples_per_insert
-    error_buffer = math.ceil(spi * config.num_actors * config.transitions_per_send + config.batch_size + spi)
+    request = config.batch_size * config.learner_steps_per_call
+    error_buffer = math.ceil(spi * config.num_actors * config.transitions_per_send + request + spi)
     limiter = jd.replay.SampleToInsertRatio(spi, config.min_replay, error_buffer)
     return jd.replay.Prioritized(config.replay_size, config.priority_exponent, limiter, seed=config.seed)
 
