@@ -32,7 +32,8 @@ class ApexConfig(AgentConfig):
 
     **Learner.** Double DQN on batches of ``batch_size`` with Adam and a Huber loss; the target
     network is copied from the online one every ``target_update_period`` updates; after every
-    update the sampled transitions get their new priorities. ``total_steps`` env steps set the
+    dispatch of ``learner_steps_per_call`` updates (their batches sampled in one request, ahead
+    of use) the sampled transitions get their new priorities, written behind the learner. ``total_steps`` env steps set the
     number of updates: ``total_steps * samples_per_insert / batch_size``.
 
     **Checkpoints.** The learner saves every ``checkpoint_every_updates``; the replay (items,
@@ -50,6 +51,7 @@ class ApexConfig(AgentConfig):
     max_in_flight: int = 2
     max_send_wait: float = 60.0
     learner_prefetch: int = 1
+    learner_steps_per_call: int = 8
     publish_every_updates: int = 2
     checkpoint_every_updates: int = 1_000
     replay_checkpoint_seconds: float | None = 300.0
