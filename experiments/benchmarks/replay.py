@@ -148,7 +148,7 @@ def main() -> None:
 
     parent_end.send("stop")
     child.join()
-    print(f"{"items/s":44} {'table':>10} {'echo':>10} {'node':>10} {'node/echo':>9}  target")
+    print(f"{'items/s':44} {'table':>10} {'echo':>10} {'node':>10} {'node/echo':>9}  target")
     for name, in_process, floor, node, target in rows:
         print(f"{name:44} {in_process:10.0f} {floor:10.0f} {node:10.0f} {node / floor:9.2f}  {target}")
 
