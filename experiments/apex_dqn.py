@@ -8,7 +8,7 @@ with a jitted epsilon-greedy policy and insert n-step transitions with prioritie
 from their own Q-values; an evaluator plays the greedy policy every few hundred updates. Every
 field of ``ApexConfig`` is a flag (``--help``).
 
-    python experiments/apex_dqn.py                        # 4 actors x 4 envs, 400k env steps
+    python experiments/apex_dqn.py                        # 2 actors x 8 envs, 400k env steps
     python experiments/apex_dqn.py --stop-at-target       # stop once the evaluation hits 475
 
 Everything lands in runs/apex-<env>-seed<seed>/ (--run-dir); running the same command again

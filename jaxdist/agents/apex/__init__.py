@@ -33,17 +33,13 @@ def replay_table(config: ApexConfig) -> jd.replay.Prioritized:
     return jd.replay.Prioritized(config.replay_size, config.priority_exponent, limiter, seed=config.seed)
 
 
-def transition_sink(config: ApexConfig, replay: Any) -> acting.TransitionSink:
-    return acting.TransitionSink(replay, config.gamma, config.n_step)
-
-
 def agent(config: ApexConfig) -> distributed.Agent:
     env = env_info(config.env_id)
     if not env.action.discrete:
         raise ValueError(f"DQN chooses among discrete actions; {config.env_id} has a continuous action space "
                          f"(use PPO or IMPALA)")
     return distributed.Agent("apex", config, env, learner_logic, acting.policy, replay_table,
-                             sink=transition_sink, prioritized=True)
+                             sink=acting.TransitionSink, prioritized=True)
 
 
 def make_program(config: ApexConfig) -> jd.Program:

@@ -11,6 +11,7 @@ import numpy as np
 
 from jaxdist.spaces import EnvInfo
 
+
 def actor_epsilons(num_actors: int, base: float = 0.4, alpha: float = 7.0) -> list[float]:
     """``base ** (1 + alpha * i / (N - 1))`` for actor i of N (Horgan et al. 2018); ``[base]``
     for one actor. Spread over many orders of magnitude, so some actors explore hard and the
@@ -78,15 +79,16 @@ def to_transitions(trajectories: list[dict[str, np.ndarray]], gamma: float,
 
 
 class TransitionSink:
-    """An actor's ``sink(items)``: its trajectories become n-step transitions, inserted into
-    the replay node ``replay`` (a client) with their initial priorities in one atomic call,
-    stacked (one array per field on the wire, not one per transition)."""
+    """An actor's ``sink(items)`` (an ``Agent.sink``): its trajectories become n-step
+    transitions, inserted into the replay node ``replay`` (a client) with their initial
+    priorities in one atomic call, stacked (one array per field on the wire, not one per
+    transition)."""
 
-    def __init__(self, replay: Any, gamma: float, n_step: int, timeout: float | None = 30.0) -> None:
+    def __init__(self, config: Any, replay: Any, timeout: float | None = 30.0) -> None:
         from jaxdist.nodes.replay import ReplayClient
 
         self._replay = ReplayClient(replay)
-        self._gamma, self._n_step, self._timeout = gamma, n_step, timeout
+        self._gamma, self._n_step, self._timeout = config.gamma, config.n_step, timeout
 
     def __call__(self, trajectories: list[dict[str, np.ndarray]]) -> None:
         transitions, priorities = to_transitions(trajectories, self._gamma, self._n_step)
