@@ -92,20 +92,9 @@ def measure(echo: Callable[[], Any], node: Callable[[], Any], items: int, calls:
     return statistics.median(rates[0]), statistics.median(rates[1])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer calls (a smoke run)")
-    args = parser.parse_args()
-    trials, seconds_scale = (3, 0.25) if args.quick else (7, 1.0)
-
-    parent_end, child_end = multiprocessing.get_context("spawn").Pipe()
-    child = multiprocessing.get_context("spawn").Process(target=serve, args=(child_end,))
-    child.start()
-    replay_address, echo_address, token = parent_end.recv()
-    replay = ReplayClient(courier.Client(replay_address, token=token, timeout=120))
-    echo = courier.Client(echo_address, token=token, timeout=120)
+def measured_rows(replay: ReplayClient, echo: courier.Client, trials: int, seconds_scale: float) -> list[tuple]:
+    """``(call, table items/s, echo items/s, node items/s, target)`` for each kind of call."""
     local = {"uniform": Uniform(CAPACITY), "prioritized": Prioritized(CAPACITY)}
-
     fill = transitions(CAPACITY, seed=1)
     for name in local:  # full tables: sampling and evicting as in a long run
         for start in range(0, CAPACITY, 20_000):
@@ -145,9 +134,25 @@ def main() -> None:
     keys, new = np.arange(CAPACITY - 1024, CAPACITY), np.random.default_rng(2).uniform(0.1, 2, 1024)
     row("update_priorities, 1024 keys a call", 1024, 40, lambda: local["prioritized"].update_priorities(keys, new),
         lambda: echo.echo((keys, new)), lambda: replay.update_priorities(keys, new, table="prioritized"))
+    return rows
 
-    parent_end.send("stop")
-    child.join()
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer calls (a smoke run)")
+    args = parser.parse_args()
+    trials, seconds_scale = (3, 0.25) if args.quick else (7, 1.0)
+
+    parent_end, child_end = multiprocessing.get_context("spawn").Pipe()
+    child = multiprocessing.get_context("spawn").Process(target=serve, args=(child_end,))
+    child.start()
+    try:
+        replay_address, echo_address, token = parent_end.recv()
+        rows = measured_rows(ReplayClient(courier.Client(replay_address, token=token, timeout=120)),
+                             courier.Client(echo_address, token=token, timeout=120), trials, seconds_scale)
+    finally:
+        parent_end.send("stop")
+        child.join()
     print(f"{'items/s':44} {'table':>10} {'echo':>10} {'node':>10} {'node/echo':>9}  target")
     for name, in_process, floor, node, target in rows:
         print(f"{name:44} {in_process:10.0f} {floor:10.0f} {node:10.0f} {node / floor:9.2f}  {target}")
