@@ -185,7 +185,8 @@ def apex_updates_per_second(args: argparse.Namespace) -> list[tuple[str, float, 
     logic = learning.logic(config, env)
     rng = np.random.default_rng(0)
     size = 20_000
-    transitions = {"obs": rng.normal(size=(size, 4)).astype(np.float32), "action": rng.integers(0, 2, size).astype(np.int32),
+    transitions = {"obs": rng.normal(size=(size, 4)).astype(np.float32),
+                   "action": rng.integers(0, 2, size).astype(np.int32),
                    "reward": rng.normal(size=size).astype(np.float32), "discount": np.full(size, 0.95, np.float32),
                    "next_obs": rng.normal(size=(size, 4)).astype(np.float32)}
     program = jd.Program("bench-replay")

@@ -131,8 +131,10 @@ def measured_rows(replay: ReplayClient, echo: courier.Client, trials: int, secon
             row(f"sample {table}, {n} items a call", n, max(20, 40_000 // n),
                 lambda: local[table].sample(n), lambda: echo.answer(n),
                 lambda: replay.sample(n, table=table), ">= 20k" if n > 32 else "")
-    keys, new = np.arange(CAPACITY - 1024, CAPACITY), np.random.default_rng(2).uniform(0.1, 2, 1024)
-    row("update_priorities, 1024 keys a call", 1024, 40, lambda: local["prioritized"].update_priorities(keys, new),
+    new = np.random.default_rng(2).uniform(0.1, 2, 1024)  # for live keys: sampled ones
+    local_keys, keys = local["prioritized"].sample(1024).keys, replay.sample(1024, table="prioritized")["keys"]
+    row("update_priorities, 1024 keys a call", 1024, 40,
+        lambda: local["prioritized"].update_priorities(local_keys, new),
         lambda: echo.echo((keys, new)), lambda: replay.update_priorities(keys, new, table="prioritized"))
     return rows
 

@@ -35,8 +35,9 @@ class ApexConfig(AgentConfig):
     **Learner.** Double DQN on batches of ``batch_size`` with Adam and a Huber loss; the target
     network is copied from the online one every ``target_update_period`` updates; after every
     dispatch of ``learner_steps_per_call`` updates (their batches sampled in one request, ahead
-    of use) the sampled transitions get their new priorities, written behind the learner. ``total_steps`` env steps set the
-    number of updates: ``total_steps * samples_per_insert / batch_size``.
+    of use) the sampled transitions get their new priorities, written behind the learner.
+    ``total_steps`` env steps set the number of updates: ``total_steps * samples_per_insert /
+    batch_size``.
 
     **Checkpoints.** The learner saves every ``checkpoint_every_updates``; the replay (items,
     priorities and the rate limiter's counts) every ``replay_checkpoint_seconds`` and at a stop,
