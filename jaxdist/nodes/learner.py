@@ -423,8 +423,7 @@ class Learner:
 
     def _device_copy_of_params(self) -> PyTree:
         """A fresh device-0 copy of the params: the state itself is donated to the next call."""
-        params = self._dp.unreplicate(self._logic.params(self._train["state"]))
-        copy = jax.tree.map(jnp.copy, params)
+        copy = _copy_tree(self._dp.unreplicate(self._logic.params(self._train["state"])))
         for leaf in jax.tree.leaves(copy):
             leaf.copy_to_host_async()
         return copy
@@ -545,6 +544,12 @@ class _CountedUpdate:
         key = jax.random.wrap_key_data(jax.random.fold_in(rng, train["step"]))
         state, metrics = self.update(train["state"], batch, key)
         return {"state": state, "step": train["step"] + 1}, metrics
+
+
+@jax.jit
+def _copy_tree(tree: PyTree) -> PyTree:
+    """New buffers for every leaf in one dispatch (a ``jnp.copy`` per leaf costs ~20 us each)."""
+    return jax.tree.map(jnp.copy, tree)
 
 
 def _crossed(before: int, after: int, every: int | None) -> bool:
