@@ -5,7 +5,7 @@ A learner (with the prioritized replay colocated in its process) runs double-DQN
 prioritized samples, writes the sampled transitions' new priorities back and serves its
 parameters; N actors, actor i exploring with epsilon 0.4^(1 + 7 i / (N - 1)), step vector envs
 with a jitted epsilon-greedy policy and insert n-step transitions with priorities computed
-from their own Q-values; an evaluator plays the greedy policy every few hundred updates. Every
+from their own Q-values; an evaluator plays the greedy policy every 1,000 updates. Every
 field of ``ApexConfig`` is a flag (``--help``).
 
     python experiments/apex_dqn.py                        # 2 actors x 8 envs, 400k env steps
