@@ -227,17 +227,26 @@ def test_learner_samples_batches_from_a_replay_node(tmp_path):
 def test_a_replay_source_samples_every_scanned_steps_batch_in_one_request(tmp_path):
     # A Fifo hands out consecutive items per request: batch j holding items j, j+3, j+6, j+9
     # shows the three batches came from one request of 12 (three requests give 0-3, 4-7, 8-11).
+    # From two nodes (6 items each), every batch holds both nodes' share.
     program = jd.Program("replay-source")
     with program.group("replay"):
-        program.add_node(jd.ReplayNode(jd.replay.Fifo(max_size=64)))
+        for _ in range(2):
+            program.add_node(jd.ReplayNode(jd.replay.Fifo(max_size=64)))
     running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False)
     try:
-        client = client_of(running, "replay/0")
-        jd.replay.ReplayClient(client).insert_batch({"x": np.arange(12), "y": np.arange(24).reshape(12, 2)})
-        batch = ReplaySource(client, batch_size=4, steps=3)()
+        one, two = client_of(running, "replay/0"), client_of(running, "replay/1")
+        for client in (one, two, one):
+            jd.replay.ReplayClient(client).insert_batch({"x": np.arange(12), "y": np.arange(24).reshape(12, 2)})
+        batch = ReplaySource(one, batch_size=4, steps=3)()
         np.testing.assert_array_equal(batch["x"], np.arange(12).reshape(4, 3).T)
         np.testing.assert_array_equal(batch["y"], np.arange(24).reshape(4, 3, 2).swapaxes(0, 1))
-        assert jd.replay.ReplayClient(client).size() == 0
+        assert jd.replay.ReplayClient(one).size() == 12
+
+        both = ReplaySource([one, two], batch_size=4, steps=3, field=None)()
+        assert both["keys"].shape == (3, 4, 2)
+        for j in range(3):  # rows j, j+3, j+6, j+9 of node 0's 6 items then node 1's
+            np.testing.assert_array_equal(both["keys"][j], [[0, 12 + j], [0, 15 + j], [1, j], [1, 3 + j]])
+            np.testing.assert_array_equal(both["data"]["x"][j], [j, 3 + j, j, 3 + j])
     finally:
         running.stop()
 
