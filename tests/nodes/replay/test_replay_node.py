@@ -427,6 +427,8 @@ def test_insert_batch_stores_stacked_items_as_insert_many_stores_them(tmp_path):
         replay = ReplayClient(courier_client(running, handle.node_name))
         assert replay.insert_batch(stacked(chunks), priorities=[0, 0, 0, 0, 1.0], timeout=5) == [0, 1, 2, 3, 4]
         assert rn.ids(replay.sample(3)["data"]) == [(3, 4)] * 3
+        with pytest.raises(ValueError, match=r"a sample of 2000000 items is more than one call may take"):
+            replay.sample(2_000_000)  # the node's refusal reaches the caller as it is
         replay.close()
     uniform = Uniform(4)
     uniform.insert_many([rn.chunk(0, s) for s in range(3)])
