@@ -177,8 +177,8 @@ def apex_updates_per_second(args: argparse.Namespace) -> list[tuple[str, float, 
     import jaxdist as jd
     from jaxdist import courier
     from jaxdist.agents.apex import ApexConfig, learning
-    from jaxdist.agents.priorities import PriorityWriter
     from jaxdist.nodes.learner import Learner
+    from jaxdist.nodes.replay import PriorityWriter
     from jaxdist.spaces import env_info
 
     config, env = ApexConfig(), env_info("CartPole-v1")

@@ -158,7 +158,7 @@ def build_learner(agent: Agent, replay: Any) -> Any:
     multihost = config.learner_hosts > 1
     after_update = None
     if agent.prioritized:
-        from jaxdist.agents.priorities import PriorityWriter
+        from jaxdist.nodes.replay import PriorityWriter
 
         after_update = PriorityWriter(replay)
     return Learner(

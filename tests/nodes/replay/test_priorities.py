@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 
-from jaxdist.agents.priorities import PriorityWriter
+from jaxdist.nodes.replay import PriorityWriter
 from waiting import wait_until
 
 

@@ -1,4 +1,4 @@
-"""Writing a prioritized replay's new priorities back from the learner, off its step loop."""
+"""Writing a prioritized replay's new priorities back from a learner, off its step loop."""
 
 from __future__ import annotations
 
@@ -7,18 +7,19 @@ from typing import Any
 
 import numpy as np
 
+from jaxdist.nodes.replay.client import ReplayClient
+
 
 class PriorityWriter:
-    """The learner's ``after_update``: the new priorities of each sampled batch go back to the
-    replay node from a thread of its own, in order. Whatever piled up while a write was on the
+    """A learner's ``after_update`` over a prioritized replay source (``field=None``): the
+    ``metrics["priorities"]`` its update returns for the sampled ``batch["keys"]`` go back to
+    the replay node ``replay`` (a client) from a thread of its own, in order. Whatever piled up while a write was on the
     wire goes in the next one, as one call: the writer keeps up with any learner speed, and
     the learner waits only when ``max_pending`` dispatches are unwritten. A failed write is
     reported and skipped: priorities are a hint, and the replay (colocated with the learner)
     only fails when the program stops or crashes."""
 
     def __init__(self, replay: Any, max_pending: int = 64) -> None:
-        from jaxdist.nodes.replay import ReplayClient
-
         self._replay = ReplayClient(replay)
         self._max_pending = max_pending
         self._pending: list[tuple[Any, Any]] = []
