@@ -1,6 +1,6 @@
 """OpenAI-ES: ``learning.py`` (the math: seeded noise, centered ranks, the antithetic gradient
-estimate, the optax step), ``dynamics.py`` (CartPole-v1 and Pendulum-v1 in JAX), ``policy.py``
-(an MLP over a flat parameter vector), ``rollout.py`` (jitted episode batches), ``gym_eval.py``
+estimate, the optax step), ``policy.py`` (an MLP over a flat parameter vector), ``rollout.py``
+(jitted episode batches on the JAX envs of ``jaxdist.jax_envs``), ``gym_eval.py``
 (returns on gymnasium's own envs), ``search.py`` (the JAX side of the nodes), ``evaluator.py``
 and ``master.py`` (the nodes), ``config.py`` (``ESConfig`` and per-env ``PRESETS``),
 ``builder.py`` (``make_program``), ``training.py`` (``train``). ES keeps its own program (a

@@ -35,7 +35,7 @@ class ESConfig:
     """
 
     env_id: Literal["CartPole-v1", "Pendulum-v1"] = "CartPole-v1"
-    """An env with a JAX port of its dynamics (jaxdist/agents/es/dynamics.py); picks its preset."""
+    """An env with a JAX port of its dynamics (jaxdist/jax_envs.py); picks its preset."""
     seed: int = 0
     num_evaluators: int = 2
     """Evaluator nodes: ES's actors."""

@@ -9,7 +9,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from jaxdist.agents.es.dynamics import Dynamics
+from jaxdist.jax_envs import JaxEnv
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,7 +24,7 @@ class Policy:
     action_scale: float = 1.0
 
     @classmethod
-    def for_env(cls, dynamics: Dynamics, hidden: tuple[int, ...]) -> "Policy":
+    def for_env(cls, dynamics: JaxEnv, hidden: tuple[int, ...]) -> "Policy":
         return cls(dynamics.obs_size, tuple(hidden), dynamics.action_size, dynamics.discrete, dynamics.action_scale)
 
     @property

@@ -10,12 +10,12 @@ import jax
 import jax.numpy as jnp
 
 from jaxdist.agents.es import learning
-from jaxdist.agents.es.dynamics import Dynamics
+from jaxdist.jax_envs import JaxEnv
 from jaxdist.agents.es.policy import Policy
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def episodes(policy: Policy, dynamics: Dynamics, params: jax.Array, keys: jax.Array) -> tuple[jax.Array, jax.Array]:
+def episodes(policy: Policy, dynamics: JaxEnv, params: jax.Array, keys: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Returns and lengths, both ``[P, E]``, of ``params[p]`` (``[P, D]``) in the episodes that
     start from ``reset(keys[e])``: every parameter vector meets the same start states."""
 
@@ -38,7 +38,7 @@ def episodes(policy: Policy, dynamics: Dynamics, params: jax.Array, keys: jax.Ar
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def antithetic_fitness(policy: Policy, dynamics: Dynamics, theta: jax.Array, seeds: jax.Array, sigma: float,
+def antithetic_fitness(policy: Policy, dynamics: JaxEnv, theta: jax.Array, seeds: jax.Array, sigma: float,
                        keys: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Fitness ``[n, 2]`` of ``theta + sigma * eps_i`` and ``theta - sigma * eps_i`` (mean return
     over the episodes of ``keys``), ``eps_i`` regenerated from ``seeds[i]``; and env steps taken."""

@@ -13,7 +13,7 @@ import numpy as np
 
 from jaxdist.agents.es import gym_eval, learning, rollout
 from jaxdist.agents.es.config import ESConfig
-from jaxdist.agents.es.dynamics import dynamics
+from jaxdist.jax_envs import jax_env
 from jaxdist.agents.es.policy import Policy
 from jaxdist.checkpoint import Checkpointer
 
@@ -26,7 +26,7 @@ class Rollouts:
 
     def __init__(self, config: ESConfig) -> None:
         self.config = config
-        self.dynamics = dynamics(config.env_id)
+        self.dynamics = jax_env(config.env_id)
         self.policy = Policy.for_env(self.dynamics, config.hidden)
 
     def antithetic(self, theta: Any, generation: int, seeds: Any) -> tuple[np.ndarray, int]:

@@ -1,5 +1,10 @@
-"""CartPole-v1 and Pendulum-v1 in JAX, ported line by line from gymnasium's classic control, so
-that a whole batch of episodes runs inside one jitted ``lax.scan``.
+"""Environments in JAX: CartPole-v1 and Pendulum-v1, ported line by line from gymnasium's classic
+control, so that a whole batch of episodes (``vmap`` over envs) runs inside one jitted
+``lax.scan`` with the policy. ``jax_env(env_id)`` gives the port of a gymnasium id.
+
+The API is functional: ``reset(key) -> (state, obs)`` and ``step(state, action) -> Step``, both
+pure and jittable, so a caller vmaps them over envs and autoresets with ``jnp.where`` on
+``terminated | truncated`` inside its scan. ES's rollouts (``jaxdist.agents.es``) run on them.
 
 The functions are pure and follow the dtype of the state: float32 in training, float64 (under
 ``jax.enable_x64``) where a test checks them step for step against gymnasium, whose envs keep
@@ -32,7 +37,7 @@ class Step(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Dynamics:
+class JaxEnv:
     """One environment: ``reset(key) -> (state, obs)``, ``step(state, action) -> Step``."""
 
     env_id: str
@@ -114,20 +119,20 @@ def pendulum_observe(physics: jax.Array) -> jax.Array:
     return jnp.stack([jnp.cos(th), jnp.sin(th), thdot])
 
 
-ENVS: dict[str, Dynamics] = {
-    "CartPole-v1": Dynamics("CartPole-v1", obs_size=4, action_size=2, discrete=True, action_scale=1.0,
+ENVS: dict[str, JaxEnv] = {
+    "CartPole-v1": JaxEnv("CartPole-v1", obs_size=4, action_size=2, discrete=True, action_scale=1.0,
                             max_steps=500, reset_physics=cartpole_reset, physics_step=cartpole_step,
                             observe=lambda physics: physics),
-    "Pendulum-v1": Dynamics("Pendulum-v1", obs_size=3, action_size=1, discrete=False, action_scale=MAX_TORQUE,
+    "Pendulum-v1": JaxEnv("Pendulum-v1", obs_size=3, action_size=1, discrete=False, action_scale=MAX_TORQUE,
                             max_steps=200, reset_physics=pendulum_reset, physics_step=pendulum_step,
                             observe=pendulum_observe),
 }
 
 
-def dynamics(env_id: str) -> Dynamics:
+def jax_env(env_id: str) -> JaxEnv:
     """The JAX port of ``env_id``; a clear error for the envs that have none."""
     try:
         return ENVS[env_id]
     except KeyError:
-        raise ValueError(f"no JAX dynamics for {env_id!r}; ES here runs {', '.join(ENVS)}") from None
+        raise ValueError(f"no JAX port of {env_id!r}; jaxdist.jax_envs has {', '.join(ENVS)}") from None
 
