@@ -94,7 +94,7 @@ class Actor:
             params, refresh_every_seconds=refresh_every_seconds, first_fetch_timeout=first_fetch_timeout)
         self._device_params: tuple[int, Any] = (-2, None)
         self._sender = _Sender(_make_send(sink, table, insert_timeout), max_in_flight, max_send_wait, self.name,
-                              retry_for=send_retry_for)
+                              retry_for=send_retry_for, stopping=self._should_stop)
         self._episode_window = episode_window
         self._episodes: collections.deque = collections.deque(maxlen=keep_episodes)
         self._episode_count = 0
@@ -339,8 +339,10 @@ class _Sender:
     (benchmarks)."""
 
     def __init__(self, send: Callable[[list], Any] | None, max_in_flight: int, max_wait: float, name: str,
-                 retry_for: float = 60.0, backoff: tuple[float, float] = (0.05, 2.0)) -> None:
+                 retry_for: float = 60.0, backoff: tuple[float, float] = (0.05, 2.0),
+                 stopping: Callable[[], bool] = lambda: False) -> None:
         self._send, self._max_in_flight, self._max_wait, self._name = send, max_in_flight, max_wait, name
+        self._stopping = stopping
         self._retry_for, self._backoff = retry_for, backoff
         self._executor = futures.ThreadPoolExecutor(max_in_flight, thread_name_prefix="actor-send")
         self._pending: collections.deque[futures.Future] = collections.deque()
@@ -357,9 +359,15 @@ class _Sender:
         self._reap()
         if len(self._pending) >= self._max_in_flight:
             start = time.monotonic()
-            futures.wait(list(self._pending), timeout=self._max_wait, return_when=futures.FIRST_COMPLETED)
+            deadline = start + self._max_wait
+            # In slices, so that a stop does not wait out max_wait behind a receiver that is gone.
+            while len(self._pending) >= self._max_in_flight and not self._stopping():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                futures.wait(list(self._pending), timeout=min(left, 0.05), return_when=futures.FIRST_COMPLETED)
+                self._reap()
             self._wait_seconds += time.monotonic() - start
-            self._reap()
             if len(self._pending) >= self._max_in_flight:
                 self._counts["dropped"] += 1
                 return

@@ -9,6 +9,7 @@ import jax
 import numpy as np
 import pytest
 
+import jaxdist as jd
 from jaxdist import courier
 from jaxdist.agents.networks import ActorCritic
 from jaxdist.agents.policies import ActorCriticPolicy
@@ -16,7 +17,7 @@ from jaxdist.spaces import ActionSpace, EnvInfo
 from jaxdist.envs import EnvSpec
 from jaxdist.nodes.actor import Actor
 from jaxdist.nodes.parameter_server import ParameterServer
-from waiting import wait_until
+from waiting import returns, wait_until
 
 CARTPOLE = EnvInfo((4,), "float32", ActionSpace(num_actions=2))
 NETWORK = ActorCritic(action=CARTPOLE.action, hidden=(8,))
@@ -192,3 +193,21 @@ def test_trajectories_made_while_the_receiver_restarts_are_retried_into_a_bounde
     log = capfd.readouterr().out
     assert "actor-under-test: sending a trajectory failed, retrying with backoff" in log
     assert "actor-under-test: sends succeed again after" in log and "trajectories dropped meanwhile" in log
+
+
+def test_a_stop_does_not_wait_out_max_send_wait_behind_a_receiver_that_is_gone(tmp_path):
+    """A program's stop reaches an actor blocked on a full send slot at once: before, it waited
+    ``max_send_wait`` (the demo's ordered stop took 2 s more, until the launcher interrupted it)."""
+    release = threading.Event()
+    program = jd.Program("blocked-actor")
+    program.add_node(jd.CourierNode(Actor, POLICY, EnvSpec("CartPole-v1", 2), ParameterServer(params(), version=0),
+                                    lambda items: release.wait(600), trajectory_length=4, max_in_flight=1,
+                                    max_send_wait=600.0, send_retry_for=600.0), label="actor")
+    running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False, interrupt_after=600, grace=600)
+    try:
+        actor = courier.Client(running.addresses["actor/0"], token=running.token)
+        wait_until(lambda: actor.stats()["trajectories"] >= 2, "the actor blocked on its full send slot")
+        returns(running.stop, "a stop of an actor blocked on a send", timeout=30)
+    finally:
+        release.set()
+        running.stop()
