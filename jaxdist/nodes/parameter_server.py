@@ -193,7 +193,10 @@ class VariableClient:
             return dict(self._counts, last_error=self._last_error, version=self._held[0])
 
     def close(self) -> None:
-        """Stop refreshing (the source client is the caller's to close)."""
+        """Stop refreshing (the source client is the caller's to close). Waits a moment for a
+        fetch in flight, once: a second close returns at once."""
+        if self._closed.is_set():
+            return
         self._closed.set()
         self._due.set()
         with self._fetched:

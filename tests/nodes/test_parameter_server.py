@@ -200,3 +200,23 @@ def test_follows_a_server_that_went_back_to_an_older_version():
     assert variables.refresh(timeout=2.0)
     assert variables.version == 7 and variables.params["w"][0] == 7.0
     variables.close()
+
+
+def test_a_second_close_does_not_wait_again_for_a_fetch_that_hangs():
+    """An actor closes its variables when its run ends and again when its node shuts down: each
+    close waited a second for a fetch hanging on a learner that had gone, two seconds of every stop."""
+    hanging, release = threading.Event(), threading.Event()
+
+    class Hangs:
+        def get(self, min_version: int = -1) -> dict:
+            hanging.set()
+            release.wait(60)
+            raise ConnectionError("the learner is gone")
+
+    variables = VariableClient(Hangs(), refresh_every_seconds=0.01)
+    try:
+        wait_until(hanging.is_set, "a fetch in flight")
+        variables.close()  # gives the fetch in flight a moment
+        returns(variables.close, "a second close", timeout=0.5)
+    finally:
+        release.set()
