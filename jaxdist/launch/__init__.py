@@ -18,8 +18,24 @@ def available_launchers() -> list[str]:
     return sorted(module.name for module in pkgutil.iter_modules(launchers.__path__))
 
 
+NO_MAIN_GUARD = (
+    "error: jd.launch() ran again while a node's process was importing your script: node processes "
+    "import the script that launched them, so put the launch under `if __name__ == \"__main__\":` "
+    "(build the program in a function and call it there)")
+
+
+def _importing_main_for_a_node() -> bool:
+    """Whether this is a spawned child still importing the parent's main module: a script without
+    the main guard launches again there (multiprocessing then fails with a long traceback)."""
+    import multiprocessing
+
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
+
+
 def launch(program: Program, launcher: str = "processes", **options: Any) -> Running:
     """Start `program` with the named launcher; options go to that launcher's `launch`."""
+    if _importing_main_for_a_node():
+        raise SystemExit(NO_MAIN_GUARD)
     if launcher not in available_launchers():
         raise ValueError(f"unknown launcher {launcher!r}; available: {', '.join(available_launchers())}")
     module = importlib.import_module(f"jaxdist.launch.launchers.{launcher}")

@@ -289,3 +289,19 @@ def test_sigterm_to_every_node_stops_the_program_in_order_through_the_launcher(t
         running.stop_reason == "node 'learner/0' got SIGTERM", running.stop_reason
     assert int(report.read_text()) >= 10
     assert [status["exitcode"] for status in running.status().values()] == [0, 0]
+
+
+def test_a_script_without_the_main_guard_is_told_what_to_add(tmp_path):
+    script = tmp_path / "no_guard.py"
+    script.write_text(
+        "import jaxdist as jd\n"
+        "class Hello:\n"
+        "    def run(self):\n"
+        "        print('hello')\n"
+        "program = jd.Program('no-guard')\n"
+        "program.add_node(jd.CourierNode(Hello), label='hello')\n"
+        f"jd.launch(program, launcher='processes', run_dir={str(tmp_path / 'run')!r}).wait()\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode != 0
+    assert 'if __name__ == "__main__":' in done.stderr, done.stderr
+    assert "bootstrapping phase" not in done.stderr  # multiprocessing's own traceback is not reached
