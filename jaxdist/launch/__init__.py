@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from typing import Any
 
 from jaxdist.launch.context import current_node, stop, stop_requested, wait_for_stop
 from jaxdist.launch.restart import Restart
-from jaxdist.launch.running import NodeFailedError, Running
+from jaxdist.launch.running import RUNNING, NodeFailedError, Running
 from jaxdist.launch import launchers
 from jaxdist.program import Program
 
@@ -39,7 +40,18 @@ def launch(program: Program, launcher: str = "processes", **options: Any) -> Run
     if launcher not in available_launchers():
         raise ValueError(f"unknown launcher {launcher!r}; available: {', '.join(available_launchers())}")
     module = importlib.import_module(f"jaxdist.launch.launchers.{launcher}")
-    return module.launch(program, **options)
+    running = module.launch(program, **options)
+    if launcher != "multihost" and "units" not in options:  # the whole program is here
+        _say_if_nothing_runs(running)
+    return running
+
+
+def _say_if_nothing_runs(running: Running) -> None:
+    """A program of services alone never ends by itself: `wait()` would block without a word."""
+    statuses = running.status().values()
+    if statuses and not any(status["has_run"] or status["state"] != RUNNING for status in statuses):
+        print(f"note: no node of program '{running.program_name}' has a run() method, so it serves until "
+              f"stopped: jd.stop() from a served method, Running.stop(), or Ctrl-C", file=sys.stderr, flush=True)
 
 
 __all__ = [

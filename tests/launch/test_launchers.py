@@ -305,3 +305,18 @@ def test_a_script_without_the_main_guard_is_told_what_to_add(tmp_path):
     assert done.returncode != 0
     assert 'if __name__ == "__main__":' in done.stderr, done.stderr
     assert "bootstrapping phase" not in done.stderr  # multiprocessing's own traceback is not reached
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_program_of_services_alone_says_at_launch_what_ends_it(tmp_path, capfd, launcher):
+    program = jd.Program("services")
+    program.add_node(jd.CourierNode(nodes.Counter), label="counter")
+    running = jd.launch(program, launcher=launcher, run_dir=str(tmp_path), echo=False)
+    try:
+        assert "no node of program 'services' has a run() method" in capfd.readouterr().err
+    finally:
+        running.stop()
+    program = jd.Program("worker")
+    program.add_node(jd.CourierNode(nodes.UntilStopped), label="loop")
+    with jd.launch(program, launcher=launcher, run_dir=str(tmp_path / "worker"), echo=False):
+        assert "has a run() method" not in capfd.readouterr().err
