@@ -17,6 +17,10 @@ class CourierNode(Node):
     Handles among the arguments become clients when the node starts. If the object has `run()`,
     the node runs it; the program may end when it returns. Its constructor and `run()` can ask
     `jaxdist.launch.context.current_node()` for the node's name and run directory.
+
+    Served methods run concurrently, on the server's pool of threads (16), while `run()` runs in
+    a thread of its own: guard shared state with a lock, or serve one call at a time with
+    `CourierNode(cls).with_server(thread_pool_size=1)`.
     """
 
     def __init__(self, cls: Callable[..., Any], *args: Any, **kwargs: Any) -> None:

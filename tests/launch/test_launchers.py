@@ -320,3 +320,17 @@ def test_a_program_of_services_alone_says_at_launch_what_ends_it(tmp_path, capfd
     program.add_node(jd.CourierNode(nodes.UntilStopped), label="loop")
     with jd.launch(program, launcher=launcher, run_dir=str(tmp_path / "worker"), echo=False):
         assert "has a run() method" not in capfd.readouterr().err
+
+
+def test_served_calls_run_concurrently_unless_the_node_serves_one_at_a_time(tmp_path):
+    program = jd.Program("overlap")
+    program.add_node(jd.CourierNode(nodes.CountsOverlap), label="pool")
+    program.add_node(jd.CourierNode(nodes.CountsOverlap).with_server(thread_pool_size=1), label="single")
+    with jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False) as running:
+        overlap = {}
+        for name in ("pool/0", "single/0"):
+            client = courier.Client(running.addresses[name], token=running.token)
+            for future in [client.futures.slow() for _ in range(4)]:
+                future.result(timeout=30)
+            overlap[name] = client.overlap()
+    assert overlap["pool/0"] >= 2 and overlap["single/0"] == 1, overlap

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import jaxdist as jd
@@ -211,3 +212,23 @@ class RaisesAtStopClosesSlowly:
         time.sleep(self._close_seconds)
         with open(self._closed, "w") as marker:
             marker.write("closed")
+
+
+class CountsOverlap:
+    """Records how many of its calls ran at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._now = 0
+        self.most = 0
+
+    def slow(self) -> None:
+        with self._lock:
+            self._now += 1
+            self.most = max(self.most, self._now)
+        time.sleep(0.2)
+        with self._lock:
+            self._now -= 1
+
+    def overlap(self) -> int:
+        return self.most
