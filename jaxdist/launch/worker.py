@@ -116,10 +116,11 @@ class _Worker:
                 return False
 
     def _wait_for(self, kind: str) -> Any:
-        """The payload of the parent's `kind` message, or None when a stop came first."""
+        """The payload of the parent's `kind` message, or None when a stop came first (one that
+        came after it does not take it back: a node told to run runs, and sees the stop)."""
         with self._arrived:
             self._arrived.wait_for(lambda: kind in self._messages or self._stop_event.is_set())
-            return self._messages.get(kind) if not self._stop_event.is_set() else None
+            return self._messages.get(kind)
 
     def _listen(self) -> None:
         while True:

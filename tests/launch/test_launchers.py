@@ -334,3 +334,15 @@ def test_served_calls_run_concurrently_unless_the_node_serves_one_at_a_time(tmp_
                 future.result(timeout=30)
             overlap[name] = client.overlap()
     assert overlap["pool/0"] >= 2 and overlap["single/0"] == 1, overlap
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_stop_right_after_launch_still_runs_every_run_and_its_cleanup(tmp_path, launcher):
+    for trial in range(5 if launcher == "processes" else 20):  # the race was in the threads launcher
+        program = jd.Program("quick-stop")
+        paths = [tmp_path / f"{trial}-{i}" for i in range(3)]
+        with program.group("node"):
+            for path in paths:
+                program.add_node(jd.CourierNode(nodes.CleansUp, str(path)))
+        jd.launch(program, launcher=launcher, run_dir=str(tmp_path / f"run{trial}"), echo=False).stop()
+        assert all(path.exists() for path in paths), (trial, [path.exists() for path in paths])

@@ -232,3 +232,17 @@ class CountsOverlap:
 
     def overlap(self) -> int:
         return self.most
+
+
+class CleansUp:
+    """Writes ``<path>`` when its run() ends: its cleanup ran."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def run(self) -> None:
+        try:
+            jd.wait_for_stop()
+        finally:
+            with open(self._path, "w") as f:
+                f.write("cleaned up")

@@ -57,7 +57,10 @@ class _ThreadsRunning(Running):
         self._output = ThreadOutput(run_dir, echo)
         self._clients: ClientPool | None = None
         self._stop_event: threading.Event | None = None
-        self._constructed = threading.Barrier(len(nodes) + 1)  # the nodes and `start`
+        # The nodes and `start`. Set as the barrier trips, before anyone leaves it: a stop's abort
+        # that lands while the nodes are leaving must not cost them their run().
+        self._all_constructed = threading.Event()
+        self._constructed = threading.Barrier(len(nodes) + 1, action=self._all_constructed.set)
 
     def start(self) -> None:
         for name, executable in self._executables.items():
@@ -91,7 +94,8 @@ class _ThreadsRunning(Running):
             self.node_started(name, executable.has_run)
             self._constructed.wait()
         except threading.BrokenBarrierError:
-            return  # another node failed to construct; it reports
+            if not self._all_constructed.is_set():
+                return  # another node failed to construct (it reports), or the launch was stopped
         except BaseException:
             self.node_failed(name, traceback.format_exc())
             self._constructed.abort()
