@@ -33,15 +33,15 @@ class Evaluator:
     def __init__(self, policy: Policy, env: Any, params: Any, *, every_updates: int, seed: int,
                  target_return: float | None = None, stop_at_target: bool = False,
                  rng_impl: str | None = "unsafe_rbg", run_dir: str = ".") -> None:
-        import jax
-
         self._env = env.make(seed)
         self._params = params
         self._every = every_updates
         self._seed = seed
         self._target, self._stop_at_target = target_return, stop_at_target
         self._step = jitted_step(policy, rng_impl)
-        self._key = jax.random.key_data(jax.random.key(seed, impl=rng_impl))
+        # Made at the first evaluation, not here: beside a learner spanning hosts, no JAX
+        # computation may start the backend before that learner's jax.distributed.initialize().
+        self._key, self._rng_impl = None, rng_impl
         node = context.current_node()
         self._writer = MetricsWriter(metrics_path(node.run_dir if node else run_dir, EVALUATIONS))
         self._evaluations = 0
@@ -82,6 +82,8 @@ class Evaluator:
         returns = np.zeros(env.num_envs, np.float64)
         finished = np.zeros(env.num_envs, bool)
         device_params = jax.device_put(params)
+        if self._key is None:
+            self._key = jax.random.key_data(jax.random.key(self._seed, impl=self._rng_impl))
         key = self._key
         while not finished.all() and not context.stop_requested():
             key, action, _ = self._step(device_params, timestep.obs, key)
