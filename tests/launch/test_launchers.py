@@ -346,3 +346,35 @@ def test_a_stop_right_after_launch_still_runs_every_run_and_its_cleanup(tmp_path
                 program.add_node(jd.CourierNode(nodes.CleansUp, str(path)))
         jd.launch(program, launcher=launcher, run_dir=str(tmp_path / f"run{trial}"), echo=False).stop()
         assert all(path.exists() for path in paths), (trial, [path.exists() for path in paths])
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_sigterm_to_the_launching_script_is_the_ordered_stop(tmp_path, launcher):
+    """As a preempted VM or `kill` would: every node sees the stop, the script exits 0 (under
+    threads it was killed, exit -15, and no node saw it)."""
+    cleaned = tmp_path / "cleaned"
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import sys\n"
+        "import jaxdist as jd\n"
+        "import launch_nodes as nodes\n"
+        "if __name__ == '__main__':\n"
+        "    program = jd.Program('terminated')\n"
+        f"    program.add_node(jd.CourierNode(nodes.CleansUp, {str(cleaned)!r}), label='loop')\n"
+        f"    running = jd.launch(program, launcher={launcher!r}, run_dir={str(tmp_path / 'run')!r}, echo=False)\n"
+        "    print('launched', flush=True)\n"
+        "    running.wait()\n"
+        "    print('stopped:', running.stop_reason, flush=True)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "support"), os.environ.get("PYTHONPATH", "")]))
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env)
+    try:
+        assert process.stdout.readline().strip() == "launched"
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert "stopped: the launcher got SIGTERM" in out, out + err
+    assert cleaned.read_text() == "cleaned up"

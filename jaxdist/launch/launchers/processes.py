@@ -15,7 +15,6 @@ stateful nodes restore their latest checkpoint as they start. Past its limit, th
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import multiprocessing
 import multiprocessing.connection
@@ -24,10 +23,9 @@ import pickle
 import signal
 import threading
 import time
-import weakref
 from typing import Any, Collection, Iterator
 
-from jaxdist.launch import preflight, worker
+from jaxdist.launch import preflight, sigterm, worker
 from jaxdist.launch.output import log_path
 from jaxdist.launch.process_tree import describe_exit, signal_tree
 from jaxdist.launch.restart import Restart
@@ -37,8 +35,6 @@ from jaxdist.program import AddressTable, Node, NodeContext, Program
 
 SUPPORTED_RESOURCES = {"env": "environment variables set in the group's processes before they import anything"}
 
-_live: "weakref.WeakSet[_ProcessesRunning]" = weakref.WeakSet()
-_previous_sigterm_handler: Any = None
 _environ_lock = threading.Lock()
 
 
@@ -75,7 +71,6 @@ def launch(
     run_dir = preflight.prepare_run_dir(program, run_dir)
     running = _ProcessesRunning(program, run_dir, token or preflight.new_token(), resources, policies, grace)
     running.fix_addresses(units, addresses or {}, bind_host)
-    _stop_on_sigterm()
     running.start(echo, interrupt_after, start_timeout)
     return running
 
@@ -140,7 +135,7 @@ class _ProcessesRunning(Running):
         self._spawn_options = (echo, interrupt_after)
         for child in self._children.values():
             self._spawn(child)
-        _live.add(self)
+        sigterm.watch(self)
         self._monitor = threading.Thread(target=self._watch, args=(start_timeout,), name="jaxdist-monitor", daemon=True)
         self._monitor.start()
         self._started.wait()
@@ -307,7 +302,7 @@ class _ProcessesRunning(Running):
         self._wait_for_exits(children, None)
         if self._monitor is not None and self._monitor is not threading.current_thread():
             self._monitor.join()
-        _live.discard(self)
+        sigterm.forget(self)
 
     def _wait_for_exits(self, children: list[_Child], deadline: float | None) -> None:
         pending = [child.process.sentinel for child in children]
@@ -346,29 +341,3 @@ def _tail(path: str, count: int) -> str:
             return b"".join(log.readlines()[-count:]).decode("utf-8", errors="replace")
     except OSError:
         return "(no log)"
-
-
-def _stop_on_sigterm() -> None:
-    """SIGTERM to the launching script (a preempted VM, `scancel`, `kill`) stops its programs
-    gracefully -- every node checkpoints and exits -- so `wait()` returns and the script exits 0."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    global _previous_sigterm_handler
-    if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
-        _previous_sigterm_handler = signal.signal(signal.SIGTERM, _on_sigterm)
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    running = list(_live)
-    for program in running:
-        program.request_stop("the launcher got SIGTERM")
-    if not running:  # no program to stop gracefully: behave as before we took the signal
-        signal.signal(signal.SIGTERM, _previous_sigterm_handler or signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
-@atexit.register
-def _stop_all_at_exit() -> None:
-    """A script that exits without wait() or stop() must not leave its nodes running."""
-    for running in list(_live):
-        running.stop()

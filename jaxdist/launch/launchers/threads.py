@@ -1,4 +1,5 @@
-"""The threads launcher: every node a thread of this process (debugging, tests).
+"""The threads launcher: every node a thread of this process (debugging, tests). SIGTERM to the
+process is the ordered stop, as under `processes` (`jaxdist.launch.sigterm`).
 
 Python threads cannot be killed: stopping sets the stop event, then after `interrupt_after`
 seconds cancels the nodes' calls in flight and raises KeyboardInterrupt in threads still in
@@ -13,7 +14,7 @@ import time
 import traceback
 from typing import Any
 
-from jaxdist.launch import context, preflight
+from jaxdist.launch import context, preflight, sigterm
 from jaxdist.launch.clients import ClientPool
 from jaxdist.launch.interrupt import raise_in_thread
 from jaxdist.launch.output import ThreadOutput
@@ -78,6 +79,7 @@ class _ThreadsRunning(Running):
         }
         for thread in self._threads.values():
             thread.start()
+        sigterm.watch(self)
         try:
             self._constructed.wait()
         except threading.BrokenBarrierError:
@@ -127,6 +129,7 @@ class _ThreadsRunning(Running):
         self._clients.close_all()
         self._output.uninstall()
         context.uninstall()
+        sigterm.forget(self)
         if busy:
             names = ", ".join(thread.name for thread in busy)
             log.warning("threads of nodes %s did not stop within %.0f s and were left running", names, self._grace)
