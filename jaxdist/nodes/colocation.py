@@ -97,25 +97,31 @@ class _ThreadsExecutable(Executable):
 
 
 def _all_in_threads(calls: list[Callable[[], None]]) -> None:
-    """Run the calls in threads and wait for all; re-raise the first error. An interrupt of this
-    thread (a stop) is passed on to the others."""
+    """Run the calls in threads until all have returned or one raises, whose error is raised at
+    once: a sibling that waits for the stop would otherwise hide the failure, and the program,
+    never told, would wait for ever. An interrupt of this thread (a stop) is passed on."""
     errors: list[BaseException] = []
+    finished = threading.Semaphore(0)
 
     def guarded(call: Callable[[], None]) -> None:
         try:
             call()
         except BaseException as exc:
             errors.append(exc)
+        finally:
+            finished.release()
 
     threads = [threading.Thread(target=guarded, args=(call,), daemon=True) for call in calls]
     for thread in threads:
         thread.start()
     try:
-        for thread in threads:
-            thread.join()
+        for _ in threads:
+            while not finished.acquire(timeout=0.1):
+                pass
+            if errors:
+                raise errors[0]
     except KeyboardInterrupt:
         for thread in threads:
-            raise_in_thread(thread, KeyboardInterrupt)
+            if thread.is_alive():
+                raise_in_thread(thread, KeyboardInterrupt)
         raise
-    if errors:
-        raise errors[0]

@@ -39,3 +39,18 @@ def test_colocation_rejects_bad_input():
         jd.ColocationNode([jd.CourierNode(nodes.Counter)], mode="fibers")
     with pytest.raises(TypeError, match="plain nodes"):
         jd.ColocationNode([jd.ColocationNode([jd.CourierNode(nodes.Counter)])])
+
+
+@pytest.mark.parametrize("launcher", ["threads", "processes"])
+def test_a_part_that_fails_while_its_sibling_waits_for_the_stop_fails_the_program(tmp_path, launcher):
+    """The failure was held until every part had returned: the sibling waited for a stop that
+    never came, and the program hung."""
+    program = jd.Program("colocated-failure")
+    program.add_node(jd.ColocationNode([jd.CourierNode(nodes.UntilStopped), jd.CourierNode(nodes.Failing)]),
+                     label="pair")
+    running = jd.launch(program, launcher=launcher, run_dir=str(tmp_path), echo=False)
+    try:
+        with pytest.raises(jd.NodeFailedError, match="deliberate failure in run"):
+            running.wait(timeout=60)
+    finally:
+        running.stop()
