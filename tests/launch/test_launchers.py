@@ -378,3 +378,12 @@ def test_sigterm_to_the_launching_script_is_the_ordered_stop(tmp_path, launcher)
     assert process.returncode == 0, err
     assert "stopped: the launcher got SIGTERM" in out, out + err
     assert cleaned.read_text() == "cleaned up"
+
+
+def test_a_node_interrupted_in_its_constructor_by_the_stop_is_stopped_not_failed(tmp_path):
+    program = jd.Program("built-until-stopped")
+    program.add_node(jd.CourierNode(nodes.BuiltUntilStopped, 5.0), label="slow")
+    program.add_node(jd.CourierNode(nodes.StopsInConstructor), label="stopper")
+    running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False, interrupt_after=0.2)
+    assert running.wait(timeout=60)  # no NodeFailedError: the stop interrupted it
+    assert running.status()["slow/0"]["state"] == "stopped", running.status()

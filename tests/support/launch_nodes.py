@@ -246,3 +246,18 @@ class CleansUp:
         finally:
             with open(self._path, "w") as f:
                 f.write("cleaned up")
+
+
+class StopsInConstructor:
+    """Asks for the stop while being built (as a node finding nothing to do might)."""
+
+    def __init__(self) -> None:
+        jd.stop()
+
+
+class BuiltUntilStopped:
+    """Blocks in its constructor until the stop, then cleans up for `seconds`."""
+
+    def __init__(self, seconds: float) -> None:
+        jd.wait_for_stop()
+        time.sleep(seconds)

@@ -99,6 +99,9 @@ class _ThreadsRunning(Running):
             if not self._all_constructed.is_set():
                 return  # another node failed to construct (it reports), or the launch was stopped
         except BaseException:
+            if self._stop_event.is_set():  # cut short by the stop (its interrupt, a peer gone): stopped
+                self.node_finished(name)
+                return
             self.node_failed(name, traceback.format_exc())
             self._constructed.abort()
             return
