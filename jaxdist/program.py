@@ -53,13 +53,20 @@ class Handle:
         return (Handle, (self.node_name,))
 
 
+def _check_label(label: str) -> None:
+    """Labels name directories (checkpoints, logs) under the run directory: none may leave it."""
+    if not isinstance(label, str) or not label or "/" in label or "\\" in label or label in (".", ".."):
+        raise ValueError(f"a group label must be a non-empty name free of '/' and '\\', and not '.' or '..'; "
+                         f"got {label!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class NodeContext:
     """What a launcher tells a node about where it runs."""
 
     node_name: str
     run_dir: str
-    token: str | None = None
+    token: str | None = dataclasses.field(default=None, repr=False)  # a secret: never in logs
     previous_addresses: AddressTable = dataclasses.field(default_factory=dict)
     """Where the nodes served before a restart: a restarted node binds the same address again."""
 
@@ -142,8 +149,7 @@ class Program:
     def group(self, label: str) -> Iterator[None]:
         if self._current_group is not None:
             raise ValueError(f"groups do not nest: group '{label}' opened inside '{self._current_group}'")
-        if "/" in label or not label:
-            raise ValueError(f"a group label must be non-empty and free of '/', got {label!r}")
+        _check_label(label)
         self._current_group = label
         try:
             yield
@@ -156,6 +162,11 @@ class Program:
             raise TypeError(f"add_node takes a node (CourierNode, PyNode, ...), got {type(node).__name__}")
         if node.name:
             raise ValueError(f"node '{node.name}' was already added to a program")
+        if label is not None:
+            _check_label(label)
+            if self._current_group is not None and label != self._current_group:
+                raise ValueError(f"add_node(label={label!r}) inside group '{self._current_group}': give one "
+                                 f"label, the group's or this one")
         label = label or self._current_group or node.default_label()
         members = self.groups.setdefault(label, [])
         if members and type(members[0]) is not type(node):

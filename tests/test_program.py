@@ -103,3 +103,28 @@ def test_empty_program_is_refused():
 def test_stop_outside_a_program_is_an_error():
     with pytest.raises(RuntimeError, match="outside a launched program"):
         jd.stop()
+
+
+@pytest.mark.parametrize("label", ["../../escape", "..", ".", "", "a\\b", "a/b"])
+def test_a_label_that_would_leave_the_run_directory_is_refused(label):
+    """Labels name checkpoint and log directories: '../../escape/0' was accepted by add_node."""
+    program = jd.Program("labels")
+    with pytest.raises(ValueError, match="group label must be a non-empty name"):
+        program.add_node(jd.PyNode(print), label=label)
+    with pytest.raises(ValueError, match="group label must be a non-empty name"):
+        with program.group(label):
+            pass
+
+
+def test_a_label_that_contradicts_the_open_group_is_refused():
+    program = jd.Program("labels")
+    with program.group("actor"):
+        program.add_node(jd.PyNode(print), label="actor")  # the same: fine
+        with pytest.raises(ValueError, match="inside group 'actor'"):
+            program.add_node(jd.PyNode(print), label="learner")
+
+
+def test_a_node_context_does_not_show_its_token():
+    from jaxdist.program import NodeContext
+
+    assert "s3cret" not in repr(NodeContext("learner/0", "/tmp/run", "s3cret"))
