@@ -395,3 +395,17 @@ def test_private_methods_are_never_served_and_the_error_says_so(client, service)
     with pytest.raises(courier.UnknownMethodError, match=r"run\(\) is the node's own loop, never served"):
         client.run()
     assert service.calls == 0
+
+
+def test_the_health_service_answers_without_the_token_and_says_only_serving(service):
+    """A decision, documented in the README: probes and load balancers need no secret, and the
+    answer reveals nothing but that the server serves; every method of the object needs the token."""
+    server = courier.Server(service, token="s3cret").start()
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(PermissionError):
+            courier.Client(server.address).add(1)
+    finally:
+        server.stop(grace=0)
