@@ -83,7 +83,7 @@ class ThreadOutput:
     def route_current_thread(self, node_name: str) -> None:
         path = log_path(self._run_dir, node_name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        log = open(path, "a", buffering=1, encoding="utf-8")
+        log = open(path, "a", buffering=1, encoding="utf-8", opener=_log_opener)
         self._logs.append(log)
         self._routes.route = _Route(node_name, log)
 
@@ -95,6 +95,12 @@ class ThreadOutput:
             log.close()
 
 
+def _log_opener(path: str, flags: int) -> int:
+    """Logs are the owner's alone (0o600), and a symlink planted at a log's path is refused
+    rather than followed (O_NOFOLLOW)."""
+    return os.open(path, flags | os.O_NOFOLLOW, 0o600)
+
+
 def capture_process_output(node_name: str, run_dir: str, echo: bool = True) -> threading.Thread:
     """Send this process's fds 1 and 2 -- C libraries' output too -- to its log and the console.
 
@@ -102,7 +108,7 @@ def capture_process_output(node_name: str, run_dir: str, echo: bool = True) -> t
     """
     path = log_path(run_dir, node_name)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    log = open(path, "ab", buffering=0)
+    log = open(path, "ab", buffering=0, opener=_log_opener)
     console = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8", errors="replace")
     read_end, write_end = os.pipe()
     sys.stdout.flush()

@@ -49,8 +49,11 @@ def check_shippable(program: Program) -> None:
 
 
 def prepare_run_dir(program: Program, run_dir: str | None) -> str:
+    """The run directory, made if need be for its owner alone (0o700: logs, checkpoints and
+    metrics may hold what a program's nodes print and learn); an existing one keeps its mode."""
     run_dir = os.path.abspath(run_dir or os.path.join("runs", program.name))
-    os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
+    os.makedirs(run_dir, mode=0o700, exist_ok=True)
+    os.makedirs(os.path.join(run_dir, "logs"), mode=0o700, exist_ok=True)
     return run_dir
 
 

@@ -387,3 +387,24 @@ def test_a_node_interrupted_in_its_constructor_by_the_stop_is_stopped_not_failed
     running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False, interrupt_after=0.2)
     assert running.wait(timeout=60)  # no NodeFailedError: the stop interrupted it
     assert running.status()["slow/0"]["state"] == "stopped", running.status()
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_the_run_directory_and_logs_are_the_owners_and_a_planted_log_symlink_is_refused(tmp_path, launcher):
+    run_dir = tmp_path / "run"
+    jd.launch(chatty_program(), launcher=launcher, run_dir=str(run_dir), echo=False).wait(timeout=60)
+    assert run_dir.stat().st_mode & 0o777 == 0o700
+    assert (run_dir / "logs" / "chatty-0.log").stat().st_mode & 0o777 == 0o600
+    # A symlink where a log goes (another user's trap, or a stale link) is not followed.
+    target = tmp_path / "target"
+    (run_dir / "logs" / "chatty-0.log").unlink()
+    (run_dir / "logs" / "chatty-0.log").symlink_to(target)
+    with pytest.raises(jd.NodeFailedError):
+        jd.launch(chatty_program(), launcher=launcher, run_dir=str(run_dir), echo=False).wait(timeout=60)
+    assert not target.exists()
+
+
+def chatty_program() -> jd.Program:
+    program = jd.Program("private")
+    program.add_node(jd.CourierNode(nodes.Chatty), label="chatty")
+    return program

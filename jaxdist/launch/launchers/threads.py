@@ -90,8 +90,8 @@ class _ThreadsRunning(Running):
         self.request_stop(f"jd.stop() was called in node '{node.node_name if node else threading.current_thread().name}'")
 
     def _node_main(self, name: str, executable: Executable) -> None:
-        self._output.route_current_thread(name)
         try:
+            self._output.route_current_thread(name)
             executable.construct(self.addresses, self._clients)
             self.node_started(name, executable.has_run)
             self._constructed.wait()
