@@ -290,11 +290,16 @@ class _Dispatcher(grpc.GenericRpcHandler):
         return self._server.handler(details)
 
 
+LIFECYCLE = ("run", "close")
+
+
 def public_methods(obj: Any) -> dict[str, Callable[..., Any]]:
-    """The methods courier serves: public callables, except `run`, which the node itself runs."""
+    """The methods courier serves: public callables, except the lifecycle that belongs to the
+    node alone (`run`, which it runs, and `close`, which it calls at shutdown): no caller with
+    the token may close a learner or an actor under its program."""
     methods = {}
     for name in dir(obj):
-        if name.startswith("_") or name == "run":
+        if name.startswith("_") or name in LIFECYCLE:
             continue
         if isinstance(inspect.getattr_static(obj, name, None), property):
             continue  # reading a property runs user code; it is state, not a method

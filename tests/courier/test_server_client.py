@@ -54,6 +54,9 @@ class Service:
     def run(self):
         raise AssertionError("run is the node's own work, never served")
 
+    def close(self):
+        raise AssertionError("close is the node's shutdown, never served: a caller could stop a learner")
+
 
 @pytest.fixture
 def service():
@@ -90,8 +93,10 @@ def test_futures_return_concurrent_futures(client):
     assert [future.result(timeout=10) for future in futures] == [2 * i for i in range(20)]
 
 
-def test_methods_listing_excludes_private_and_run(client):
+def test_methods_listing_excludes_private_and_the_lifecycle(client):
     assert client.methods() == ["add", "echo", "fail_builtin", "fail_custom", "sleep", "unsendable"]
+    with pytest.raises(AttributeError):
+        client.call("close")
 
 
 def test_builtin_exception_keeps_its_type_and_remote_traceback(client):
