@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any
 
 from jaxdist.launch.restart import Restart
@@ -34,7 +33,12 @@ class ParameterServer:
 
     default_restart = Restart(max_restarts=10, backoff=0.5)  # the learner pushes again
 
-    def __init__(self, params: Any = None, version: int = 0) -> None:
+    def __init__(self, params: Any = None, version: int = 0, max_waiting: int = 8) -> None:
+        """`max_waiting` long polls wait at once (keep it below the server's threads, 16 by
+        default, so that pushes always find one); a long poll beyond them answers at once."""
+        if max_waiting < 1:
+            raise ValueError(f"max_waiting must be >= 1, got {max_waiting}")
+        self._waiting = threading.BoundedSemaphore(max_waiting)
         self._changed = threading.Condition()
         self._params = params
         self._version = _check_version(version) if params is not None else -1
@@ -58,17 +62,24 @@ class ParameterServer:
         """`{"version": v, "params": p}` when the held v > `min_version`, else params None.
 
         v is -1 while nothing was pushed. With `wait` > 0 (a long poll, at most `MAX_WAIT` s) the
-        call returns as soon as a newer version arrives, or after `wait` seconds with params None.
+        call returns as soon as a newer version arrives, or after `wait` seconds with params None;
+        when `max_waiting` polls already wait, it answers at once instead (each waiting call
+        holds a server thread, and the pushes need one).
         """
         min_version = _check_version(min_version)
-        with self._changed:
-            if wait > 0:
-                self._changed.wait_for(lambda: self._version > min_version, timeout=min(float(wait), MAX_WAIT))
-            self._counts["gets"] += 1
-            if self._version > min_version:
-                self._counts["transfers"] += 1
-                return {"version": self._version, "params": self._params}
-            return {"version": self._version, "params": None}
+        may_wait = wait > 0 and self._waiting.acquire(blocking=False)  # else: answer now, as wait=0
+        try:
+            with self._changed:
+                if may_wait:
+                    self._changed.wait_for(lambda: self._version > min_version, timeout=min(float(wait), MAX_WAIT))
+                self._counts["gets"] += 1
+                if self._version > min_version:
+                    self._counts["transfers"] += 1
+                    return {"version": self._version, "params": self._params}
+                return {"version": self._version, "params": None}
+        finally:
+            if may_wait:
+                self._waiting.release()
 
     def version(self) -> int:
         with self._changed:

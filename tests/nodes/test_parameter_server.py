@@ -220,3 +220,20 @@ def test_a_second_close_does_not_wait_again_for_a_fetch_that_hangs():
         returns(variables.close, "a second close", timeout=0.5)
     finally:
         release.set()
+
+
+def test_a_push_is_served_while_more_long_polls_than_threads_wait():
+    """16 long polls held all 16 server threads: a push waited behind them (7.5 s in the audit,
+    up to MAX_WAIT). At most max_waiting of them wait now; the others answer at once."""
+    server = courier.Server(ParameterServer(params_at(1), version=1), thread_pool_size=16).start()
+    client = courier.Client(server.address, timeout=MAX_WAIT + 30)
+    try:
+        with futures.ThreadPoolExecutor(16) as pollers:
+            polls = [pollers.submit(client.get, 1, wait=MAX_WAIT) for _ in range(16)]
+            assert returns(lambda: client.push(params_at(2), 2), "a push behind 16 long polls", timeout=10)
+            replies = [poll.result(timeout=30) for poll in polls]
+        assert all(reply["version"] in (1, 2) for reply in replies)
+        assert any(reply["params"] is not None for reply in replies)  # the waiting ones got version 2
+    finally:
+        client.close()
+        server.stop(grace=0)
