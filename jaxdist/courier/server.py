@@ -22,6 +22,7 @@ import hmac
 import inspect
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any, NoReturn
@@ -40,6 +41,9 @@ KEEPALIVE_TIME_MS = 60_000  # ping a connection quiet this long, to find peers t
 KEEPALIVE_TIMEOUT_MS = 20_000
 CONNECTION_IDLE_MS = 10 * 60_000  # close a connection without calls this long (clients reconnect)
 HANDSHAKE_TIMEOUT_MS = 10_000
+
+
+REBIND_SECONDS = 5.0
 
 
 class Server:
@@ -131,14 +135,21 @@ class Server:
         self.stop()
 
     def _bind(self, address: str) -> str:
-        try:
-            port = self._grpc.add_insecure_port(address)
-        except RuntimeError as exc:
-            raise OSError(f"courier cannot bind {address}: {exc}; is the port taken?") from None
-        if port == 0:
-            raise OSError(f"courier cannot bind {address}: the port is taken or the host is not local")
-        host = address.rsplit(":", 1)[0]
-        return f"{host}:{port}"
+        """Bind `address`. A given port (a restarted node's old one) is tried for up to
+        `REBIND_SECONDS`: while the node was down, its port may serve for a moment as the local
+        port of some outgoing connection (clients reconnecting draw from the same range)."""
+        deadline = time.monotonic() + (0.0 if address.endswith(":0") else REBIND_SECONDS)
+        while True:
+            try:
+                port = self._grpc.add_insecure_port(address)
+                error = None if port else "the port is taken or the host is not local"
+            except RuntimeError as exc:
+                port, error = 0, f"{exc}; is the port taken?"
+            if port:
+                return f"{address.rsplit(':', 1)[0]}:{port}"
+            if time.monotonic() >= deadline:
+                raise OSError(f"courier cannot bind {address}: {error}")
+            time.sleep(0.05)
 
     # Handlers -------------------------------------------------------------------------------
 

@@ -414,3 +414,21 @@ def test_the_health_service_answers_without_the_token_and_says_only_serving(serv
             courier.Client(server.address).add(1)
     finally:
         server.stop(grace=0)
+
+
+def test_a_server_given_a_port_taken_for_a_moment_binds_it_once_free(service):
+    """A restarted node binds its old address; a reconnecting client's socket may hold that
+    port for a moment (a chaos run's learner failed its restart on exactly this)."""
+    import socket
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    threading.Timer(0.5, holder.close).start()
+    server = courier.Server(service, address=f"127.0.0.1:{port}").start()
+    try:
+        assert server.address == f"127.0.0.1:{port}"
+        assert courier.Client(server.address, timeout=10).add(1) == 2
+    finally:
+        server.stop(grace=0)
