@@ -200,9 +200,12 @@ def test_actors_keep_acting_while_the_learner_is_killed_and_comes_back_from_its_
 @pytest.mark.slow
 def test_track_logs_the_progress_and_config_to_weights_and_biases_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")  # no account, no network: the run is written locally
-    config = ppo.PPOConfig(num_actors=1, envs_per_actor=4, total_steps=4 * 32 * 4, eval_every_updates=2)
-    train(ppo.agent(config), launcher="threads", run_dir=str(tmp_path), echo=False, out=io.StringIO(),
-          track="jaxdist-tests")
+    # As a user runs it, in a fresh process: in this one, threads left by earlier tests could
+    # compile code while wandb's imports do, which CPython 3.11 fails ("AST constructor
+    # recursion depth mismatch").
+    done = script("--run-dir", str(tmp_path), "--track", "jaxdist-tests", "--launcher", "threads", "--num-actors", "1",
+                  "--envs-per-actor", "4", "--total-steps", str(4 * 32 * 4), "--eval-every-updates", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
     runs = [name for name in os.listdir(tmp_path / "wandb") if name.startswith("offline-run-")]
     assert len(runs) == 1, os.listdir(tmp_path / "wandb")
     log = tmp_path / "wandb" / runs[0]
