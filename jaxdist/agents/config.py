@@ -135,12 +135,15 @@ def from_dict(config_type: Callable[..., AgentConfig], values: Mapping[str, Any]
 
 
 def save(run_dir: str, agent: str, config: AgentConfig) -> None:
-    """``<run_dir>/config.json``: the agent's name and its resolved config."""
+    """``<run_dir>/config.json``: the agent's name and its resolved config. Written whole, through
+    a file of this process's own: every host of a multihost run saves it into one shared
+    directory, and with one temporary name a host's replace could take another's file away."""
     os.makedirs(run_dir, exist_ok=True)
     path = os.path.join(run_dir, CONFIG_FILE)
-    with open(path + ".tmp", "w") as f:
+    staged = f"{path}.{os.getpid()}.tmp"
+    with open(staged, "w") as f:
         json.dump({"agent": agent, "config": to_dict(config)}, f, indent=2)
-    os.replace(path + ".tmp", path)
+    os.replace(staged, path)
 
 
 def load(run_dir: str) -> tuple[str, dict[str, Any]]:

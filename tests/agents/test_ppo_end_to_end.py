@@ -212,3 +212,15 @@ def test_track_logs_the_progress_and_config_to_weights_and_biases_offline(tmp_pa
     records = b"".join(path.read_bytes() for path in log.glob("*.wandb"))  # the run's record log
     assert b"num_actors" in records and b"CartPole-v1" in records  # the config
     assert b"progress/eval_return" in records  # the progress rows
+
+
+def test_hosts_saving_the_config_into_one_shared_run_directory_at_once_all_succeed(tmp_path):
+    """Every host of a multihost run saves config.json into the shared run directory: with one
+    temporary name, a host's replace took another's file away (FileNotFoundError, in CI)."""
+    code = ("import sys; from jaxdist.agents import config, ppo\n"
+            "for _ in range(200): config.save(sys.argv[1], 'ppo', ppo.PPOConfig())\n")
+    savers = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stderr=subprocess.PIPE, text=True)
+              for _ in range(4)]
+    errors = [saver.communicate(timeout=120)[1] for saver in savers]
+    assert [saver.returncode for saver in savers] == [0] * 4, errors
+    assert configs.load(str(tmp_path))[0] == "ppo"
