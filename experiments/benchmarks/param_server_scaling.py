@@ -33,7 +33,6 @@ import hashlib
 import os
 import threading
 import time
-from concurrent import futures
 
 import numpy as np
 

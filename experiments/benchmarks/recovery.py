@@ -207,7 +207,7 @@ def run_config(args: argparse.Namespace, name: str, cache_dir: str | None, work:
     launches then show a cold start with the cache already filled.
     """
     env = cache_env(cache_dir)
-    colds, warm_colds = [], []
+    colds = []
 
     def launch_and_stop(tag: str) -> Recovery:
         running, client, recovery = cold_start(args, os.path.join(work, f"{name}-{tag}"), env)

@@ -109,15 +109,10 @@ def prepare_run_dir(run_dir: str, agent: str, config: AgentConfig, run: RunOptio
 
 
 def main(agent: str, config_type: type[AgentConfig], presets: Presets, make_agent: Callable[[Any], Any],
-         description: str | None, start_time: float, *,
-         train: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any]:
-    """An agent script's whole body: parse, prepare the run directory, train, report.
-
-    ``train(make_agent(config), launcher=, run_dir=, start_time=, compilation_cache=, echo=,
-    track=, launch_options=)`` returns the summary; default: the actor-learner agents'
-    ``monitor.train``. ES, which keeps its own pool program, passes its own."""
-    if train is None:
-        from jaxdist.agents.monitor import train
+         description: str | None, start_time: float) -> dict[str, Any]:
+    """An agent script's whole body: parse, prepare the run directory, train (``monitor.train``
+    of ``make_agent(config)``), report."""
+    from jaxdist.agents.monitor import train
 
     config, run = parse(config_type, presets, description)
     try:

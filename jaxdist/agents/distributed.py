@@ -66,6 +66,9 @@ class Agent:
     sink: Callable[[Any, Any], Any] | None = None
     prioritized: bool = False
 
+    def topology(self) -> "Topology":
+        return build(self)
+
 
 LEARNER_RESTART = jd.Restart(max_restarts=10, backoff=1.0)
 ACTOR_RESTART = jd.Restart(max_restarts=10, backoff=0.5)
@@ -73,11 +76,14 @@ ACTOR_RESTART = jd.Restart(max_restarts=10, backoff=0.5)
 
 @dataclasses.dataclass(frozen=True)
 class Topology:
-    """The program and the handles a watcher needs: host 0's learner and the actors."""
+    """The program, where its groups go (the multihost launcher's ``placement``), and the
+    handles a watcher (``jaxdist.agents.monitor``) polls: host 0's learner (``status()``) and the
+    actors (``stats()``, ``episodes(since)``)."""
 
     program: jd.Program
     learner: jd.Handle
     actors: list[jd.Handle]
+    placement: dict[str, Any]
 
 
 def make_program(agent: Agent) -> jd.Program:
@@ -105,19 +111,13 @@ def build(agent: Agent) -> Topology:
         actors = [program.add_node(jd.CourierNode(build_actor, agent, index, learners[0], replays[index % hosts])
                                    .with_options(restart=ACTOR_RESTART))
                   for index in range(config.num_actors)]
-    return Topology(program, learners[0], actors)
+    # A learner process (with its replay) on each of the first learner_hosts hosts, actors
+    # round-robin over the hosts (actor i beside the replay it feeds when every host has a learner).
+    placement = {"learner": jd.per_host() if hosts > 1 else jd.on_host(0), "actor": jd.spread()}
+    return Topology(program, learners[0], actors, placement)
 
 
-def placement(config: AgentConfig) -> dict[str, Any]:
-    """For the multihost launcher: a learner process (with its replay) on each of the first
-    ``learner_hosts`` hosts, actors round-robin over the hosts (actor i beside the replay it
-    feeds when every host has a learner)."""
-    learner = jd.per_host() if config.learner_hosts > 1 else jd.on_host(0)
-    return {"learner": learner, "actor": jd.spread()}
-
-
-def resources(compilation_cache: str | None = None,
-              groups: tuple[str, ...] = ("learner", "actor")) -> dict[str, dict[str, Any]]:
+def resources(program: jd.Program, compilation_cache: str | None = None) -> dict[str, dict[str, Any]]:
     """Per-group environment for the processes launcher: CPU JAX (unless ``JAX_PLATFORMS``
     says otherwise), single-threaded XLA, and optionally a persistent compilation cache shared
     by every process."""
@@ -125,7 +125,7 @@ def resources(compilation_cache: str | None = None,
     if compilation_cache:
         env.update(JAX_COMPILATION_CACHE_DIR=compilation_cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-    return {group: {"env": dict(env)} for group in groups}
+    return {group: {"env": dict(env)} for group in program.groups}
 
 
 def fifo(config: AgentConfig) -> Any:

@@ -29,6 +29,23 @@ EVALUATIONS = "evaluations"
 """``<run_dir>/evaluations.csv``: step (the learner version), mean_return, min_return, ..."""
 
 
+def record(writer: MetricsWriter, version: int, returns: np.ndarray, target_return: float | None,
+           stop_at_target: bool) -> bool:
+    """Appends one evaluation's row to ``evaluations.csv`` (flushed: the monitor reads it at
+    once) and says it; with ``stop_at_target``, an evaluation that reaches ``target_return``
+    stops the program and returns True."""
+    mean = float(np.mean(returns))
+    writer.write(version, {"mean_return": mean, "min_return": float(np.min(returns)),
+                           "max_return": float(np.max(returns)), "episodes": len(returns)})
+    writer.flush()
+    print(f"evaluation of version {version}: mean return {mean:.1f} over {len(returns)} episodes", flush=True)
+    if stop_at_target and target_return is not None and mean >= target_return:
+        print(f"the evaluation return {mean:.1f} reached the target {target_return:g}: stopping", flush=True)
+        context.stop()
+        return True
+    return False
+
+
 class Evaluator:
     def __init__(self, policy: Policy, env: Any, params: Any, *, every_updates: int, seed: int,
                  target_return: float | None = None, stop_at_target: bool = False,
@@ -59,16 +76,9 @@ class Evaluator:
             if params is None:
                 continue
             returns = self.evaluate(params, episode_seed=self._seed + self._evaluations * self._env.num_envs)
-            mean = float(np.mean(returns))
-            self._writer.write(version, {"mean_return": mean, "min_return": float(np.min(returns)),
-                                         "max_return": float(np.max(returns)), "episodes": len(returns)})
-            self._writer.flush()
             self._evaluations += 1
-            self._last = (version, mean)
-            print(f"evaluation of version {version}: mean return {mean:.1f} over {len(returns)} episodes", flush=True)
-            if self._stop_at_target and self._target is not None and mean >= self._target:
-                print(f"the evaluation return {mean:.1f} reached the target {self._target:g}: stopping", flush=True)
-                context.stop()
+            self._last = (version, float(np.mean(returns)))
+            if record(self._writer, version, returns, self._target, self._stop_at_target):
                 return
             wanted = (version // self._every + 1) * self._every
 

@@ -27,29 +27,32 @@ import os
 import sys
 import time
 from concurrent import futures
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import numpy as np
 
 import jaxdist as jd
 from jaxdist import courier
 from jaxdist.agents import config as configs
-from jaxdist.agents.distributed import Agent, Topology, build, placement, resources
+from jaxdist.agents.distributed import Topology, resources
 from jaxdist.agents.evaluator import EVALUATIONS
 from jaxdist.metrics import MetricsWriter, metrics_path, read_metrics
 from jaxdist.metrics_tensorboard import TensorBoardWriter
 from jaxdist.plotting import line_plot
 
 
-def train(agent: Agent, *, launcher: str = "processes", run_dir: str | None = None,
+def train(agent: Trainable, *, launcher: str = "processes", run_dir: str | None = None,
           start_time: float | None = None, compilation_cache: str | None = None, echo: bool = True,
           track: str | None = None, out: TextIO | None = None, launch_options: dict[str, Any] | None = None,
           poll_interval: float = 0.1, progress_interval: float = 1.0) -> dict[str, Any]:
     """Launch ``agent``'s program, watch it until it ends, and return the summary (also
     ``<run_dir>/summary.json``): ``wall_time_to_target`` / ``steps_to_target`` over the whole
     run (None if no evaluation reached the target), ``env_steps``, ``wall_time`` (all segments),
-    ``steps_per_second`` (steady: this segment's, from the first update to the last env step), ``final_return`` (the last evaluation), ...
+    ``steps_per_second`` (steady: this segment's, from the first update to the last env step),
+    ``final_return`` (the last evaluation), ...
 
+    ``agent`` is an actor-learner ``Agent`` or any record with a ``name``, a ``config`` and a
+    ``topology()`` whose learner and actors serve what the monitor polls (ES's master and workers).
     ``start_time`` (a ``time.time()``) is when this segment's clock started, e.g. at the top of
     a script, so that imports and start-up count; default: now. ``track``: a Weights & Biases
     project to log to. ``launch_options`` go to ``jd.launch`` (multihost: hosts, host_index);
@@ -58,12 +61,12 @@ def train(agent: Agent, *, launcher: str = "processes", run_dir: str | None = No
     start_time = time.time() if start_time is None else start_time
     run_dir = os.path.abspath(run_dir or os.path.join("runs", f"{agent.name}-seed{agent.config.seed}"))
     configs.save(run_dir, agent.name, agent.config)
-    topology = build(agent)
+    topology = agent.topology()
     options: dict[str, Any] = {"run_dir": run_dir, "echo": echo}
     if launcher != "threads":
-        options["resources"] = resources(compilation_cache)
+        options["resources"] = resources(topology.program, compilation_cache)
     if launcher == "multihost":
-        options["placement"] = placement(agent.config)
+        options["placement"] = topology.placement
     out = out or sys.stdout
     multihost_share = launcher == "multihost" and (launch_options or {}).get("host_index")
     # Imported before any node thread starts: CPython 3.11 can fail compiling a module's source
@@ -115,10 +118,19 @@ def serve_share(running: jd.Running, agent: str, out: TextIO) -> dict[str, Any]:
     return {"stop_reason": running.stop_reason, "host_index": running.host_index}
 
 
+class Trainable(Protocol):
+    """What ``train`` launches and watches: an ``Agent``, or ES's record."""
+
+    name: str
+    config: Any
+
+    def topology(self) -> Topology: ...
+
+
 class Monitor:
     """Polls a running agent program from outside it; see the module docstring."""
 
-    def __init__(self, running: jd.Running, agent: Agent, topology: Topology, run_dir: str, start_time: float, *,
+    def __init__(self, running: jd.Running, agent: Trainable, topology: Topology, run_dir: str, start_time: float, *,
                  window: int = 20, progress_interval: float = 1.0, out: TextIO = sys.stdout,
                  tracker: Any = None) -> None:
         self.agent, self.config, self.run_dir, self.start_time = agent, agent.config, run_dir, start_time
@@ -137,6 +149,7 @@ class Monitor:
         self._train_returns: list[float] = []
         self._actor_steps = [0] * len(self._actors)  # as last reported
         self._actor_offsets = [0] * len(self._actors)  # steps of earlier lives of restarted actors
+        self._learner_env_steps = 0  # as a learner that counts them last wrote
         self.restored_step = self._wait_for_learner()
         path = metrics_path(run_dir, "progress")
         earlier = _rows(path)
@@ -162,7 +175,9 @@ class Monitor:
 
     @property
     def env_steps(self) -> int:
-        return self._base_steps + sum(self._actor_steps) + sum(self._actor_offsets)
+        """The actors' count, or a learner's own (ES's master writes it in ``metrics.csv``) where
+        that is more: the final poll comes after the nodes have gone, their files not."""
+        return max(self._base_steps + sum(self._actor_steps) + sum(self._actor_offsets), self._learner_env_steps)
 
     @property
     def wall_time(self) -> float:
@@ -200,12 +215,12 @@ class Monitor:
             self._last_acting = (time.time(), self.env_steps)
         self._update_rate()
         now = time.time()
-        if final or now - self._last_row >= 0.5:
-            self._last_row = now
-            self._write_row()
         if final or now - self._last_mirror >= 2.0:
             self._last_mirror = now
             self._mirror_learner_metrics()
+        if final or now - self._last_row >= 0.5:
+            self._last_row = now
+            self._write_row()
         if final or time.monotonic() >= self._next_progress:
             self._next_progress = time.monotonic() + self._progress_interval
             self._print_progress(final)
@@ -255,6 +270,7 @@ class Monitor:
         except (OSError, ValueError):
             return  # not written yet, or caught mid-rewrite: next time
         for row in rows:
+            self._learner_env_steps = max(self._learner_env_steps, int(row.get("env_steps") or 0))
             step = row.get("step")
             if step is not None and step > self._mirrored_step:
                 values = {(k if k.startswith("learner/") else f"learner/{k}"): v for k, v in row.items()
@@ -287,7 +303,8 @@ class Monitor:
             "env_steps": self.env_steps, "wall_time": round(self.wall_time, 2),
             "steps_per_second": None if steady is None else round(steady),
             "final_return": self.eval_return, "train_return": self.train_return(),
-            "learner_version": self.version, "restored_step": self.restored_step,
+            # The learner's last version: the final poll comes after it has gone, its final save not.
+            "learner_version": max(self.version, self.saved_update() or 0), "restored_step": self.restored_step,
         }
 
     def close(self) -> None:
@@ -369,7 +386,7 @@ def _first_crossing(rows: list[dict[str, Any]]) -> tuple[float, int] | None:
     return None
 
 
-def _wandb(project: str, agent: Agent, run_dir: str) -> Any:
+def _wandb(project: str, agent: Trainable, run_dir: str) -> Any:
     """A Weights & Biases run for ``--track`` (resumed by the run directory's name)."""
     try:
         import wandb

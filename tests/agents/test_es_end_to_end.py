@@ -1,8 +1,9 @@
 """ES end to end: its script's command line is generated from ``ESConfig`` with per-env
 presets and refuses to resume with another config; the program wires the master by its handle;
-the whole program (master and evaluator nodes) learns CartPole under the threads launcher and
-resumes from its checkpoint, counting the target over the whole run; under the processes
-launcher Ctrl-C is an ordered stop, and a run carries on through an evaluator killed mid-run."""
+the whole program (master and worker nodes), watched by the agents' shared monitor, learns
+CartPole under the threads launcher and resumes from its checkpoint, counting the target over
+the whole run; under the processes launcher Ctrl-C is an ordered stop, and a run carries on
+through a worker killed mid-run."""
 
 from __future__ import annotations
 
@@ -21,13 +22,15 @@ import jaxdist as jd
 from jaxdist import courier
 from jaxdist.agents import config as configs
 from jaxdist.agents.cli import parse
-from jaxdist.agents.es import PRESETS, ESConfig, builder, train
-from jaxdist.agents.es.master import ALREADY_FINISHED
+from jaxdist.agents import distributed, es
+from jaxdist.agents.es import PRESETS, ESConfig
+from jaxdist.agents.monitor import train
 from jaxdist.metrics import read_metrics
 from jaxdist.metrics_tensorboard import read_scalars
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "experiments", "es.py")
+MASTER_ENDED = "jd.stop() was called in node 'master/0'"
 
 
 def test_every_config_field_is_a_flag_and_the_env_picks_its_preset():
@@ -51,47 +54,52 @@ def test_a_resume_with_another_config_names_the_fields_and_refuses(tmp_path):
     assert "sigma: 0.1 -> 0.2" in done.stderr and "--allow-config-change" in done.stderr, done.stderr
 
 
-def test_the_evaluators_call_the_master_by_the_handle_add_node_gave_it():
-    topology = builder.build(ESConfig(num_evaluators=3))
+def test_the_workers_call_the_master_by_the_handle_add_node_gave_it():
+    topology = es.agent(ESConfig(num_workers=3)).topology()
     (master,) = topology.program.groups["master"]
-    evaluators = topology.program.groups["evaluator"]
-    assert topology.master.node_name == master.name
-    assert all(node.args[0] is topology.master for node in evaluators)
-    assert [handle.node_name for handle in master.args[0]] == [node.name for node in evaluators]
-    assert master.default_restart() == builder.MASTER_RESTART and master.stops_first()  # node options
-    assert all(node.default_restart() == builder.EVALUATOR_RESTART for node in evaluators)
+    workers = topology.program.groups["worker"]
+    assert topology.learner.node_name == master.name 
+    assert [handle.node_name for handle in topology.actors] == [node.name for node in workers]
+    assert all(node.args[0] is topology.learner for node in workers)
+    assert [handle.node_name for handle in master.args[0]] == [node.name for node in workers]
+    assert master.default_restart() == es.MASTER_RESTART and master.stops_first()  # node options
+    assert all(node.default_restart() == es.WORKER_RESTART for node in workers)
 
 
 @pytest.mark.slow
 def test_a_threads_run_solves_cartpole_then_a_rerun_resumes_and_counts_the_target_over_the_whole_run(tmp_path):
     out = io.StringIO()
     config = ESConfig(seed=1, stop_at_target=True)
-    summary = train(config, launcher="threads", run_dir=str(tmp_path), echo=False, out=out)
-    assert summary["stop_reason"] == "the mean return reached 475", out.getvalue()
-    assert summary["steps_to_target"] is not None
-    assert summary["final_return"] >= 475 and summary["final_return_episodes"] == 100  # fresh gymnasium episodes
-    progress = read_metrics(tmp_path / "progress.csv")
-    assert progress[0]["episode_return"] < 300 <= 475 <= progress[-1]["episode_return"]  # clearly improved
-    assert [row["generation"] for row in progress] == list(range(1, summary["generations"] + 1))
-    assert "progress/episode_return" in read_scalars(tmp_path / "tensorboard" / "progress")
+    summary = train(es.agent(config), launcher="threads", run_dir=str(tmp_path), echo=False, out=out)
+    assert summary["stop_reason"] == MASTER_ENDED and summary["final_return"] >= 475, out.getvalue()
+    assert summary["steps_to_target"] is not None and summary["wall_time_to_target"] is not None
+    evaluations = read_metrics(tmp_path / "evaluations.csv")  # the mean policy's, one row per generation
+    assert evaluations[0]["mean_return"] < 300 <= 475 <= evaluations[-1]["mean_return"]  # clearly improved
+    generations = [row["step"] for row in evaluations]
+    assert generations == list(range(1, summary["learner_version"] + 1))
+    metrics = read_metrics(tmp_path / "metrics.csv")
+    assert [row["step"] for row in metrics] == generations and metrics[-1]["workers_live"] == 2
+    assert summary["train_return"] is not None  # the population's returns, as the workers report them
+    assert "learner/population_return" in read_scalars(tmp_path / "tensorboard" / "learner")
+    assert "progress/eval_return" in read_scalars(tmp_path / "tensorboard" / "progress")
     assert (tmp_path / "learning_curve.png").read_bytes().startswith(b"\x89PNG")
-    assert {"target_return", "wall_time_to_target", "steps_to_target", "env_steps", "wall_time", "steps_per_second",
-            "final_return", "stop_reason"} <= set(json.loads((tmp_path / "summary.json").read_text()))
     assert configs.load(str(tmp_path)) == ("es", configs.to_dict(config))  # the resolved config is saved
 
-    more = dataclasses.replace(config, stop_at_target=False, total_steps=summary["env_steps"] + 60_000)
-    resumed = train(more, launcher="threads", run_dir=str(tmp_path), echo=False, out=out)
-    assert resumed["restored_generation"] == summary["generations"]
-    assert resumed["generations"] > summary["generations"] and resumed["env_steps"] >= more.total_steps
+    more = dataclasses.replace(config, stop_at_target=False, total_steps=metrics[-1]["env_steps"] + 60_000)
+    resumed = train(es.agent(more), launcher="threads", run_dir=str(tmp_path), echo=False, out=out)
+    assert resumed["restored_step"] == summary["learner_version"]
+    assert resumed["learner_version"] > summary["learner_version"] and resumed["env_steps"] >= more.total_steps
     # Time and steps to the target are the first segment's: counted over the whole run.
     assert resumed["steps_to_target"] == summary["steps_to_target"]
     assert resumed["wall_time_to_target"] == pytest.approx(summary["wall_time_to_target"], abs=0.1)
     assert resumed["wall_time"] > summary["wall_time"]
-    rows = read_metrics(tmp_path / "progress.csv")  # one row per generation across both runs
-    assert [row["generation"] for row in rows] == list(range(1, resumed["generations"] + 1))
+    metrics = read_metrics(tmp_path / "metrics.csv")  # one row per generation across both runs
+    assert [row["step"] for row in metrics] == list(range(1, resumed["learner_version"] + 1))
+    assert metrics[-1]["env_steps"] >= more.total_steps
 
-    again = train(more, launcher="threads", run_dir=str(tmp_path), echo=False, out=out)
-    assert again["stop_reason"] == ALREADY_FINISHED and "pass --fresh" in out.getvalue()
+    again = train(es.agent(more), launcher="threads", run_dir=str(tmp_path), echo=True, out=out)
+    assert again["learner_version"] == resumed["learner_version"]
+    assert "pass --fresh" in (tmp_path / "logs" / "master-0.log").read_text()
 
 
 @pytest.mark.slow
@@ -104,39 +112,40 @@ def test_ctrl_c_is_the_ordered_stop_with_one_line_and_a_summary(tmp_path):
         rows = []
         while time.monotonic() < deadline and len(rows) < 3:  # a few generations in
             time.sleep(0.5)
-            if (tmp_path / "progress.csv").exists():
-                rows = read_metrics(tmp_path / "progress.csv")
+            if (tmp_path / "evaluations.csv").exists():
+                rows = read_metrics(tmp_path / "evaluations.csv")
         process.send_signal(signal.SIGINT)
         stdout, stderr = process.communicate(timeout=120)
     finally:
         process.kill()
     assert process.returncode == 0, stdout + stderr
     assert "Traceback" not in stdout + stderr, stdout + stderr
-    assert "stopped by Ctrl-C at generation" in stdout and "(checkpoint saved)" in stdout, stdout
-    generation = int(stdout.split("stopped by Ctrl-C at generation ")[1].split()[0])
+    assert "stopped by Ctrl-C at update" in stdout and "(checkpoint saved)" in stdout, stdout
+    generation = int(stdout.split("stopped by Ctrl-C at update ")[1].split()[0])
     assert generation >= 3 and str(generation) in os.listdir(tmp_path / "checkpoints" / "master" / "0")
-    summary = json.loads((tmp_path / "summary.json").read_text())  # written by the master, stopped first
-    assert summary["stop_reason"].startswith("stopped by Ctrl-C") and summary["generations"] == generation
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["stop_reason"].startswith("stopped by Ctrl-C") and summary["learner_version"] == generation
 
 
 @pytest.mark.slow
-def test_a_processes_run_carries_on_through_an_evaluator_killed_mid_run(tmp_path):
-    config = ESConfig(seed=0, num_evaluators=2, total_steps=1_200_000, backup_after=1.0)
-    topology = builder.build(config)
+def test_a_processes_run_carries_on_through_a_worker_killed_mid_run(tmp_path):
+    config = ESConfig(seed=0, num_workers=2, total_steps=1_200_000, backup_after=1.0)
+    topology = es.agent(config).topology()
     running = jd.launch(topology.program, launcher="processes", run_dir=str(tmp_path), echo=False,
-                        resources=builder.resources())
+                        resources=distributed.resources(topology.program))
     try:
-        master = courier.Client(running.addresses[topology.master.node_name], token=running.token, timeout=10)
+        master = courier.Client(running.addresses[topology.learner.node_name], token=running.token, timeout=10)
         deadline = time.monotonic() + 120
-        while (master.status().get("generation") or 0) < 3:
+        while master.status()["step"] < 3:
             assert time.monotonic() < deadline, running.status()
             time.sleep(0.05)
-        os.kill(running.status()["evaluator/0"]["pid"], signal.SIGKILL)
+        os.kill(running.status()["worker/0"]["pid"], signal.SIGKILL)
         assert running.wait(timeout=240)
     finally:
         running.stop()
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["stop_reason"] == "trained for 1,200,000 env steps"
-    assert running.status()["evaluator/0"]["restarts"] == 1
-    assert summary["requeued"] + summary["backups"] >= 1  # the dead evaluator's task was done by the other
-    assert summary["final_return"] >= 475
+    assert running.stop_reason == MASTER_ENDED
+    assert running.status()["worker/0"]["restarts"] == 1
+    last = read_metrics(tmp_path / "metrics.csv")[-1]
+    assert last["env_steps"] >= 1_200_000
+    assert last["requeued"] + last["backups"] >= 1  # the dead worker's task was done by the other
+    assert read_metrics(tmp_path / "evaluations.csv")[-1]["mean_return"] >= 475

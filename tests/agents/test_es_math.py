@@ -11,7 +11,7 @@ import optax
 import pytest
 
 from jaxdist.agents.es import learning, rollout
-from jaxdist.agents.es.config import ESConfig
+from jaxdist.agents.es import ESConfig
 from jaxdist.agents.es.policy import Policy
 from jaxdist.jax_envs import jax_env
 

@@ -161,7 +161,7 @@ def test_actors_keep_acting_while_the_learner_is_killed_and_comes_back_from_its_
     config = ppo.PPOConfig(total_steps=10**8, checkpoint_every_updates=20)
     topology = distributed.build(ppo.agent(config))
     running = jd.launch(topology.program, launcher="processes", run_dir=str(tmp_path), echo=False,
-                        resources=distributed.resources())
+                        resources=distributed.resources(topology.program))
     try:
         learner = courier.Client(running.addresses[topology.learner.node_name], token=running.token, timeout=5)
         actors = [courier.Client(running.addresses[a.node_name], token=running.token, timeout=5)

@@ -11,7 +11,7 @@ import pytest
 import jaxdist as jd
 from jaxdist import courier
 from jaxdist.nodes.cacher import Cache, CacherNode, cache_key
-from jaxdist.nodes.parameter_server import ParameterServer, VariableClient
+from jaxdist.nodes.parameter_server import ParameterServer
 import parameter_server_nodes as nodes
 from waiting import wait_until
 

@@ -1,14 +1,154 @@
-"""OpenAI-ES: ``learning.py`` (the math: seeded noise, centered ranks, the antithetic gradient
-estimate, the optax step), ``policy.py`` (an MLP over a flat parameter vector), ``rollout.py``
-(jitted episode batches on the JAX envs of ``jaxdist.jax_envs``), ``gym_eval.py``
-(returns on gymnasium's own envs), ``search.py`` (the JAX side of the nodes), ``evaluator.py``
-and ``master.py`` (the nodes), ``config.py`` (``ESConfig`` and per-env ``PRESETS``),
-``builder.py`` (``make_program``), ``training.py`` (``train``). ES keeps its own program (a
-master mapping seeds over evaluators through ``jd.Pool``) and shares the agents' command line
-and report (``jaxdist.agents.cli``). Importing this package imports no JAX."""
+"""OpenAI-ES as an agent record: its config (``ESConfig``, per-env ``PRESETS``) and its program.
 
-from jaxdist.agents.es.builder import make_program
-from jaxdist.agents.es.config import PRESETS, ESConfig
-from jaxdist.agents.es.training import train
+ES keeps its own program, a pool rather than actors and a learner:
 
-__all__ = ["ESConfig", "PRESETS", "make_program", "train"]
+    worker/i   ``Worker`` nodes (``nodes.py``): jitted rollouts of perturbations of the
+               master's parameters, regenerated from noise seeds
+    master/0   the driver (``Master``): runs the generations, maps tasks of seeds over the
+               workers with futures through a ``jd.Pool``, serves the parameters they pull,
+               checkpoints, scores the mean policy, and ends the program (``jd.stop()``)
+
+and shares everything around it with the actor-learner agents: the command line
+(``jaxdist.agents.cli``) and the watcher (``jaxdist.agents.monitor.train``), which polls the
+master as it polls a learner and the workers as it polls actors. The math is in
+``learning.py``, the policy in ``policy.py``, the batched episodes in ``rollout.py``, the
+master's state in ``search.py``. Nothing here imports JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import jaxdist as jd
+from jaxdist.agents.config import Presets
+from jaxdist.agents.distributed import Topology, env_slug
+from jaxdist.agents.es.nodes import Master, Worker
+
+PRESETS: Presets = {
+    # A CartPole episode starts within 0.05 of upright, so one episode ranks a member well.
+    "CartPole-v1": {"episodes_per_member": 1, "total_steps": 3_000_000, "target_return": 475.0},
+    # A Pendulum episode starts at any angle, so a member is ranked on eight start states: with
+    # four, the noise of the ranking left the mean policy of some seeds hovering near -200.
+    "Pendulum-v1": {"episodes_per_member": 8, "total_steps": 40_000_000, "target_return": -200.0},
+}
+"""Per env id: the values of the fields left None. ES runs only the envs it has JAX ports of."""
+
+MASTER_RESTART = jd.Restart(max_restarts=3, backoff=1.0)
+WORKER_RESTART = jd.Restart(max_restarts=10, backoff=0.5)
+
+
+@dataclasses.dataclass(frozen=True)
+class ESConfig:
+    """OpenAI-ES (Salimans et al. 2017). The defaults reach CartPole-v1 >= 475 and Pendulum-v1
+    >= -200 (the mean policy's mean return over ``eval_episodes`` fresh episodes); fields left
+    None take the env's value from ``PRESETS``.
+
+    Each generation evaluates ``population`` perturbations (``population / 2`` antithetic
+    pairs) in tasks of ``pairs_per_task`` pairs spread over ``num_workers`` worker nodes;
+    every member plays the generation's ``episodes_per_member`` start states. The run ends
+    after ``total_steps`` env steps of training episodes (evaluation episodes are not counted),
+    or, with ``stop_at_target``, once the mean policy's evaluation reaches ``target_return``.
+    """
+
+    env_id: Literal["CartPole-v1", "Pendulum-v1"] = "CartPole-v1"
+    """An env with a JAX port of its dynamics (jaxdist/jax_envs.py); picks its preset."""
+    seed: int = 0
+    num_workers: int = 2
+    """Worker nodes: ES's actors."""
+
+    # OpenAI-ES.
+    population: int = 64
+    """Perturbations per generation (antithetic pairs: half as many)."""
+    sigma: float = 0.1
+    """Standard deviation of the parameter noise."""
+    learning_rate: float = 0.1
+    optimizer: Literal["adam", "sgd"] = "adam"
+    momentum: float = 0.9
+    """SGD's momentum."""
+    weight_decay: float = 0.005
+    """L2 decay of the mean parameters."""
+    hidden: tuple[int, ...] = (32, 32)
+    """Widths of the policy MLP's hidden layers."""
+    episodes_per_member: int | None = None
+    """Start states every member plays per generation (None: the env's preset)."""
+
+    # The run.
+    total_steps: int | None = None
+    """Env steps of training episodes, then the run ends (None: the env's preset)."""
+    target_return: float | None = None
+    """The evaluation return whose first crossing is timed (None: the env's preset)."""
+    stop_at_target: bool = False
+    """End the run once an evaluation of the mean policy reaches target_return."""
+    eval_episodes: int = 20
+    """Fresh episodes that score the mean policy after each generation."""
+    pairs_per_task: int = 8
+    """Antithetic pairs per task sent to a worker."""
+    checkpoint_every_generations: int = 10
+    task_timeout: float = 120.0
+    """Seconds the pool (jd.Pool) gives each call."""
+    backup_after: float = 3.0
+    """Seconds after which the pool runs a backup copy of a task still running on an idle worker."""
+    unavailable_timeout: float = 300.0
+    """Seconds without any worker answering after which the pool gives up."""
+
+    def __post_init__(self) -> None:
+        if self.env_id not in PRESETS:
+            raise ValueError(f"ES here runs {', '.join(PRESETS)} (JAX ports of their dynamics); "
+                             f"got {self.env_id!r}")
+        for name, value in PRESETS[self.env_id].items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+        object.__setattr__(self, "hidden", tuple(self.hidden))
+        for name in ("num_workers", "population", "pairs_per_task", "episodes_per_member", "total_steps",
+                     "eval_episodes", "checkpoint_every_generations"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.population % (2 * self.pairs_per_task):
+            raise ValueError(f"population {self.population} must split into antithetic pairs in tasks of "
+                             f"{self.pairs_per_task} pairs: make it a multiple of {2 * self.pairs_per_task}")
+        if self.optimizer not in ("adam", "sgd"):
+            raise ValueError(f"optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
+        if self.sigma <= 0 or self.learning_rate <= 0:
+            raise ValueError(f"sigma and learning_rate must be > 0, got {self.sigma} and {self.learning_rate}")
+
+    @property
+    def pairs(self) -> int:
+        return self.population // 2
+
+
+@dataclasses.dataclass(frozen=True)
+class ES:
+    """What ``monitor.train`` launches and watches: ``train(es.agent(config))``."""
+
+    config: ESConfig
+    name: str = "es"
+
+    def topology(self) -> Topology:
+        """The master and the workers call each other: the master's node is made first, with the
+        list its workers' handles are added to (arguments travel only at launch). Crashed nodes
+        come back (node options): a worker afresh (the pool gives its task to the others
+        meanwhile), the master from its checkpoint; a stop reaches the master first, while its
+        workers still serve the generation in flight."""
+        config = self.config
+        program = jd.Program(f"es-{env_slug(config.env_id)}")
+        workers: list[jd.Handle] = []
+        master_node = jd.CourierNode(Master, workers, config).with_options(restart=MASTER_RESTART, stops_first=True)
+        master = master_node.create_handle()
+        with program.group("worker"):
+            workers.extend(program.add_node(jd.CourierNode(Worker, master, config).with_options(restart=WORKER_RESTART))
+                           for _ in range(config.num_workers))
+        with program.group("master"):
+            program.add_node(master_node)
+        return Topology(program, master, workers, placement={"master": jd.on_host(0), "worker": jd.spread()})
+
+
+def agent(config: ESConfig) -> ES:
+    return ES(config)
+
+
+def make_program(config: ESConfig) -> jd.Program:
+    return ES(config).topology().program
+
+
+__all__ = ["ES", "ESConfig", "PRESETS", "agent", "make_program"]

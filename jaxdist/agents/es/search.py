@@ -1,28 +1,29 @@
 """The JAX side of ES, imported only where its nodes run (the launching process needs no JAX):
-``Rollouts`` evaluates parameters (perturbed ones for evaluators, the mean policy for the
+``Rollouts`` evaluates parameters (perturbed ones for workers, the mean policy for the
 master) and ``Search`` is the master's state (mean parameters, optimizer state, generation,
 env steps) with its update and its Orbax checkpoints."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdist.agents.es import gym_eval, learning, rollout
-from jaxdist.agents.es.config import ESConfig
-from jaxdist.jax_envs import jax_env
+from jaxdist.agents.es import learning, rollout
 from jaxdist.agents.es.policy import Policy
 from jaxdist.checkpoint import Checkpointer
+from jaxdist.jax_envs import jax_env
+
+if TYPE_CHECKING:
+    from jaxdist.agents.es import ESConfig
 
 TRAIN, EVAL = 0, 1  # the two streams of start states (learning.episode_keys' purpose)
 
 
 class Rollouts:
-    """Episodes of the config's env and policy, on the JAX port (training, scoring) or on
-    gymnasium's env (the reported returns)."""
+    """Episodes of the config's env and policy on the env's JAX port."""
 
     def __init__(self, config: ESConfig) -> None:
         self.config = config
@@ -37,14 +38,12 @@ class Rollouts:
                                                     jnp.asarray(seeds, jnp.int32), config.sigma, keys)
         return np.asarray(fitness), int(steps)
 
-    def mean_policy_return(self, theta: jax.Array, generation: int) -> float:
-        """Mean return of ``theta`` itself over ``eval_episodes`` start states of the JAX env."""
+    def evaluate(self, theta: jax.Array, generation: int) -> np.ndarray:
+        """Returns of ``theta`` itself in ``eval_episodes`` episodes, from start states drawn
+        afresh for each generation (never the training ones)."""
         keys = learning.episode_keys(self.config.seed, generation, self.config.eval_episodes, EVAL)
         returns, _ = rollout.episodes(self.policy, self.dynamics, theta[None], keys)
-        return float(returns.mean())
-
-    def gymnasium_returns(self, theta: jax.Array, episodes: int, seed: int) -> np.ndarray:
-        return gym_eval.gymnasium_returns(self.config.env_id, self.policy, theta, episodes, seed)
+        return np.asarray(returns[0])
 
 
 class Search:
