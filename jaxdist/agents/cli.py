@@ -18,8 +18,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal
 
-import tyro
-
 from jaxdist.agents import config as configs
 from jaxdist.agents.config import AgentConfig, Presets
 from jaxdist.agents.distributed import env_slug
@@ -69,6 +67,8 @@ def parse(config_type: type[AgentConfig], presets: Presets, description: str | N
         default = configs.with_preset(config_type, env_id, presets)
     except ValueError as error:  # a preset the class refuses, e.g. an env the agent does not support
         raise SystemExit(f"error: {error}") from None
+
+    import tyro  # here: every node's process imports its script, and only the launching one parses
 
     flat = tyro.conf.arg(name="")  # --learning-rate, not --config.learning-rate
     command_type = dataclasses.make_dataclass("Command", [

@@ -186,7 +186,7 @@ def build_actor(agent: Agent, index: int, params: Any, replay: Any) -> Any:
 
 
 def build_evaluator(agent: Agent, params: Any) -> Any:
-    from jaxdist.agents.evaluator import Evaluator
+    from jaxdist.nodes.evaluator import Evaluator
 
     config = agent.config
     return Evaluator(agent.policy(config, agent.env, None), env_spec(config, config.eval_episodes), params,

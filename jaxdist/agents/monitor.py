@@ -35,7 +35,7 @@ import jaxdist as jd
 from jaxdist import courier
 from jaxdist.agents import config as configs
 from jaxdist.agents.distributed import Topology, resources
-from jaxdist.agents.evaluator import EVALUATIONS
+from jaxdist.nodes.evaluator import EVALUATIONS
 from jaxdist.metrics import MetricsWriter, metrics_path, read_metrics
 from jaxdist.metrics_tensorboard import TensorBoardWriter
 from jaxdist.plotting import line_plot

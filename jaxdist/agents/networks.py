@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from jaxdist.agents.distributions import Dist
 from jaxdist.spaces import ActionSpace
+
+if TYPE_CHECKING:
+    import optax
 
 Network = str | Callable[[], nn.Module]
 Initializer = Callable[..., jax.Array]
@@ -168,5 +170,7 @@ class QNetwork(nn.Module):
 def clipped_adam(learning_rate: float, max_grad_norm: float, anneal_steps: int | None) -> optax.GradientTransformation:
     """Adam (eps 1e-5) after global-norm clipping; over ``anneal_steps`` SGD steps (if given)
     the rate falls linearly to 0."""
+    import optax  # here: actors build networks and need no optimiser
+
     rate: Any = learning_rate if not anneal_steps else optax.linear_schedule(learning_rate, 0.0, anneal_steps)
     return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(rate, eps=1e-5))

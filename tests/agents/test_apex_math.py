@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jaxdist.agents.apex import acting, learning
-from jaxdist.agents.apex.config import ApexConfig
+from jaxdist.agents.apex import ApexConfig
 from jaxdist.spaces import ActionSpace, EnvInfo
 
 CONFIG = ApexConfig(hidden=(16, 16), target_update_period=3)

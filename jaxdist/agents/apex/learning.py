@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxdist.agents.apex.config import ApexConfig
+from jaxdist.agents.apex import ApexConfig
 from jaxdist.agents.networks import QNetwork
 from jaxdist.spaces import EnvInfo
 from jaxdist.nodes.learner import LearnerLogic

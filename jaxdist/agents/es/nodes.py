@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import jaxdist as jd
-from jaxdist.agents.evaluator import EVALUATIONS, record
+from jaxdist.nodes.evaluator import EVALUATIONS, record
 from jaxdist.launch import context
 from jaxdist.metrics import MetricsWriter, metrics_path
 

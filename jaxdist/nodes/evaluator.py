@@ -10,8 +10,6 @@ line, the metrics and the target report. A file, not a served method, so that th
 that ends the program is read after the program has gone: with ``stop_at_target`` the
 evaluator ends the program (``jd.stop()``) at the first evaluation that reaches
 ``target_return``.
-
-Served: ``status()``.
 """
 
 from __future__ import annotations
@@ -62,12 +60,6 @@ class Evaluator:
         node = context.current_node()
         self._writer = MetricsWriter(metrics_path(node.run_dir if node else run_dir, EVALUATIONS))
         self._evaluations = 0
-        self._last: tuple[int, float] | None = None  # (version, mean return)
-
-    def status(self) -> dict[str, Any]:
-        last = self._last
-        return {"evaluations": self._evaluations, "version": None if last is None else last[0],
-                "mean_return": None if last is None else last[1]}
 
     def run(self) -> None:
         wanted = 0
@@ -77,7 +69,6 @@ class Evaluator:
                 continue
             returns = self.evaluate(params, episode_seed=self._seed + self._evaluations * self._env.num_envs)
             self._evaluations += 1
-            self._last = (version, float(np.mean(returns)))
             if record(self._writer, version, returns, self._target, self._stop_at_target):
                 return
             wanted = (version // self._every + 1) * self._every

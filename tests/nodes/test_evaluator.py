@@ -1,0 +1,53 @@
+"""The evaluator node: the deterministic policy's returns on seeded episodes, its row in
+``evaluations.csv``, and the stop at the target, in a launched program."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+import jaxdist as jd
+from jaxdist.agents.networks import ActorCritic
+from jaxdist.agents.policies import ActorCriticPolicy
+from jaxdist.envs import EnvSpec
+from jaxdist.metrics import read_metrics
+from jaxdist.nodes.evaluator import Evaluator
+from jaxdist.nodes.parameter_server import ParameterServer
+from jaxdist.spaces import ActionSpace, EnvInfo
+
+CARTPOLE = EnvInfo((4,), "float32", ActionSpace(num_actions=2))
+POLICY = ActorCriticPolicy(CARTPOLE, "mlp", (8,), deterministic=True)  # as agents give evaluators
+
+
+def params():
+    network = ActorCritic(action=CARTPOLE.action, hidden=(8,))
+    return {"network": jax.tree.map(np.asarray, network.init(jax.random.key(0), np.zeros((1, 4), np.float32)))}
+
+
+def test_an_evaluation_plays_one_episode_per_env_and_its_seed_fixes_the_returns():
+    evaluator = Evaluator(POLICY, EnvSpec("CartPole-v1", 4), ParameterServer(params()), every_updates=1, seed=3)
+    try:
+        first = evaluator.evaluate(params(), episode_seed=100)
+        again = evaluator.evaluate(params(), episode_seed=100)
+        other = evaluator.evaluate(params(), episode_seed=200)
+    finally:
+        evaluator.close()
+    assert first.shape == (4,) and (first >= 8).all() and (first <= 500).all()  # whole CartPole episodes
+    np.testing.assert_array_equal(first, again)  # deterministic policy, same start states
+    assert not np.array_equal(first, other)
+
+
+def test_in_a_program_it_writes_each_evaluation_and_ends_the_program_at_the_target(tmp_path):
+    program = jd.Program("evaluation")
+    server = program.add_node(jd.CourierNode(ParameterServer, params(), 1), label="params")
+    program.add_node(jd.CourierNode(Evaluator, POLICY, EnvSpec("CartPole-v1", 4), server, every_updates=1, seed=0,
+                                    target_return=5.0, stop_at_target=True), label="evaluator")
+    running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False)
+    try:
+        assert running.wait(timeout=60)
+    finally:
+        running.stop()
+    assert running.stop_reason == "jd.stop() was called in node 'evaluator/0'"
+    (row,) = read_metrics(tmp_path / "evaluations.csv")
+    assert row["step"] == 1 and row["episodes"] == 4 and row["min_return"] <= row["mean_return"] <= row["max_return"]
+    assert row["mean_return"] >= 5.0
