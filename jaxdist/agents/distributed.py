@@ -1,5 +1,5 @@
 """The one actor-learner topology every agent's program is built on (Acme's
-``make_distributed_experiment``): ``make_program(agent) -> jd.Program``.
+``make_distributed_experiment``): ``build(agent) -> Topology``, also ``agent.topology()``.
 
     learner/h     one process per learner host h (``learner_hosts``), threads of it:
                   learner/h/0 the agent's replay table (a FIFO for on-policy agents,
@@ -17,7 +17,7 @@ while its evaluations are short and come every few updates.
 
 Training ends inside the program: the learner calls ``jd.stop()`` after its last update (and the
 evaluator, with ``stop_at_target``, once the target is reached), so
-``jd.launch(make_program(agent)).wait()`` returns. Every node is built in its own process by a
+``jd.launch(agent.topology().program).wait()`` returns. Every node is built in its own process by a
 plain factory function below, from the agent record; learners are stopped first and restart
 from their checkpoint (node options, not class attributes).
 
@@ -28,6 +28,7 @@ builds the same one), and imports no JAX: a node's process imports what its node
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -46,7 +47,8 @@ class Agent:
     """An algorithm as a small set of components over one config (all picklable, none
     importing JAX until called, so launching processes and actors stay light):
 
-    - ``learner_logic(config, env) -> LearnerLogic``: the pure ``(init, update)``;
+    - ``learner_logic(config, env) -> LearnerLogic``: the pure ``(init, update)`` (``Lazy`` when
+      its module imports JAX);
     - ``policy(config, env, actor) -> policy``: what actor ``actor`` runs, or with ``actor``
       None the deterministic policy of evaluation and ``load_policy``; a policy is
       ``(params, obs, key) -> (action, extras)`` (see ``jaxdist.nodes.actor``);
@@ -70,6 +72,18 @@ class Agent:
         return build(self)
 
 
+@dataclasses.dataclass(frozen=True)
+class Lazy:
+    """The function ``target`` (``"module:name"``), imported at its first call: an agent's learner
+    logic lives in a module that imports JAX, which the launching process never needs."""
+
+    target: str
+
+    def __call__(self, *args: Any) -> Any:
+        module, _, name = self.target.partition(":")
+        return getattr(importlib.import_module(module), name)(*args)
+
+
 LEARNER_RESTART = jd.Restart(max_restarts=10, backoff=1.0)
 ACTOR_RESTART = jd.Restart(max_restarts=10, backoff=0.5)
 
@@ -84,10 +98,6 @@ class Topology:
     learner: jd.Handle
     actors: list[jd.Handle]
     placement: dict[str, Any]
-
-
-def make_program(agent: Agent) -> jd.Program:
-    return build(agent).program
 
 
 def build(agent: Agent) -> Topology:

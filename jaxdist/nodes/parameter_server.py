@@ -204,15 +204,12 @@ class VariableClient:
             return dict(self._counts, last_error=self._last_error, version=self._held[0])
 
     def close(self) -> None:
-        """Stop refreshing (the source client is the caller's to close). Waits a moment for a
-        fetch in flight, once: a second close returns at once."""
-        if self._closed.is_set():
-            return
+        """Stop refreshing (the source client is the caller's to close). A fetch in flight is not
+        waited for: at a stop it hangs on a learner that has gone, for up to ``call_timeout``."""
         self._closed.set()
         self._due.set()
         with self._fetched:
             self._fetched.notify_all()
-        self._thread.join(timeout=1.0)
 
     def __enter__(self) -> "VariableClient":
         return self
@@ -262,6 +259,8 @@ class VariableClient:
         return self._held[0] >= 0
 
     def _record_error(self, exc: Exception) -> None:
+        if self._closed.is_set():  # the source went away with the client: nothing to report
+            return
         with self._fetched:
             self._in_flight = False
             self._counts["errors"] += 1

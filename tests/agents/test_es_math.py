@@ -10,7 +10,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxdist.agents.es import learning, rollout
+from jaxdist.agents.es import learning, search
 from jaxdist.agents.es import ESConfig
 from jaxdist.agents.es.policy import Policy
 from jaxdist.jax_envs import jax_env
@@ -121,7 +121,7 @@ def test_a_jitted_batch_of_episodes_returns_what_gymnasium_returns_from_the_same
     keys = jax.random.split(jax.random.key(0), 3)
     with jax.enable_x64(True):
         params = jnp.stack([policy.init(jax.random.key(i)) * 3 for i in range(2)]).astype(jnp.float64)
-        returns, lengths = rollout.episodes(policy, port, params, keys)
+        returns, lengths = search.episodes(policy, port, params, keys)
         starts = jax.vmap(port.reset_physics)(keys)
         act = jax.jit(policy.act)
         for p in range(len(params)):

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
 import jaxdist as jd
 from jaxdist.agents import distributed
 from jaxdist.agents.apex import acting
 from jaxdist.agents.config import AgentConfig, Presets
-from jaxdist.spaces import EnvInfo, env_info
+from jaxdist.spaces import env_info
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,12 +121,6 @@ PRESETS: Presets = {"CartPole-v1": {"target_return": 475.0}}
 """Tuned defaults per env id; every field stays overridable flag by flag."""
 
 
-def learner_logic(config: ApexConfig, env: EnvInfo) -> Any:
-    from jaxdist.agents.apex import learning
-
-    return learning.logic(config, env)
-
-
 def replay_table(config: ApexConfig) -> jd.replay.Prioritized:
     """The prioritized table, rate-limited to ``samples_per_insert``. Its window leaves room for
     every actor's largest insert (and one learner request: a dispatch's batches) on either side
@@ -144,12 +137,12 @@ def agent(config: ApexConfig) -> distributed.Agent:
     if not env.action.discrete:
         raise ValueError(f"DQN chooses among discrete actions; {config.env_id} has a continuous action space "
                          f"(use PPO or IMPALA)")
-    return distributed.Agent("apex", config, env, learner_logic, acting.policy, replay_table,
-                             sink=acting.TransitionSink, prioritized=True)
+    return distributed.Agent("apex", config, env, distributed.Lazy("jaxdist.agents.apex.learning:logic"),
+                             acting.policy, replay_table, sink=acting.TransitionSink, prioritized=True)
 
 
 def make_program(config: ApexConfig) -> jd.Program:
-    return distributed.make_program(agent(config))
+    return agent(config).topology().program
 
 
 __all__ = ["ApexConfig", "PRESETS", "agent", "make_program"]

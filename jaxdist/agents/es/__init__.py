@@ -11,7 +11,7 @@ ES keeps its own program, a pool rather than actors and a learner:
 and shares everything around it with the actor-learner agents: the command line
 (``jaxdist.agents.cli``) and the watcher (``jaxdist.agents.monitor.train``), which polls the
 master as it polls a learner and the workers as it polls actors. The math is in
-``learning.py``, the policy in ``policy.py``, the batched episodes in ``rollout.py``, the
+``learning.py``, the policy in ``policy.py``, the batched episodes and the
 master's state in ``search.py``. Nothing here imports JAX.
 """
 

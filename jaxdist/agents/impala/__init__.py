@@ -7,12 +7,11 @@ shared ones. Nothing here imports JAX."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import jaxdist as jd
 from jaxdist.agents import distributed, policies
 from jaxdist.agents.config import AgentConfig, Presets
-from jaxdist.spaces import EnvInfo, env_info
+from jaxdist.spaces import env_info
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,19 +83,13 @@ PRESETS: Presets = {
 """Tuned defaults per env id; every field stays overridable flag by flag."""
 
 
-def learner_logic(config: IMPALAConfig, env: EnvInfo) -> Any:
-    from jaxdist.agents.impala import learning
-
-    return learning.logic(config, env)
-
-
 def agent(config: IMPALAConfig) -> distributed.Agent:
-    return distributed.Agent("impala", config, env_info(config.env_id), learner_logic, policies.actor_critic,
-                             distributed.fifo)
+    return distributed.Agent("impala", config, env_info(config.env_id), distributed.Lazy("jaxdist.agents.impala.learning:logic"),
+                             policies.actor_critic, distributed.fifo)
 
 
 def make_program(config: IMPALAConfig) -> jd.Program:
-    return distributed.make_program(agent(config))
+    return agent(config).topology().program
 
 
 __all__ = ["IMPALAConfig", "PRESETS", "agent", "make_program"]
