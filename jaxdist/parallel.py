@@ -258,9 +258,9 @@ def install_sigterm_flag() -> None:
     """Make SIGTERM set a flag for :func:`preemption_requested` instead of killing us.
 
     Main thread only. A Python handler already installed (a launcher's worker sets the
-    program's stop event with one) is chained: it still runs after the flag is set; the
-    default action (terminate) is not. A no-op under ``jax.distributed``, whose preemption
-    service owns SIGTERM, and when called again.
+    program's stop event with one) is chained: it runs first, so whoever sees the flag sees
+    what that handler did (the program stopping); the default action (terminate) is not. A
+    no-op under ``jax.distributed``, whose preemption service owns SIGTERM, and when called again.
     """
     global _sigterm_installed
     if _jax_owns_sigterm() or _sigterm_installed:
@@ -268,9 +268,11 @@ def install_sigterm_flag() -> None:
     previous = signal.getsignal(signal.SIGTERM)
 
     def handler(signum: int, frame: Any) -> None:
-        _sigterm.set()
-        if callable(previous):
-            previous(signum, frame)
+        try:
+            if callable(previous):
+                previous(signum, frame)
+        finally:
+            _sigterm.set()
 
     signal.signal(signal.SIGTERM, handler)
     _sigterm_installed = True

@@ -153,3 +153,21 @@ def test_two_processes_of_four_devices_match_one_process_of_eight(runs, tmp_path
         two = load(tmp_path / "two", process)
         for variant in ("jit", "jit_scan", "pmap"):
             assert_close(params_of(two, variant), params_of(eight, variant), f"two processes {variant}")
+
+
+def test_sigterm_runs_the_chained_handler_before_it_raises_the_flag():
+    """A learner in a launched node checks the program's stop, then the SIGTERM flag: with the
+    flag raised first, a SIGTERM could read as "preempted (SIGTERM)" before the worker's handler
+    had stopped the program (seen once in a loaded test run)."""
+    script = (
+        "import os, signal\n"
+        "from jaxdist import parallel\n"
+        "seen = []\n"
+        "signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(parallel.preemption_requested(0)))\n"
+        "parallel.install_sigterm_flag()\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "print(seen, parallel.preemption_requested(0))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert done.stdout.strip() == "[False] True", done.stdout + done.stderr

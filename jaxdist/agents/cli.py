@@ -20,7 +20,6 @@ from typing import Annotated, Any, Literal
 
 from jaxdist.agents import config as configs
 from jaxdist.agents.config import AgentConfig, Presets
-from jaxdist.agents.distributed import env_slug
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,10 +80,6 @@ def parse(config_type: type[AgentConfig], presets: Presets, description: str | N
     return command.config, command.run
 
 
-def run_dir_for(agent: str, config: AgentConfig, run: RunOptions) -> str:
-    return run.run_dir or os.path.join("runs", f"{agent}-{env_slug(config.env_id)}-seed{config.seed}")
-
-
 def prepare_run_dir(run_dir: str, agent: str, config: AgentConfig, run: RunOptions) -> None:
     """Start over on ``--fresh``; on a resume, refuse a config that differs from the saved one
     unless ``--allow-config-change``."""
@@ -112,14 +107,14 @@ def main(agent: str, config_type: type[AgentConfig], presets: Presets, make_agen
          description: str | None, start_time: float) -> dict[str, Any]:
     """An agent script's whole body: parse, prepare the run directory, train (``monitor.train``
     of ``make_agent(config)``), report."""
-    from jaxdist.agents.monitor import train
+    from jaxdist.agents.monitor import default_run_dir, train
 
     config, run = parse(config_type, presets, description)
     try:
         built = make_agent(config)
     except ValueError as error:  # an env this agent cannot act in, an unknown env id
         raise SystemExit(f"error: {error}") from None
-    run_dir = run_dir_for(agent, config, run)
+    run_dir = run.run_dir or default_run_dir(built)
     prepare_run_dir(run_dir, agent, config, run)
     summary = train(built, launcher=run.launcher, run_dir=run_dir, start_time=start_time,
                     compilation_cache=os.path.expanduser(run.compilation_cache) or None, echo=not run.quiet,

@@ -1,5 +1,5 @@
 """The one actor-learner topology every agent's program is built on (Acme's
-``make_distributed_experiment``): ``build(agent) -> Topology``, also ``agent.topology()``.
+``make_distributed_experiment``): ``agent.topology()`` builds the program of an ``Agent``.
 
     learner/h     one process per learner host h (``learner_hosts``), threads of it:
                   learner/h/0 the agent's replay table (a FIFO for on-policy agents,
@@ -43,6 +43,18 @@ SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_thr
 
 
 @dataclasses.dataclass(frozen=True)
+class Topology:
+    """The program, where its groups go (the multihost launcher's ``placement``), and the
+    handles a watcher (``jaxdist.agents.monitor``) polls: host 0's learner (``status()``) and the
+    actors (``stats()``, ``episodes(since)``)."""
+
+    program: jd.Program
+    learner: jd.Handle
+    actors: list[jd.Handle]
+    placement: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
 class Agent:
     """An algorithm as a small set of components over one config (all picklable, none
     importing JAX until called, so launching processes and actors stay light):
@@ -68,8 +80,32 @@ class Agent:
     sink: Callable[[Any, Any], Any] | None = None
     prioritized: bool = False
 
-    def topology(self) -> "Topology":
-        return build(self)
+    def topology(self) -> Topology:
+        config = self.config
+        program = jd.Program(f"{self.name}-{env_slug(config.env_id)}")
+        hosts = config.learner_hosts
+        replays, learners = [], []
+        for host in range(hosts):
+            replay_node = jd.ReplayNode(self.replay_table(config),
+                                        checkpoint=config.replay_checkpoint_seconds is not None,
+                                        checkpoint_every_seconds=config.replay_checkpoint_seconds)
+            replay = replay_node.create_handle()
+            learner_node = jd.CourierNode(build_learner, self, replay).with_options(
+                stops_first=True, restart=LEARNER_RESTART)
+            parts = [replay_node, learner_node]
+            learners.append(learner_node.create_handle())
+            if host == 0:
+                parts.append(jd.CourierNode(build_evaluator, self, learners[0]))
+            program.add_node(jd.ColocationNode(parts, mode="threads"), label="learner")
+            replays.append(replay)
+        with program.group("actor"):
+            actors = [program.add_node(jd.CourierNode(build_actor, self, index, learners[0], replays[index % hosts])
+                                       .with_options(restart=ACTOR_RESTART))
+                      for index in range(config.num_actors)]
+        # A learner process (with its replay) on each of the first learner_hosts hosts, actors
+        # round-robin over the hosts (actor i beside the replay it feeds when every host has a learner).
+        placement = {"learner": jd.per_host() if hosts > 1 else jd.on_host(0), "actor": jd.spread()}
+        return Topology(program, learners[0], actors, placement)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,45 +122,6 @@ class Lazy:
 
 LEARNER_RESTART = jd.Restart(max_restarts=10, backoff=1.0)
 ACTOR_RESTART = jd.Restart(max_restarts=10, backoff=0.5)
-
-
-@dataclasses.dataclass(frozen=True)
-class Topology:
-    """The program, where its groups go (the multihost launcher's ``placement``), and the
-    handles a watcher (``jaxdist.agents.monitor``) polls: host 0's learner (``status()``) and the
-    actors (``stats()``, ``episodes(since)``)."""
-
-    program: jd.Program
-    learner: jd.Handle
-    actors: list[jd.Handle]
-    placement: dict[str, Any]
-
-
-def build(agent: Agent) -> Topology:
-    config = agent.config
-    program = jd.Program(f"{agent.name}-{env_slug(config.env_id)}")
-    hosts = config.learner_hosts
-    replays, learners = [], []
-    for host in range(hosts):
-        replay_node = jd.ReplayNode(agent.replay_table(config), checkpoint=config.replay_checkpoint_seconds is not None,
-                                    checkpoint_every_seconds=config.replay_checkpoint_seconds)
-        replay = replay_node.create_handle()
-        learner_node = jd.CourierNode(build_learner, agent, replay).with_options(
-            stops_first=True, restart=LEARNER_RESTART)
-        parts = [replay_node, learner_node]
-        learners.append(learner_node.create_handle())
-        if host == 0:
-            parts.append(jd.CourierNode(build_evaluator, agent, learners[0]))
-        program.add_node(jd.ColocationNode(parts, mode="threads"), label="learner")
-        replays.append(replay)
-    with program.group("actor"):
-        actors = [program.add_node(jd.CourierNode(build_actor, agent, index, learners[0], replays[index % hosts])
-                                   .with_options(restart=ACTOR_RESTART))
-                  for index in range(config.num_actors)]
-    # A learner process (with its replay) on each of the first learner_hosts hosts, actors
-    # round-robin over the hosts (actor i beside the replay it feeds when every host has a learner).
-    placement = {"learner": jd.per_host() if hosts > 1 else jd.on_host(0), "actor": jd.spread()}
-    return Topology(program, learners[0], actors, placement)
 
 
 def resources(program: jd.Program, compilation_cache: str | None = None) -> dict[str, dict[str, Any]]:

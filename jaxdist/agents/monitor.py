@@ -22,6 +22,7 @@ target, once reached, stays reached with its steps and time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -34,7 +35,7 @@ import numpy as np
 import jaxdist as jd
 from jaxdist import courier
 from jaxdist.agents import config as configs
-from jaxdist.agents.distributed import Topology, resources
+from jaxdist.agents.distributed import Topology, env_slug, resources
 from jaxdist.nodes.evaluator import EVALUATIONS
 from jaxdist.metrics import MetricsWriter, metrics_path, read_metrics
 from jaxdist.metrics_tensorboard import TensorBoardWriter
@@ -52,14 +53,15 @@ def train(agent: Trainable, *, launcher: str = "processes", run_dir: str | None 
     ``final_return`` (the last evaluation), ...
 
     ``agent`` is an actor-learner ``Agent`` or any record with a ``name``, a ``config`` and a
-    ``topology()`` whose learner and actors serve what the monitor polls (ES's master and workers).
+    ``topology()`` whose learner and actors serve what the monitor polls (ES's master and
+    workers); ``run_dir`` defaults to ``default_run_dir(agent)``.
     ``start_time`` (a ``time.time()``) is when this segment's clock started, e.g. at the top of
     a script, so that imports and start-up count; default: now. ``track``: a Weights & Biases
     project to log to. ``launch_options`` go to ``jd.launch`` (multihost: hosts, host_index);
     there host 0 watches and the other hosts only run their share.
     """
     start_time = time.time() if start_time is None else start_time
-    run_dir = os.path.abspath(run_dir or os.path.join("runs", f"{agent.name}-seed{agent.config.seed}"))
+    run_dir = os.path.abspath(run_dir or default_run_dir(agent))
     configs.save(run_dir, agent.name, agent.config)
     topology = agent.topology()
     options: dict[str, Any] = {"run_dir": run_dir, "echo": echo}
@@ -73,8 +75,13 @@ def train(agent: Trainable, *, launcher: str = "processes", run_dir: str | None 
     # while other threads compile (an AST recursion-depth race seen with wandb's imports).
     tracker = _wandb(track, agent, run_dir) if track and not multihost_share else None
     running = jd.launch(topology.program, launcher=launcher, **options, **(launch_options or {}))
-    if running.host_index:
-        return serve_share(running, agent.name, out)
+    if running.host_index:  # this host runs its share of the program; host 0 watches and reports
+        print(f"[{agent.name}] host {running.host_index} runs its share of the program; host 0 reports progress",
+              file=out, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            running.wait()
+        running.stop()
+        return {"stop_reason": running.stop_reason, "host_index": running.host_index}
     try:
         monitor = Monitor(running, agent, topology, run_dir, start_time, out=out, tracker=tracker)
     except BaseException:
@@ -105,17 +112,9 @@ def train(agent: Trainable, *, launcher: str = "processes", run_dir: str | None 
     return summary
 
 
-def serve_share(running: jd.Running, agent: str, out: TextIO) -> dict[str, Any]:
-    """A host other than 0: run this host's nodes until the program stops (host 0 reports)."""
-    print(f"[{agent}] host {running.host_index} runs its share of the program; host 0 reports progress",
-          file=out, flush=True)
-    try:
-        running.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        running.stop()
-    return {"stop_reason": running.stop_reason, "host_index": running.host_index}
+def default_run_dir(agent: Trainable) -> str:
+    """``runs/<agent>-<env>-seed<seed>``, e.g. ``runs/ppo-cartpole-seed0``."""
+    return os.path.join("runs", f"{agent.name}-{env_slug(agent.config.env_id)}-seed{agent.config.seed}")
 
 
 class Trainable(Protocol):
@@ -405,4 +404,4 @@ def _call(client: courier.Client, method: str, *args: Any) -> Any:
         return None
 
 
-__all__ = ["Monitor", "plot_learning_curve", "serve_share", "train"]
+__all__ = ["Monitor", "default_run_dir", "plot_learning_curve", "train"]

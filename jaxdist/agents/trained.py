@@ -76,9 +76,8 @@ def load_policy(run_dir: str, step: int | None = None, seed: int = 0) -> Trained
 def _learner_checkpoints(run_dir: str, agent: Any) -> str:
     """Where the learner saved: its node's directory, or, for a learner spanning hosts, its
     group's (shared by all its processes)."""
-    from jaxdist.agents import distributed
     from jaxdist.checkpoint import checkpoint_dir
 
-    node = distributed.build(agent).learner.node_name
+    node = agent.topology().learner.node_name
     single = checkpoint_dir(run_dir, node)
     return single if os.path.isdir(single) else checkpoint_dir(run_dir, node.split("/")[0])

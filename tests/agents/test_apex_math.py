@@ -142,7 +142,7 @@ def test_epsilon_schedule_follows_the_paper():
     assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4**8)
     assert all(a > b for a, b in zip(eps, eps[1:]))
     assert acting.actor_epsilons(1) == [0.4]
-    assert ApexConfig(num_actors=3).epsilons() == pytest.approx([0.4, 0.4**4.5, 0.4**8])
+    assert acting.actor_epsilons(3) == pytest.approx([0.4, 0.4**4.5, 0.4**8])
 
 
 def test_epsilon_greedy_explores_at_its_rate():
@@ -168,7 +168,8 @@ def test_the_evaluators_policy_is_greedy_with_no_extras_and_actors_get_their_eps
     action, extras = jax.jit(evaluator)({"network": params}, obs, jax.random.key(1))
     np.testing.assert_array_equal(action, jnp.argmax(network.apply(params, obs), -1))
     assert extras == {} and action.dtype == jnp.int32
-    assert [acting.policy(config, ENV, i).epsilon for i in range(3)] == config.epsilons()
+    epsilons = acting.actor_epsilons(3, config.base_epsilon, config.epsilon_alpha)
+    assert [acting.policy(config, ENV, i).epsilon for i in range(3)] == epsilons
 
 
 def test_apex_refuses_a_continuous_action_space_when_the_agent_is_built():

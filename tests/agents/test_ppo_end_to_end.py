@@ -20,7 +20,7 @@ from jaxdist import courier
 from jaxdist.agents import config as configs
 from jaxdist.agents import distributed, load_policy, ppo
 from jaxdist.agents.cli import parse
-from jaxdist.agents.monitor import train
+from jaxdist.agents.monitor import default_run_dir, train
 from jaxdist.metrics import read_metrics
 from jaxdist.metrics_tensorboard import read_scalars
 
@@ -51,6 +51,13 @@ def test_a_resume_with_another_config_names_the_fields_and_refuses(tmp_path):
     assert done.returncode != 0
     assert "gamma: 0.98 -> 0.9" in done.stderr and "ent_coef: 0.0 -> 0.01" in done.stderr, done.stderr
     assert "--allow-config-change" in done.stderr
+
+
+def test_python_and_the_command_line_default_to_one_run_directory():
+    """``train(agent)`` from Python wrote runs/ppo-seed0, the script runs/ppo-cartpole-seed0:
+    a resume from the other entry point started over."""
+    config, run = parse(ppo.PPOConfig, ppo.PRESETS, None, args=["--env-id", "Pendulum-v1", "--seed", "3"])
+    assert run.run_dir is None and default_run_dir(ppo.agent(config)) == os.path.join("runs", "ppo-pendulum-seed3")
 
 
 def test_the_program_ends_itself_after_the_last_update():
@@ -159,7 +166,7 @@ def test_a_cnn_learns_a_pixel_env_given_as_module_colon_id(tmp_path):
 @pytest.mark.slow
 def test_actors_keep_acting_while_the_learner_is_killed_and_comes_back_from_its_checkpoint(tmp_path):
     config = ppo.PPOConfig(total_steps=10**8, checkpoint_every_updates=20)
-    topology = distributed.build(ppo.agent(config))
+    topology = ppo.agent(config).topology()
     running = jd.launch(topology.program, launcher="processes", run_dir=str(tmp_path), echo=False,
                         resources=distributed.resources(topology.program))
     try:

@@ -47,7 +47,7 @@ def test_ppo_reaches_its_target_through_learners_restarted_from_sigkills_during_
     config = ppo.PPOConfig(total_steps=3_000_000, learning_rate=5e-4, anneal_lr=False, seed=2,
                            checkpoint_every_updates=4, eval_every_updates=4, target_return=TARGET,
                            stop_at_target=True)
-    topology = distributed.build(ppo.agent(config))
+    topology = ppo.agent(config).topology()
     running = jd.launch(topology.program, launcher="processes", run_dir=run_dir, echo=False,
                         resources=distributed.resources(topology.program, str(tmp_path / "jax-cache")),
                         restart={"learner": jd.Restart(max_restarts=KILLS, backoff=0.5),

@@ -110,12 +110,6 @@ class ApexConfig(AgentConfig):
         """Env steps behind one update at the rate limiter's ratio."""
         return self.batch_size / self.samples_per_insert
 
-    def epsilons(self) -> list[float]:
-        """Every actor's exploration epsilon, greediest last."""
-        from jaxdist.agents.apex.acting import actor_epsilons
-
-        return actor_epsilons(self.num_actors, self.base_epsilon, self.epsilon_alpha)
-
 
 PRESETS: Presets = {"CartPole-v1": {"target_return": 475.0}}
 """Tuned defaults per env id; every field stays overridable flag by flag."""

@@ -54,8 +54,9 @@ class EpsilonGreedy:
 
 def policy(config: Any, env: EnvInfo, actor: int | None) -> EpsilonGreedy:
     """An ``Agent.policy``: actor i explores with its epsilon; the evaluator acts greedily."""
-    epsilon = None if actor is None else config.epsilons()[actor]
-    return EpsilonGreedy(env, config.network, tuple(config.hidden), config.dueling, epsilon)
+    epsilons = actor_epsilons(config.num_actors, config.base_epsilon, config.epsilon_alpha)
+    return EpsilonGreedy(env, config.network, tuple(config.hidden), config.dueling,
+                         None if actor is None else epsilons[actor])
 
 
 def to_transitions(trajectories: list[dict[str, np.ndarray]], gamma: float,

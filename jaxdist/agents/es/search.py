@@ -75,7 +75,7 @@ class Rollouts:
         config = self.config
         keys = learning.episode_keys(config.seed, generation, config.episodes_per_member, TRAIN)
         fitness, steps = antithetic_fitness(self.policy, self.dynamics, jnp.asarray(theta),
-                                                    jnp.asarray(seeds, jnp.int32), config.sigma, keys)
+                                            jnp.asarray(seeds, jnp.int32), config.sigma, keys)
         return np.asarray(fitness), int(steps)
 
     def evaluate(self, theta: jax.Array, generation: int) -> np.ndarray:
