@@ -3,9 +3,11 @@
 The servers run in a child process (nodes are processes), the clients here. Raw grpcio is the
 floor courier is built on: a generic handler moving bytes in and out, with the same message
 limits. Courier runs as under a launcher: with a token, and its default limits (request cap,
-calls in flight, uploads, staged bytes, per-chunk timeout). Latency is a tiny call; throughput is blocking calls and futures; bandwidth is an echo
-of a float32 array (counted both ways) against an echo of the same number of raw bytes. Every
-comparison alternates the two trial by trial and reports medians.
+calls in flight, uploads, staged bytes, per-chunk timeout). Latency is a tiny call; throughput
+is blocking calls and futures; bandwidth is an echo of a float32 array (counted both ways)
+against an echo of the same number of raw bytes. The TLS rows run both sides with mutual TLS
+(certificates from ``jaxdist.certs``, as ``--tls-dir`` uses them). Every comparison alternates
+the two trial by trial and reports medians.
 
     python experiments/benchmarks/courier.py [--quick]
 """
@@ -16,6 +18,7 @@ import argparse
 import multiprocessing
 import secrets
 import statistics
+import tempfile
 import time
 from concurrent import futures
 from typing import Callable
@@ -23,8 +26,10 @@ from typing import Callable
 import grpc
 import numpy as np
 
-from jaxdist import courier
+from jaxdist import certs, courier
+from jaxdist.courier.tls import TLS
 
+HOST = "127.0.0.1"
 RAW_LIMIT = 1 << 30
 RAW_OPTIONS = [("grpc.max_send_message_length", RAW_LIMIT), ("grpc.max_receive_message_length", RAW_LIMIT)]
 
@@ -38,19 +43,27 @@ def _raw_echo(request: bytes, context: grpc.ServicerContext) -> bytes:
     return request
 
 
-def serve(addresses: "multiprocessing.connection.Connection", token: str) -> None:
-    """Child process: a raw grpcio echo server and a courier echo server, until told to stop."""
-    raw = grpc.server(futures.ThreadPoolExecutor(16), options=RAW_OPTIONS + [("grpc.so_reuseport", 0)])
-    raw.add_generic_rpc_handlers(
-        [grpc.method_handlers_generic_handler("raw", {"echo": grpc.unary_unary_rpc_method_handler(_raw_echo)})]
-    )
-    raw_port = raw.add_insecure_port("127.0.0.1:0")
-    raw.start()
-    server = courier.Server(Echo(), token=token).start()
-    addresses.send((f"127.0.0.1:{raw_port}", server.address))
+def serve(addresses: "multiprocessing.connection.Connection", token: str, tls_dir: str) -> None:
+    """Child process: raw grpcio and courier echo servers, plaintext and with mutual TLS, until
+    told to stop."""
+    tls = TLS.load(tls_dir, HOST)
+    raws, found = [], []
+    for credentials in (None, tls.server_credentials()):
+        raw = grpc.server(futures.ThreadPoolExecutor(16), options=RAW_OPTIONS + [("grpc.so_reuseport", 0)])
+        raw.add_generic_rpc_handlers(
+            [grpc.method_handlers_generic_handler("raw", {"echo": grpc.unary_unary_rpc_method_handler(_raw_echo)})]
+        )
+        port = (raw.add_insecure_port(f"{HOST}:0") if credentials is None
+                else raw.add_secure_port(f"{HOST}:0", credentials))
+        raws.append(raw.start() or raw)
+        found.append(f"{HOST}:{port}")
+    servers = [courier.Server(Echo(), token=token).start(), courier.Server(Echo(), token=token, tls=tls).start()]
+    addresses.send((*found, *(server.address for server in servers)))
     addresses.recv()
-    server.stop(0)
-    raw.stop(0)
+    for server in servers:
+        server.stop(0)
+    for raw in raws:
+        raw.stop(0)
 
 
 def alternating(baseline: Callable[[], object], candidate: Callable[[], object], trials: int) -> tuple[list, list]:
@@ -89,34 +102,40 @@ def main() -> None:
     calls = 500 if args.quick else 3000
     repeats_divisor = 3 if args.quick else 1
 
-    token = secrets.token_hex(16)
+    token, tls_dir = secrets.token_hex(16), tempfile.mkdtemp(prefix="jaxdist-bench-certs-")
+    certs.make(tls_dir, [HOST])
+    tls = TLS.load(tls_dir, HOST)
     parent_end, child_end = multiprocessing.get_context("spawn").Pipe()
-    child = multiprocessing.get_context("spawn").Process(target=serve, args=(child_end, token))
+    child = multiprocessing.get_context("spawn").Process(target=serve, args=(child_end, token, tls_dir))
     child.start()
-    raw_address, courier_address = parent_end.recv()
-    channel = grpc.insecure_channel(raw_address, options=RAW_OPTIONS)
-    raw_echo = channel.unary_unary("/raw/echo")
+    raw_address, raw_tls_address, courier_address, courier_tls_address = parent_end.recv()
+    raw_echo = grpc.insecure_channel(raw_address, options=RAW_OPTIONS).unary_unary("/raw/echo")
+    raw_tls_echo = grpc.secure_channel(raw_tls_address, tls.channel_credentials(),
+                                       options=RAW_OPTIONS).unary_unary("/raw/echo")
     client = courier.Client(courier_address, timeout=120, token=token)
+    tls_client = courier.Client(courier_tls_address, timeout=120, token=token, tls=tls)
 
     rows = []
-    raw_lat, jd_lat = alternating(lambda: raw_echo(b"\x00" * 8), lambda: client.echo(1), calls)
-    for name, pick, target in [("tiny call p50 (us)", 0.5, "<= 1.15x"), ("tiny call p99 (us)", 0.99, "")]:
-        raw_value, jd_value = np.quantile(raw_lat, pick) * 1e6, np.quantile(jd_lat, pick) * 1e6
-        rows.append((name, raw_value, jd_value, jd_value / raw_value, target))
-    raw_rate, jd_rate = 1 / statistics.mean(raw_lat), 1 / statistics.mean(jd_lat)
-    rows.append(("blocking calls/s", raw_rate, jd_rate, jd_rate / raw_rate, ""))
-    burst = calls // 10
-    raw_bursts, jd_bursts = alternating(
-        futures_burst(lambda: raw_echo.future(b"\x00" * 8), burst), futures_burst(lambda: client.futures.echo(1), burst), 10
-    )
-    raw_futures, jd_futures = burst / statistics.median(raw_bursts), burst / statistics.median(jd_bursts)
-    rows.append(("futures calls/s", raw_futures, jd_futures, jd_futures / raw_futures, ">= 0.9x"))
-    for megabytes, trials in ((1, 100), (16, 12), (256, 3)):
-        array = np.ones(megabytes << 18, np.float32)
-        payload = array.tobytes()
-        raw_times, jd_times = alternating(lambda: raw_echo(payload), lambda: client.echo(array), trials // repeats_divisor)
-        raw_mbs, jd_mbs = (2 * array.nbytes / statistics.median(t) / 1e6 for t in (raw_times, jd_times))
-        rows.append((f"echo {megabytes} MB float32 (MB/s)", raw_mbs, jd_mbs, jd_mbs / raw_mbs, ">= 0.8x"))
+    for prefix, raw_call, jd_client in (("", raw_echo, client), ("TLS ", raw_tls_echo, tls_client)):
+        raw_lat, jd_lat = alternating(lambda: raw_call(b"\x00" * 8), lambda: jd_client.echo(1), calls)
+        for name, pick, target in [("tiny call p50 (us)", 0.5, "<= 1.15x"), ("tiny call p99 (us)", 0.99, "")]:
+            raw_value, jd_value = np.quantile(raw_lat, pick) * 1e6, np.quantile(jd_lat, pick) * 1e6
+            rows.append((prefix + name, raw_value, jd_value, jd_value / raw_value, target))
+        if not prefix:
+            raw_rate, jd_rate = 1 / statistics.mean(raw_lat), 1 / statistics.mean(jd_lat)
+            rows.append(("blocking calls/s", raw_rate, jd_rate, jd_rate / raw_rate, ""))
+            burst = calls // 10
+            raw_bursts, jd_bursts = alternating(futures_burst(lambda: raw_echo.future(b"\x00" * 8), burst),
+                                                futures_burst(lambda: client.futures.echo(1), burst), 10)
+            raw_futures, jd_futures = burst / statistics.median(raw_bursts), burst / statistics.median(jd_bursts)
+            rows.append(("futures calls/s", raw_futures, jd_futures, jd_futures / raw_futures, ">= 0.9x"))
+        for megabytes, trials in ((1, 100), (16, 12), (256, 3)) if not prefix else ((16, 12),):
+            array = np.ones(megabytes << 18, np.float32)
+            payload = array.tobytes()
+            raw_times, jd_times = alternating(lambda: raw_call(payload), lambda: jd_client.echo(array),
+                                              trials // repeats_divisor)
+            raw_mbs, jd_mbs = (2 * array.nbytes / statistics.median(t) / 1e6 for t in (raw_times, jd_times))
+            rows.append((f"{prefix}echo {megabytes} MB float32 (MB/s)", raw_mbs, jd_mbs, jd_mbs / raw_mbs, ">= 0.8x"))
 
     parent_end.send("stop")
     child.join()

@@ -48,12 +48,14 @@ class RunOptions:
     """multihost: host:port of the jax.distributed coordinator."""
     base_port: int | None = None
     """multihost: first port of host 0's range."""
+    tls_dir: str | None = None
+    """multihost: certificates from python -m jaxdist.certs DIR --hosts ... for mutual TLS between hosts."""
 
     def launch_options(self) -> dict[str, Any] | None:
         if self.launcher != "multihost":
             return None
         options = {"hosts": self.hosts, "host_index": self.host_index, "coordinator": self.coordinator,
-                   "base_port": self.base_port}
+                   "base_port": self.base_port, "tls_dir": self.tls_dir}
         return {key: value for key, value in options.items() if value is not None}
 
 

@@ -151,7 +151,10 @@ class Monitor:
         self._learner_env_steps = 0  # as a learner that counts them last wrote
         self.restored_step = self._wait_for_learner()
         path = metrics_path(run_dir, "progress")
-        earlier = _rows(path)
+        try:
+            earlier = read_metrics(path)  # the run's earlier segments
+        except (OSError, ValueError):
+            earlier = []
         self._base_steps = int(earlier[-1]["step"]) if earlier else 0
         self.version = self.restored_step
         self.lag: float | None = None
@@ -162,7 +165,9 @@ class Monitor:
         self._out, self._progress_interval, self._next_progress = out, progress_interval, 0.0
         self._tty = hasattr(out, "isatty") and out.isatty()
         self.base_wall_time = float(earlier[-1].get("run_seconds", 0.0)) if earlier else 0.0
-        self.solved_at: tuple[float, int] | None = _first_crossing(earlier)
+        self.solved_at: tuple[float, int] | None = next(  # an earlier segment's crossing of the target
+            ((float(row["target_seconds"]), int(row["target_steps"])) for row in earlier
+             if row.get("target_steps") is not None), None)
         self._csv = MetricsWriter(path)
         self._tb = TensorBoardWriter(os.path.join(run_dir, "tensorboard", "progress"))
         self._tb.config(configs.to_dict(self.config))
@@ -368,21 +373,6 @@ def plot_learning_curve(run_dir: str, title: str, target: float | None) -> None:
     if series:
         line_plot(os.path.join(run_dir, "learning_curve.png"), series, title=title, xlabel="env steps",
                   ylabel="episode return", log2_x=False, hlines={f"target {target:g}": target} if target is not None else None)
-
-
-def _rows(path: str) -> list[dict[str, Any]]:
-    try:
-        return read_metrics(path)
-    except (OSError, ValueError):
-        return []
-
-
-def _first_crossing(rows: list[dict[str, Any]]) -> tuple[float, int] | None:
-    """(wall time, env steps) at which an earlier segment reached the target, if one did."""
-    for row in rows:
-        if row.get("target_steps") is not None:
-            return float(row["target_seconds"]), int(row["target_steps"])
-    return None
 
 
 def _wandb(project: str, agent: Trainable, run_dir: str) -> Any:

@@ -17,6 +17,8 @@ from typing import Any, Callable, NoReturn
 import grpc
 
 from jaxdist.courier import codec, wire
+from jaxdist.courier import tls as tls_module
+from jaxdist.courier.tls import TLS
 from jaxdist.courier.errors import (
     AuthenticationError,
     CourierError,
@@ -52,10 +54,14 @@ class Client:
         wait_for_ready: bool = True,
         max_message_bytes: int = wire.DEFAULT_MAX_MESSAGE_BYTES,
         inline_limit: int = wire.DEFAULT_INLINE_LIMIT,
+        tls: TLS | None = None,
     ) -> None:
+        """`tls`: mutual TLS (default: the environment's, see `jaxdist.courier.tls`; without it,
+        plaintext). The address's host must be one the server's certificate names."""
         self.address = address
         self._options = _CallOptions(timeout, wait_for_ready)
-        self._connection = _Connection(address, token, max_message_bytes, inline_limit)
+        self._connection = _Connection(address, token, max_message_bytes, inline_limit,
+                                       tls or tls_module.from_environment())
         self.futures = _FutureMethods(self)
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
@@ -146,14 +152,15 @@ class _FutureMethods:
 class _Connection:
     """One gRPC channel and the encoding, staging and error translation around it."""
 
-    def __init__(self, address: str, token: str | None, max_message_bytes: int, inline_limit: int) -> None:
+    def __init__(self, address: str, token: str | None, max_message_bytes: int, inline_limit: int,
+                 tls: TLS | None) -> None:
         self._address = address
         self._metadata = ((wire.TOKEN_KEY, token),) if token is not None else None
         self._max_message_bytes = max_message_bytes
         self._inline_limit = inline_limit
-        self._channel = grpc.insecure_channel(
-            address, options=wire.grpc_options(max_message_bytes, max_message_bytes) + _RECONNECT_OPTIONS
-        )
+        options = wire.grpc_options(max_message_bytes, max_message_bytes) + _RECONNECT_OPTIONS
+        self._channel = (grpc.insecure_channel(address, options=options) if tls is None
+                         else grpc.secure_channel(address, tls.channel_credentials(), options=options))
         self._unary: dict[str, grpc.UnaryUnaryMultiCallable] = {}
         self._upload = self._channel.stream_unary(wire.path(wire.UPLOAD))
         self._download = self._channel.unary_stream(wire.path(wire.DOWNLOAD))

@@ -31,6 +31,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from jaxdist.courier import codec, staging, wire
+from jaxdist.courier import tls as tls_module
+from jaxdist.courier.tls import TLS
 from jaxdist.courier.errors import describe_exception
 
 log = logging.getLogger(__name__)
@@ -63,9 +65,11 @@ class Server:
         max_staged_bytes: int = 2 << 30,
         staging_ttl: float = 60.0,
         chunk_timeout: float = 10.0,
+        tls: TLS | None = None,
     ) -> None:
         """`max_uploads` defaults to a quarter of the threads (at least one), so uploads in
-        progress always leave threads for calls."""
+        progress always leave threads for calls. `tls`: mutual TLS (default: the environment's,
+        see `jaxdist.courier.tls`; without it, plaintext)."""
         if thread_pool_size < 1:
             raise ValueError(f"thread_pool_size must be >= 1, got {thread_pool_size}")
         if token == "":
@@ -90,6 +94,8 @@ class Server:
         )
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
+        tls = tls or tls_module.from_environment()
+        self._credentials = None if tls is None else tls.server_credentials()
         self._address = self._bind(address)
         self._started = False
         if obj is not None:
@@ -141,7 +147,8 @@ class Server:
         deadline = time.monotonic() + (0.0 if address.endswith(":0") else REBIND_SECONDS)
         while True:
             try:
-                port = self._grpc.add_insecure_port(address)
+                port = (self._grpc.add_insecure_port(address) if self._credentials is None
+                        else self._grpc.add_secure_port(address, self._credentials))
                 error = None if port else "the port is taken or the host is not local"
             except RuntimeError as exc:
                 port, error = 0, f"{exc}; is the port taken?"

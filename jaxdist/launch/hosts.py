@@ -150,13 +150,15 @@ def _from_tpu(environ: Mapping[str, str]) -> Cluster | None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--hosts`, `--host-index`, `--coordinator`, `--base-port`: all optional (SLURM and TPU-VM
+    """`--hosts`, `--host-index`, `--coordinator`, `--base-port`, `--tls-dir`: all optional (SLURM and TPU-VM
     are detected); pass `from_args(args)` to `jd.launch(program, launcher="multihost", ...)`."""
     group = parser.add_argument_group("multihost")
     group.add_argument("--hosts", default=None, help="comma-separated hosts, or a SLURM node list like node[01-04]")
     group.add_argument("--host-index", type=int, default=None, help="this host's index in --hosts")
     group.add_argument("--coordinator", default=None, help="host:port of the jax.distributed coordinator")
     group.add_argument("--base-port", type=int, default=None, help="first port of host 0's range")
+    group.add_argument("--tls-dir", default=None,
+                       help="certificates from python -m jaxdist.certs DIR --hosts ... (mutual TLS between hosts)")
 
 
 def from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -166,6 +168,7 @@ def from_args(args: argparse.Namespace) -> dict[str, Any]:
         "host_index": args.host_index,
         "coordinator": args.coordinator,
         "base_port": args.base_port,
+        "tls_dir": args.tls_dir,
     }
     return {key: value for key, value in options.items() if value is not None}
 

@@ -20,6 +20,7 @@ from waiting import wait_until
 from ports import reserve_base_port
 import multihost_nodes as nodes
 from jaxdist import courier
+from jaxdist.courier.tls import TLS
 from jaxdist.launch import hosts, placement
 from jaxdist.launch.launchers import multihost
 
@@ -346,6 +347,47 @@ def test_a_killed_caller_on_one_host_is_restarted_and_a_stop_on_the_other_host_t
             if host.poll() is None:
                 host.kill()
                 host.wait()
+
+
+@pytest.mark.slow
+def test_with_tls_dir_the_hosts_talk_mutual_tls_and_refuse_plaintext(tmp_path):
+    """Certificates from the certs command, the same flag on both hosts: the service on host 0
+    answers a TLS client with the run's certificate and refuses a plaintext one; the stop
+    travels between the hosts' control ports, which use TLS too."""
+    base, tls_dir = reserve_base_port(), str(tmp_path / "certs")
+    subprocess.run([sys.executable, "-m", "jaxdist.certs", tls_dir, "--hosts", "127.0.0.1"], check=True, timeout=60,
+                   capture_output=True)
+    extra = ("--mode", "forever", "--callers", "2", "--tls-dir", tls_dir)
+    hosts = [subprocess.Popen(script(index, base, str(tmp_path / f"h{index}"), *extra), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=host_env()) for index in (0, 1)]
+    lines = [[], []]
+    try:
+        for host, seen in zip(hosts, lines):
+            read_pids(host, seen)
+        with courier.Client(f"127.0.0.1:{base}", token="shared-secret", tls=TLS.load(tls_dir, "127.0.0.1")) as service:
+            first = service.with_timeout(10).peek()
+            wait_until(lambda: service.with_timeout(10).peek() > first, "the callers of both hosts to call over TLS")
+        with courier.Client(f"127.0.0.1:{base}", token="shared-secret", timeout=3, wait_for_ready=False) as plain:
+            with pytest.raises(courier.UnavailableError):
+                plain.peek()
+        hosts[0].send_signal(signal.SIGTERM)
+        outputs = [host.communicate(timeout=60)[0] for host in hosts]
+        for host, seen, out in zip(hosts, lines, outputs):
+            assert host.returncode == 0, "".join(seen) + out
+        assert "host 1 finished: host 0 stopped the program: the launcher got SIGTERM" in outputs[1]
+        assert "without TLS" not in "".join(lines[0] + lines[1]) + "".join(outputs)
+    finally:
+        for host in hosts:
+            if host.poll() is None:
+                host.kill()
+                host.wait()
+
+
+def test_a_run_beyond_loopback_without_tls_says_so(capsys):
+    multihost._use_tls(None, ["m0", "m1"], 0)
+    multihost._use_tls(None, ["127.0.0.1", "127.0.0.1"], 0)
+    out = capsys.readouterr().out
+    assert out.count("without TLS") == 1 and "python -m jaxdist.certs DIR --hosts m0,m1" in out
 
 
 @pytest.mark.slow

@@ -147,10 +147,7 @@ class Worker:
             return {"next": self._return_count, "returns": kept}
 
     def _params_of(self, generation: int) -> np.ndarray:
-        with self._lock:
-            if self._params is not None and self._params[0] == generation:
-                return self._params[1]
-        theta = self._master.get_params(generation)
-        with self._lock:
-            self._params = (generation, theta)
-        return theta
+        held = self._params  # one tuple, swapped whole: generation and parameters agree
+        if held is None or held[0] != generation:
+            held = self._params = (generation, self._master.get_params(generation))
+        return held[1]

@@ -35,6 +35,7 @@ from concurrent import futures
 from typing import Any
 
 from jaxdist import courier
+from jaxdist.courier import tls
 from jaxdist.launch import host_control
 from jaxdist.launch import hosts as hosts_module
 from jaxdist.launch import placement as placement_module
@@ -47,6 +48,7 @@ from jaxdist.program import Program
 SUPPORTED_RESOURCES = processes.SUPPORTED_RESOURCES
 TOKEN_ENV = "JAXDIST_TOKEN"
 AUTO = "auto"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 MISMATCH_LINGER = 5.0
 """How long a host that found a peer refusing its token keeps its own control port up (less once
 the peer is gone): the peer's own check, waiting on that port, reconnects at least once a second
@@ -81,6 +83,7 @@ def launch(
     bind_host: str | None = None,
     distributed: str | None = AUTO,
     token: str | None = None,
+    tls_dir: str | None = None,
     resources: dict[str, dict[str, Any]] | None = None,
     environ: Mapping[str, str] | None = None,
     **options: Any,
@@ -88,13 +91,17 @@ def launch(
     """Start this host's share of `program`; returns once its nodes run (see `processes.launch`).
 
     `token`: the courier secret, the same on every host (default: $JAXDIST_TOKEN); a random
-    one per host would lock the hosts out of each other. `bind_host`: what servers bind
-    ("0.0.0.0" for every interface); default: the host's name in the host list.
-    Other options (run_dir, restart, grace, echo, ...) go to the processes launcher.
+    one per host would lock the hosts out of each other. `tls_dir`: certificates from
+    `python -m jaxdist.certs DIR --hosts ...` (default: $JAXDIST_TLS_DIR): every courier server
+    and client of the run, the control ports included, then use mutual TLS (this process and
+    the nodes' get $JAXDIST_TLS_DIR and $JAXDIST_TLS_NAME, see `jaxdist.courier.tls`).
+    `bind_host`: what servers bind ("0.0.0.0" for every interface); default: the host's name in
+    the host list. Other options (run_dir, restart, grace, echo, ...) go to the processes launcher.
     """
     preflight.check_program(program)
     environ = os.environ if environ is None else environ
     cluster = hosts_module.detect(hosts, host_index, environ)
+    _use_tls(tls_dir or environ.get(tls.TLS_DIR_ENV), cluster.hosts, cluster.host_index)
     the_plan = placement_module.plan(program, cluster.hosts, placement, base_port, ports_per_host, coordinator)
     token = token or environ.get(TOKEN_ENV)
     if not token and len(cluster.hosts) > 1:  # an empty secret is none
@@ -122,6 +129,19 @@ def launch(
             raise
         _check_peers(running, the_plan.controls, cluster.host_index, token, control)
     return running
+
+
+def _use_tls(directory: str | None, hosts: Sequence[str], host_index: int) -> None:
+    """Mutual TLS from this host's certificate in `directory`, for this process and its nodes';
+    without it, one line when courier traffic leaves this machine in cleartext."""
+    if directory:
+        directory = os.path.abspath(directory)
+        tls.TLS.load(directory, hosts[host_index])  # a missing file fails here, saying how to make it
+        os.environ.update({tls.TLS_DIR_ENV: directory, tls.TLS_NAME_ENV: hosts[host_index]})
+    elif any(host not in LOOPBACK for host in hosts):
+        print(f"[launcher] courier runs without TLS between hosts {', '.join(dict.fromkeys(hosts))}: the token, "
+              f"parameters and stops cross the network in cleartext. For mutual TLS run `python -m jaxdist.certs "
+              f"DIR --hosts {','.join(dict.fromkeys(hosts))}` and launch with tls_dir=DIR (--tls-dir DIR)", flush=True)
 
 
 def _check_peers(running: Running, controls: tuple[str, ...], host_index: int, token: str | None,
