@@ -54,9 +54,8 @@ class RunOptions:
     def launch_options(self) -> dict[str, Any] | None:
         if self.launcher != "multihost":
             return None
-        options = {"hosts": self.hosts, "host_index": self.host_index, "coordinator": self.coordinator,
-                   "base_port": self.base_port, "tls_dir": self.tls_dir}
-        return {key: value for key, value in options.items() if value is not None}
+        names = ("hosts", "host_index", "coordinator", "base_port", "tls_dir")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
 
 def parse(config_type: type[AgentConfig], presets: Presets, description: str | None,

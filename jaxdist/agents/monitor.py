@@ -41,6 +41,8 @@ from jaxdist.metrics import MetricsWriter, metrics_path, read_metrics
 from jaxdist.metrics_tensorboard import TensorBoardWriter
 from jaxdist.plotting import line_plot
 
+TRAIN_WINDOW = 20  # the training return is the mean of the last this many episodes
+
 
 def train(agent: Trainable, *, launcher: str = "processes", run_dir: str | None = None,
           start_time: float | None = None, compilation_cache: str | None = None, echo: bool = True,
@@ -130,10 +132,9 @@ class Monitor:
     """Polls a running agent program from outside it; see the module docstring."""
 
     def __init__(self, running: jd.Running, agent: Trainable, topology: Topology, run_dir: str, start_time: float, *,
-                 window: int = 20, progress_interval: float = 1.0, out: TextIO = sys.stdout,
+                 progress_interval: float = 1.0, out: TextIO = sys.stdout,
                  tracker: Any = None) -> None:
         self.agent, self.config, self.run_dir, self.start_time = agent, agent.config, run_dir, start_time
-        self.window = window
         token = getattr(running, "token", None)
         # Failing fast: a node that is away (restarting, or gone at the stop) costs a poll nothing.
         client = lambda handle: courier.Client(running.addresses[handle.node_name], token=token,  # noqa: E731
@@ -251,7 +252,7 @@ class Monitor:
         self._evaluations_read = len(rows)
 
     def train_return(self) -> float | None:
-        recent = self._train_returns[-self.window:]
+        recent = self._train_returns[-TRAIN_WINDOW:]
         return float(np.mean(recent)) if recent else None
 
     def _write_row(self) -> None:
@@ -366,7 +367,7 @@ def plot_learning_curve(run_dir: str, title: str, target: float | None) -> None:
     except (OSError, ValueError):
         return
     series = {}
-    for column, label in (("eval_return", "evaluation return"), ("train_return", "training return (last 20)")):
+    for column, label in (("eval_return", "evaluation return"), ("train_return", f"training return (last {TRAIN_WINDOW})")):
         points = [(row["step"], row[column]) for row in rows if row.get(column) is not None]
         if len(points) >= 2:
             series[label] = tuple(map(list, zip(*points)))

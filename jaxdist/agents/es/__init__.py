@@ -42,14 +42,9 @@ WORKER_RESTART = jd.Restart(max_restarts=10, backoff=0.5)
 class ESConfig:
     """OpenAI-ES (Salimans et al. 2017). The defaults reach CartPole-v1 >= 475 and Pendulum-v1
     >= -200 (the mean policy's mean return over ``eval_episodes`` fresh episodes); fields left
-    None take the env's value from ``PRESETS``.
-
-    Each generation evaluates ``population`` perturbations (``population / 2`` antithetic
-    pairs) in tasks of ``pairs_per_task`` pairs spread over ``num_workers`` worker nodes;
-    every member plays the generation's ``episodes_per_member`` start states. The run ends
-    after ``total_steps`` env steps of training episodes (evaluation episodes are not counted),
-    or, with ``stop_at_target``, once the mean policy's evaluation reaches ``target_return``.
-    """
+    None take the env's value from ``PRESETS``. Each generation's ``population`` is evaluated in
+    tasks of ``pairs_per_task`` antithetic pairs spread over the workers, every member on the
+    generation's ``episodes_per_member`` start states (evaluation episodes count no env steps)."""
 
     env_id: Literal["CartPole-v1", "Pendulum-v1"] = "CartPole-v1"
     """An env with a JAX port of its dynamics (jaxdist/jax_envs.py); picks its preset."""
