@@ -21,8 +21,10 @@ the upstream call that produced it returned):
 the last good value. Arguments are keyed by value and type (1, 1.0 and True differ; numpy arrays
 by dtype, shape and bytes); a call with any other argument type (a registered dataclass, ...)
 bypasses the cache: it goes upstream uncached and uncoalesced. Methods named in `uncached`
-(writes such as `push`) always go upstream. Memory: at most `max_entries` results (least
-recently used evicted), each held as received.
+(writes such as `push`) always go upstream. Memory: at most `max_entries` results and
+`max_bytes` of them with their keys (least recently used evicted first; arrays, bytes and
+strings counted by size), each held as received; a result larger than `max_bytes` alone is
+passed on to its callers and not kept.
 
 The target's method names are read once, from the target itself, after it is constructed;
 calls reaching the cacher before then wait (within their deadline), like calls to any node
@@ -64,6 +66,7 @@ class CacherNode(Node):
         *,
         upstream_timeout: float = 30.0,
         max_entries: int = 64,
+        max_bytes: int = 1 << 30,
         uncached: Iterable[str] = (),
         thread_pool_size: int = 64,
     ) -> None:
@@ -72,7 +75,7 @@ class CacherNode(Node):
         _check_timing(refresh_interval, stale_after)
         self.handle = handle
         self.refresh_interval, self.stale_after = float(refresh_interval), stale_after
-        self.upstream_timeout, self.max_entries = upstream_timeout, max_entries
+        self.upstream_timeout, self.max_entries, self.max_bytes = upstream_timeout, max_entries, max_bytes
         self.uncached = tuple(uncached)
         self.thread_pool_size = thread_pool_size
 
@@ -102,22 +105,24 @@ class Cache:
         stale_after: float | None = None,
         *,
         max_entries: int = 64,
+        max_bytes: int = 1 << 30,
         uncached: Iterable[str] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         _check_timing(refresh_interval, stale_after)
-        if max_entries < 1:
-            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        if max_entries < 1 or max_bytes < 1:
+            raise ValueError(f"max_entries and max_bytes must be >= 1, got {max_entries} and {max_bytes}")
         self._upstream = upstream
         self._refresh_interval, self._stale_after = refresh_interval, stale_after
-        self._max_entries = max_entries
+        self._max_entries, self._max_bytes, self._bytes = max_entries, max_bytes, 0
         self._uncached = frozenset(uncached)
         self._clock = clock
         self._lock = threading.Lock()
-        self._entries: collections.OrderedDict[Hashable, tuple[float, Any]] = collections.OrderedDict()
+        self._entries: collections.OrderedDict[Hashable, tuple[float, Any, int]] = collections.OrderedDict()
         self._in_flight: dict[Hashable, futures.Future] = {}
         self._counts = dict.fromkeys(
-            ["hits", "misses", "coalesced", "refreshes", "upstream_calls", "upstream_errors", "bypassed", "evicted"], 0
+            ["hits", "misses", "coalesced", "refreshes", "upstream_calls", "upstream_errors", "bypassed", "evicted",
+             "too_large"], 0
         )
 
     def call(self, method: str, args: tuple, kwargs: dict) -> Any:
@@ -146,7 +151,7 @@ class Cache:
             self._launch(key, start, method, args, kwargs)
         return value if fresh else _result(pending)
 
-    def _lookup(self, key: Hashable) -> tuple[tuple[float, Any] | None, Any]:
+    def _lookup(self, key: Hashable) -> tuple[tuple[float, Any, int] | None, Any]:
         """(entry, value) when `key` holds an entry young enough to serve, else (None, None)."""
         entry = self._entries.get(key)
         if entry is None or (self._stale_after is not None and self._clock() - entry[0] >= self._stale_after):
@@ -156,9 +161,9 @@ class Cache:
 
     def stats(self) -> dict[str, int]:
         """hits, misses, coalesced (misses that joined a call in flight), refreshes, upstream_calls,
-        upstream_errors, bypassed, evicted, entries."""
+        upstream_errors, bypassed, evicted, too_large (results not kept), entries, bytes."""
         with self._lock:
-            return dict(self._counts, entries=len(self._entries))
+            return dict(self._counts, entries=len(self._entries), bytes=self._bytes)
 
     def _begin(self, key: Hashable) -> futures.Future:
         """Register a call in flight for `key` (under the lock); `_launch` sends it."""
@@ -188,11 +193,7 @@ class Cache:
         with self._lock:
             self._in_flight.pop(key, None)
             if error is None:
-                self._entries[key] = (self._clock(), value)
-                self._entries.move_to_end(key)
-                while len(self._entries) > self._max_entries:
-                    self._entries.popitem(last=False)
-                    self._counts["evicted"] += 1
+                self._keep(key, value)
             else:
                 self._counts["upstream_errors"] += 1
         if error is None:
@@ -200,6 +201,34 @@ class Cache:
         else:  # waiters get it; a background refresh's error only counts (the entry stays)
             log.debug("upstream call failed: %s", error)
             pending.set_exception(error)
+
+
+    def _keep(self, key: Hashable, value: Any) -> None:
+        """Hold `value` under `key` (under the lock), evicting the least recently used beyond the bounds."""
+        size = _size(key) + _size(value)
+        old = self._entries.pop(key, None)
+        self._bytes -= old[2] if old is not None else 0
+        if size > self._max_bytes:
+            self._counts["too_large"] += 1
+            return
+        self._entries[key] = (self._clock(), value, size)
+        self._bytes += size
+        while len(self._entries) > self._max_entries or self._bytes > self._max_bytes:
+            self._bytes -= self._entries.popitem(last=False)[1][2]
+            self._counts["evicted"] += 1
+
+
+def _size(value: Any) -> int:
+    """Bytes a value holds, roughly: arrays, bytes and strings by size, 8 for anything else."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, (bytes, bytearray, str)):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_size(k) + _size(v) for k, v in value.items()) + 8
+    if isinstance(value, (list, tuple)):
+        return sum(_size(item) for item in value) + 8
+    return 8
 
 
 def cache_key(method: str, args: tuple, kwargs: dict) -> Hashable | None:
@@ -285,7 +314,8 @@ class _CacherExecutable(Executable):
             return getattr(target.futures, method)(*args, **kwargs)
 
         self.cache = Cache(
-            upstream, node.refresh_interval, node.stale_after, max_entries=node.max_entries, uncached=node.uncached
+            upstream, node.refresh_interval, node.stale_after, max_entries=node.max_entries,
+            max_bytes=node.max_bytes, uncached=node.uncached,
         )
         # The target may still be under construction (its listing is empty until then): learn
         # its methods in the background, so a program whose nodes call each other while being

@@ -56,7 +56,7 @@ from jaxdist.checkpoint import Checkpointer, checkpoint_dir
 from jaxdist.launch import context
 from jaxdist.launch.restart import Restart
 from jaxdist.metrics import MetricsWriter, metrics_path
-from jaxdist.nodes.parameter_server import MAX_WAIT
+from jaxdist.nodes.parameter_server import ParameterServer
 
 PyTree = Any
 BatchSource = Callable[[], PyTree]
@@ -246,8 +246,7 @@ class Learner:
 
         self._writer = self._make_writer(metrics) if self._primary else None
         self._io = _HostIO(self._writer, parameter_server, self.name) if self._primary else None
-        self._published: tuple[int, PyTree] = (-1, None)  # swapped as one tuple
-        self._published_changed = threading.Condition()
+        self._published = ParameterServer()  # what get() serves, long polls capped as a parameter server's
         if self._primary:
             self._publish_now()
         self._last_metrics: PyTree = None
@@ -283,17 +282,13 @@ class Learner:
         ``CacherNode``) reads parameters from the learner itself.
 
         ``wait`` > 0 long-polls: returns once a newer version is published or after ``wait``
-        seconds (at most ``parameter_server.MAX_WAIT``).
+        seconds (at most ``parameter_server.MAX_WAIT``); beyond ``max_waiting`` (8) polls at once
+        it answers at once, so that polls never hold every server thread.
         """
-        if wait > 0:
-            with self._published_changed:
-                self._published_changed.wait_for(lambda: self._published[0] > min_version,
-                                                 timeout=min(float(wait), MAX_WAIT))
-        version, params = self._published
-        return {"version": version, "params": params if version > min_version else None}
+        return self._published.get(min_version, wait)
 
     def status(self) -> dict[str, Any]:
-        return {"step": self._step, "version": self._published[0],
+        return {"step": self._step, "version": self._published.version(),
                 "restored_step": self.restored_step,
                 "devices": int(self._dp.mesh.devices.size), "mode": self._dp.mode}
 
@@ -440,10 +435,7 @@ class Learner:
         self._io.publish(self._step, host, self._set_published)
 
     def _set_published(self, version: int, params: PyTree) -> None:
-        with self._published_changed:
-            if version > self._published[0]:
-                self._published = (version, params)
-                self._published_changed.notify_all()
+        self._published.push(params, version)  # an older version than the one held is ignored
 
     def _log(self, metrics: PyTree) -> None:
         self._logged_step = self._step

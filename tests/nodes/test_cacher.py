@@ -215,6 +215,28 @@ def test_cache_keys_tell_types_apart_and_unsupported_arguments_bypass_the_cache(
     assert cache.stats()["bypassed"] == 4 and cache.stats()["hits"] == 2
 
 
+def test_a_byte_budget_bounds_what_the_cache_holds():
+    """The cache bounded entries, not bytes: 40 parameter versions of 16 MB held +654 MB."""
+    megabyte = 1 << 20
+    calls = []
+
+    def upstream(method, args, kwargs):
+        calls.append(args)
+        done = futures.Future()
+        done.set_result({"params": np.ones(args[0] * megabyte // 4, np.float32)})
+        return done
+
+    cache = Cache(upstream, refresh_interval=10, max_entries=64, max_bytes=4 * megabyte + 4096)
+    for version in range(40):
+        assert cache.call("get", (1, version), {})["params"].nbytes == megabyte
+    stats = cache.stats()
+    assert stats["entries"] == 4 and 4 * megabyte <= stats["bytes"] <= 4 * megabyte + 4096 and stats["evicted"] == 36
+    assert cache.call("get", (1, 39), {}) is not None and len(calls) == 40  # the newest are kept
+    assert cache.call("get", (8, 0), {})["params"].nbytes == 8 * megabyte  # larger than the budget: passed on
+    assert cache.call("get", (8, 0), {})["params"].nbytes == 8 * megabyte and len(calls) == 42  # and not kept
+    assert cache.stats()["too_large"] == 2 and cache.stats()["entries"] == 4
+
+
 def test_bad_timing_is_refused():
     with pytest.raises(ValueError, match="stale_after"):
         CacherNode(jd.Handle("x/0"), refresh_interval=2.0, stale_after=1.0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from concurrent import futures
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +19,8 @@ from jaxdist import courier
 from jaxdist.checkpoint import Checkpointer, checkpoint_dir
 from jaxdist.metrics import read_metrics
 from jaxdist.nodes.learner import Learner, ReplaySource
+from jaxdist.nodes.parameter_server import MAX_WAIT
+from waiting import returns
 
 # Unoptimised XLA compiles ~2x faster here; runs that are compared use the same flags.
 FAST_XLA = "--xla_backend_optimization_level=0"
@@ -289,3 +292,23 @@ def test_learner_logic_and_options_are_checked_with_clear_messages(tmp_path):
         Learner(ln.LOGIC, publish_every=0, metrics=False)
     with pytest.raises(TypeError, match="source must be"):
         Learner(ln.LOGIC, 42, metrics=False)
+
+
+def test_a_call_is_served_while_more_long_polls_than_threads_wait():
+    """16 long polls of get() held all 16 server threads of a served learner: its status and
+    updates waited behind them for up to MAX_WAIT. At most max_waiting of them wait now (as on
+    a parameter server); the others answer at once."""
+    learner = Learner(ln.LOGIC, publish_every=1, metrics=False)
+    server = courier.Server(learner, thread_pool_size=16).start()
+    client = courier.Client(server.address, timeout=MAX_WAIT + 30)
+    try:
+        with futures.ThreadPoolExecutor(16) as pollers:
+            polls = [pollers.submit(client.get, 0, wait=MAX_WAIT) for _ in range(16)]
+            assert returns(lambda: client.update(ln.make_batch(0, 32)), "an update behind 16 long polls",
+                           timeout=10)["step"] == 1
+            replies = [poll.result(timeout=30) for poll in polls]  # version 1 ends the waiting ones
+        assert {reply["version"] for reply in replies} <= {0, 1} and any(reply["params"] for reply in replies)
+    finally:
+        client.close()
+        server.stop(grace=0)
+        learner.close()
