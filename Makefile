@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo examples test test-fast test-slow bench clean
+.PHONY: demo examples test test-fast test-slow bench docs clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,8 +31,12 @@ test-fast: $(INSTALLED)
 test-slow: $(INSTALLED)
 	$(PY) -m pytest -m slow || [ $$? -eq 5 ]
 
+# The site, from docs/ and the docstrings; strict: a broken reference or page fails the build.
+docs: $(INSTALLED)
+	$(PY) -m mkdocs build --strict
+
 bench: $(INSTALLED)
 	$(PY) experiments/benchmarks/courier.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .hypothesis
+	rm -rf $(VENV) runs site .pytest_cache .hypothesis

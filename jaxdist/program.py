@@ -36,6 +36,7 @@ class Handle:
         return self._node.name
 
     def dereference(self, make_client: Callable[[str], Any]) -> Any:
+        """The client the launcher makes for this handle's node, where the receiving node runs."""
         return make_client(self.node_name)
 
     def __getattr__(self, name: str) -> Any:
@@ -147,6 +148,8 @@ class Program:
 
     @contextlib.contextmanager
     def group(self, label: str) -> Iterator[None]:
+        """``with program.group("actor"):`` nodes added inside get this label (``actor/0``, ...):
+        resources, restart policies and multihost placement are given per group."""
         if self._current_group is not None:
             raise ValueError(f"groups do not nest: group '{label}' opened inside '{self._current_group}'")
         _check_label(label)
@@ -179,6 +182,7 @@ class Program:
         return node.create_handle()
 
     def nodes(self) -> list[Node]:
+        """Every node added, group by group."""
         return [node for members in self.groups.values() for node in members]
 
     def units(self) -> list[tuple[str, Node]]:

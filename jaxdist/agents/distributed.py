@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jaxdist as jd
-from jaxdist.agents.config import AgentConfig
+from jaxdist.agents.config import AgentConfig, save
 from jaxdist.spaces import EnvInfo
 from jaxdist.envs import EnvSpec
 
@@ -162,6 +162,7 @@ def build_learner(agent: Agent, replay: Any) -> Any:
     from jaxdist.nodes.learner import Learner
 
     config = agent.config
+    save(jd.current_node().run_dir, agent.name, config)  # the run's config, however it was launched
     multihost = config.learner_hosts > 1
     after_update = None
     if agent.prioritized:

@@ -64,7 +64,6 @@ def train(agent: Trainable, *, launcher: str = "processes", run_dir: str | None 
     """
     start_time = time.time() if start_time is None else start_time
     run_dir = os.path.abspath(run_dir or default_run_dir(agent))
-    configs.save(run_dir, agent.name, agent.config)
     topology = agent.topology()
     options: dict[str, Any] = {"run_dir": run_dir, "echo": echo}
     if launcher != "threads":
@@ -125,7 +124,8 @@ class Trainable(Protocol):
     name: str
     config: Any
 
-    def topology(self) -> Topology: ...
+    def topology(self) -> Topology:
+        """The program, and the handles the monitor polls."""
 
 
 class Monitor:
@@ -383,6 +383,7 @@ def _wandb(project: str, agent: Trainable, run_dir: str) -> Any:
     except ImportError:
         raise ImportError("--track logs to Weights & Biases: pip install 'jaxdist[wandb]'") from None
     name = os.path.basename(run_dir)
+    os.makedirs(run_dir, mode=0o700, exist_ok=True)  # before the launcher would: for its owner alone
     return wandb.init(project=project, name=name, id=name, resume="allow", dir=run_dir,
                       config=configs.to_dict(agent.config))
 
@@ -395,4 +396,4 @@ def _call(client: courier.Client, method: str, *args: Any) -> Any:
         return None
 
 
-__all__ = ["Monitor", "default_run_dir", "plot_learning_curve", "train"]
+__all__ = ["Trainable", "default_run_dir", "plot_learning_curve", "train"]

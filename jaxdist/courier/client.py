@@ -90,6 +90,7 @@ class Client:
         return self._connection.list_methods(self._options)
 
     def close(self) -> None:
+        """Close the channel; calls after it fail. Clients made by ``with_timeout`` share it."""
         self._connection.close()
 
     def __enter__(self) -> "Client":

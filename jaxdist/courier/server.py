@@ -120,6 +120,7 @@ class Server:
             self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
 
     def start(self) -> "Server":
+        """Begin serving (the port is bound already); returns the server, once started."""
         if not self._started:
             self._grpc.start()
             self._janitor.start()

@@ -34,7 +34,40 @@ def _importing_main_for_a_node() -> bool:
 
 
 def launch(program: Program, launcher: str = "processes", **options: Any) -> Running:
-    """Start `program` with the named launcher; options go to that launcher's `launch`."""
+    """Start `program` with the named launcher and return its `Running` once every node runs.
+
+    The same program runs under every launcher; only where its nodes live changes:
+
+    ``"threads"``: every node a thread of this process (tests, debugging, a laptop).
+        run_dir: logs, checkpoints and metrics (default: a new temporary directory).
+        token: the courier secret every node's server requires (default: a random one).
+        grace: seconds a stop gives nodes to return from run() (10).
+        interrupt_after: seconds after which a node still running at the stop is interrupted (2).
+        echo: print each node's output, prefixed with its name (True).
+        resources: refused: threads share one process.
+
+    ``"processes"`` (default): every node (or threads colocation) a process, supervised.
+        run_dir, token, grace, interrupt_after, echo: as above; after `grace` a process still
+        alive is killed (SIGKILL) with its children.
+        resources: per group, ``{"env": {...}}``: environment variables set before the group's
+        processes import anything (e.g. JAX_PLATFORMS, XLA_FLAGS).
+        restart: per group, a ``jd.Restart`` policy; groups without one get their node type's
+        (learners, replay, parameter servers and cachers come back; plain nodes do not).
+        start_timeout: seconds to wait for the nodes to bind and be built (300).
+
+    ``"multihost"``: the same script on every host; each host starts its share (see the README's
+    "Running on several hosts"). Everything of ``"processes"``, and:
+        hosts, host_index: the host list and this host's place in it (default: from SLURM or
+        TPU-VM variables). placement: per group, ``jd.on_host(i)``, ``jd.per_host()`` or
+        ``jd.spread()``. base_port (47000), ports_per_host: the port ranges. coordinator:
+        host:port of jax.distributed (default: host 0). distributed: the per_host group that
+        joins jax.distributed. bind_host: what servers bind ("0.0.0.0" for every interface).
+        token: required, the same on every host (or $JAXDIST_TOKEN). tls_dir: certificates from
+        ``python -m jaxdist.certs`` for mutual TLS between hosts (or $JAXDIST_TLS_DIR).
+
+    A script that launches `processes` or `multihost` needs the ``if __name__ == "__main__":``
+    guard: node processes import the script's main module again.
+    """
     if _importing_main_for_a_node():
         raise SystemExit(NO_MAIN_GUARD)
     if launcher not in available_launchers():

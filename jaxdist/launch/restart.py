@@ -27,6 +27,7 @@ class Restart:
                              f"reset_after None or > 0")
 
     def delay(self, restarts_so_far: int) -> float:
+        """Seconds before the next restart: ``backoff`` doubled per restart in a row, capped."""
         return min(self.max_backoff, self.backoff * 2**restarts_so_far)
 
 

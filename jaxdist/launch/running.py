@@ -58,11 +58,13 @@ class Running(abc.ABC):
     # Called by launchers --------------------------------------------------------------------
 
     def node_started(self, name: str, has_run: bool, pid: int | None = None) -> None:
+        """For launchers: the node runs (``has_run``: it has work of its own)."""
         with self._lock:
             status = self._statuses[name]
             status.state, status.has_run, status.pid = RUNNING, has_run, pid
 
     def node_finished(self, name: str, exitcode: int | None = None) -> None:
+        """For launchers: the node returned; once every node with work has, the program stops."""
         with self._lock:
             status = self._statuses[name]
             if status.state in (STARTING, RUNNING):
@@ -83,10 +85,13 @@ class Running(abc.ABC):
             status.last_restart_cause = cause
 
     def restarts(self) -> int:
+        """Restarts of all nodes so far."""
         with self._lock:
             return sum(status.restarts for status in self._statuses.values())
 
     def node_failed(self, name: str, details: str, exitcode: int | None = None) -> None:
+        """For launchers: the node failed past its restart policy; the program stops, and
+        ``wait()`` raises ``NodeFailedError`` with ``details``."""
         with self._lock:
             status = self._statuses[name]
             if self._stop_requested.is_set() and (status.state != STARTING or status.restarts):
@@ -146,6 +151,7 @@ class Running(abc.ABC):
         self._done.wait()
 
     def status(self) -> dict[str, dict[str, Any]]:
+        """Per node: state, has_run, pid, exitcode, error, restarts, last_restart_cause."""
         with self._lock:
             return {name: dataclasses.asdict(status) for name, status in self._statuses.items()}
 

@@ -288,6 +288,7 @@ class Learner:
         return self._published.get(min_version, wait)
 
     def status(self) -> dict[str, Any]:
+        """step, the published version, restored_step (None for a fresh start), devices, mode."""
         return {"step": self._step, "version": self._published.version(),
                 "restored_step": self.restored_step,
                 "devices": int(self._dp.mesh.devices.size), "mode": self._dp.mode}

@@ -82,6 +82,7 @@ class ParameterServer:
                 self._waiting.release()
 
     def version(self) -> int:
+        """The version held (-1 before the first push)."""
         with self._changed:
             return self._version
 

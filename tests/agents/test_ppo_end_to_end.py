@@ -76,7 +76,7 @@ def test_the_demo_script_solves_cartpole_across_processes_and_resumes_its_accoun
     first = json.loads((tmp_path / "summary.json").read_text())
     assert first["steps_to_target"] <= 200_000 and first["final_return"] >= 475
     assert json.loads((tmp_path / "config.json").read_text())["config"]["target_return"] == 475.0
-    for name in ("actor-0.log", "actor-1.log", "learner-0.log"):
+    for name in ("actor-0.log", "learner-0.log"):  # CartPole's preset: one actor of 16 envs
         assert (tmp_path / "logs" / name).exists()
     assert first["stop_reason"] == "jd.stop() was called in node 'learner/0/2'"  # the evaluator, colocated
     assert "progress/eval_return" in read_scalars(tmp_path / "tensorboard" / "progress")

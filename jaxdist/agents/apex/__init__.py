@@ -127,6 +127,7 @@ def replay_table(config: ApexConfig) -> jd.replay.Prioritized:
 
 
 def agent(config: ApexConfig) -> distributed.Agent:
+    """The record ``monitor.train`` takes; ``agent(config).topology()`` builds its program."""
     env = env_info(config.env_id)
     if not env.action.discrete:
         raise ValueError(f"DQN chooses among discrete actions; {config.env_id} has a continuous action space "
@@ -135,8 +136,4 @@ def agent(config: ApexConfig) -> distributed.Agent:
                              acting.policy, replay_table, sink=acting.TransitionSink, prioritized=True)
 
 
-def make_program(config: ApexConfig) -> jd.Program:
-    return agent(config).topology().program
-
-
-__all__ = ["ApexConfig", "PRESETS", "agent", "make_program"]
+__all__ = ["ApexConfig", "PRESETS", "agent"]

@@ -141,8 +141,4 @@ class ES:
 agent = ES  # es.agent(config), as ppo.agent(config): the record monitor.train takes
 
 
-def make_program(config: ESConfig) -> jd.Program:
-    return ES(config).topology().program
-
-
-__all__ = ["ES", "ESConfig", "PRESETS", "agent", "make_program"]
+__all__ = ["ES", "ESConfig", "PRESETS", "agent"]

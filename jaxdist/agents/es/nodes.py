@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import jaxdist as jd
+from jaxdist.agents.config import save
 from jaxdist.nodes.evaluator import EVALUATIONS, record
 from jaxdist.launch import context
 from jaxdist.metrics import MetricsWriter, metrics_path
@@ -37,9 +38,10 @@ class Master:
 
         node = jd.current_node()
         if node is None:
-            raise RuntimeError("the ES master runs as a node of a launched program: see es.make_program")
+            raise RuntimeError("the ES master runs as a node of a launched program: see es.agent(config).topology()")
         context.finish_on_stop()  # interrupted, it would lose the generation in flight
         self._run_dir, self._config = node.run_dir, config
+        save(self._run_dir, "es", config)  # the run's config, however it was launched
         self._rollouts = Rollouts(config)
         self._search = Search(config, self._rollouts.policy, checkpoint_dir(self._run_dir, node.node_name))
         self._pool = jd.Pool(workers, task_timeout=config.task_timeout, backup_after=config.backup_after,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import jaxdist as jd
 from jaxdist.agents import distributed, policies
 from jaxdist.agents.config import AgentConfig, Presets
 from jaxdist.spaces import env_info
@@ -84,12 +83,9 @@ PRESETS: Presets = {
 
 
 def agent(config: IMPALAConfig) -> distributed.Agent:
+    """The record ``monitor.train`` takes; ``agent(config).topology()`` builds its program."""
     return distributed.Agent("impala", config, env_info(config.env_id), distributed.Lazy("jaxdist.agents.impala.learning:logic"),
                              policies.actor_critic, distributed.fifo)
 
 
-def make_program(config: IMPALAConfig) -> jd.Program:
-    return agent(config).topology().program
-
-
-__all__ = ["IMPALAConfig", "PRESETS", "agent", "make_program"]
+__all__ = ["IMPALAConfig", "PRESETS", "agent"]

@@ -94,11 +94,13 @@ field stays overridable flag by flag."""
 
 
 def agent(config: PPOConfig) -> distributed.Agent:
+    """The record ``monitor.train`` takes; ``agent(config).topology()`` builds its program."""
     return distributed.Agent("ppo", config, env_info(config.env_id), distributed.Lazy("jaxdist.agents.ppo.learning:logic"),
                              policies.actor_critic, distributed.fifo)
 
 
 def make_program(config: PPOConfig) -> jd.Program:
+    """``jd.launch(ppo.make_program(config)).wait()`` trains to the end and returns."""
     return agent(config).topology().program
 
 
