@@ -142,6 +142,32 @@ def main() -> None:
     print(f"{'metric':32} {'raw grpcio':>12} {'jaxdist':>12} {'ratio':>7}  target")
     for name, raw_value, jd_value, ratio, target in rows:
         print(f"{name:32} {raw_value:12.1f} {jd_value:12.1f} {ratio:7.2f}  {target}")
+    print()
+    colocated(token, calls)
+
+
+def colocated(token: str, calls: int) -> None:
+    """A node calling another in its own process (a colocation): courier over loopback gRPC, as
+    before, against the direct call launchers now make (``Client(local=True)``)."""
+    server = courier.Server(Echo(), token=token).start()
+    over_grpc = courier.Client(server.address, timeout=120, token=token)
+    in_process = courier.Client(server.address, timeout=120, token=token, local=True)
+    batch = {"obs": np.ones((16, 33, 4), np.float32), "action": np.ones((16, 33), np.int32),
+             "reward": np.ones((16, 33), np.float32)}  # a PPO CartPole batch from its colocated queue
+    rows = []
+    grpc_lat, local_lat = alternating(lambda: over_grpc.echo(1), lambda: in_process.echo(1), calls)
+    rows.append(("tiny call p50 (us)", *(np.quantile(t, 0.5) * 1e6 for t in (grpc_lat, local_lat))))
+    grpc_lat, local_lat = alternating(lambda: over_grpc.echo(batch), lambda: in_process.echo(batch), calls // 3)
+    rows.append(("PPO batch echo p50 (us)", *(np.quantile(t, 0.5) * 1e6 for t in (grpc_lat, local_lat))))
+    array = np.ones(1 << 18, np.float32)
+    grpc_times, local_times = alternating(lambda: over_grpc.echo(array), lambda: in_process.echo(array), 50)
+    rows.append(("echo 1 MB float32 (MB/s)", *(2 * array.nbytes / statistics.median(t) / 1e6
+                                                for t in (grpc_times, local_times))))
+    server.stop(0)
+    print(f"{'colocated call':32} {'over gRPC':>12} {'local':>12} {'speed-up':>8}")
+    for name, grpc_value, local_value in rows:
+        speedup = local_value / grpc_value if "MB/s" in name else grpc_value / local_value
+        print(f"{name:32} {grpc_value:12.1f} {local_value:12.1f} {speedup:7.1f}x")
 
 
 if __name__ == "__main__":

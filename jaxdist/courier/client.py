@@ -17,6 +17,7 @@ from typing import Any, Callable, NoReturn
 import grpc
 
 from jaxdist.courier import codec, wire
+from jaxdist.courier import local as local_module
 from jaxdist.courier import tls as tls_module
 from jaxdist.courier.tls import TLS
 from jaxdist.courier.errors import (
@@ -55,13 +56,18 @@ class Client:
         max_message_bytes: int = wire.DEFAULT_MAX_MESSAGE_BYTES,
         inline_limit: int = wire.DEFAULT_INLINE_LIMIT,
         tls: TLS | None = None,
+        local: bool = False,
     ) -> None:
         """`tls`: mutual TLS (default: the environment's, see `jaxdist.courier.tls`; without it,
-        plaintext). The address's host must be one the server's certificate names."""
+        plaintext). The address's host must be one the server's certificate names. `local`:
+        when a server of this process serves `address`, call it directly, with the wire's
+        semantics but no RPC (see `jaxdist.courier.local`); launchers give colocated nodes these."""
         self.address = address
         self._options = _CallOptions(timeout, wait_for_ready)
-        self._connection = _Connection(address, token, max_message_bytes, inline_limit,
-                                       tls or tls_module.from_environment())
+        here = local and local_module.serving(address) is not None
+        self._connection = (local_module.LocalConnection(address, token) if here else
+                            _Connection(address, token, max_message_bytes, inline_limit,
+                                        tls or tls_module.from_environment()))
         self.futures = _FutureMethods(self)
 
     def __getattr__(self, name: str) -> Callable[..., Any]:

@@ -30,10 +30,10 @@ from typing import Any, NoReturn
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from jaxdist.courier import codec, staging, wire
+from jaxdist.courier import codec, local, staging, wire
 from jaxdist.courier import tls as tls_module
 from jaxdist.courier.tls import TLS
-from jaxdist.courier.errors import describe_exception
+from jaxdist.courier.errors import UnavailableError, describe_exception
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,7 @@ class Server:
         self._upload_slots = threading.BoundedSemaphore(self._max_uploads)
         self._staging = staging.StagingArea(staging_ttl, max_staged_bytes)
         self._janitor = staging.Janitor(self._staging, chunk_timeout, period=min(chunk_timeout, staging_ttl) / 4)
+        self.token = token
         self._methods: dict[str, Callable[..., Any]] = {}
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
         self._attached = threading.Event()
@@ -125,15 +126,32 @@ class Server:
             self._grpc.start()
             self._janitor.start()
             self._started = True
+            local.register(self)
         return self
 
     def stop(self, grace: float | None = 1.0) -> None:
         """Stop accepting calls; calls in flight get `grace` seconds to finish."""
+        local.unregister(self)
         self._health.enter_graceful_shutdown()
         self._grpc.stop(grace).wait()
         self._janitor.stop()
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._staging.clear()
+
+    # Calls from this process (jaxdist.courier.local) ------------------------------------------
+
+    def local_method(self, name: str, timeout: float | None) -> Callable[..., Any] | None:
+        """The served method `name` once the object is attached (within `timeout`), else None."""
+        if not self._attached.wait(_NOT_ATTACHED_WAIT if timeout is None else timeout):
+            raise UnavailableError(f"{name}: the node at {self._address} is still being constructed")
+        return self._methods.get(name)
+
+    def unknown_method_message(self, name: str) -> str:
+        return _unknown_method_message(name, self.methods)
+
+    def submit(self, call: Callable[[], None]) -> None:
+        """Run `call` on the server's thread pool, as a served call runs."""
+        self._executor.submit(call)
 
     def __enter__(self) -> "Server":
         return self.start()

@@ -22,7 +22,7 @@ class ClientPool:
         if address is None:
             known = ", ".join(sorted(self._addresses)) or "(none)"
             raise KeyError(f"no node '{node_name}' serves in this program; serving nodes: {known}")
-        client = courier.Client(address, token=self._token)
+        client = courier.Client(address, token=self._token, local=True)  # a colocated node: no RPC
         with self._lock:
             self._clients.append(client)
         return client
