@@ -79,7 +79,8 @@ class AgentConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_actors % self.learner_hosts:
             raise ValueError(f"learner_hosts ({self.learner_hosts}) must divide num_actors ({self.num_actors}): "
-                             f"each host's learner learns from its own actors' share")
+                             f"each host's learner learns from its own actors' share; pass e.g. "
+                             f"--num-actors {self.learner_hosts}")
         if self.batch_size % self.learner_hosts:
             raise ValueError(f"learner_hosts ({self.learner_hosts}) must divide the batch ({self.batch_size})")
         if self.stop_at_target and self.target_return is None:

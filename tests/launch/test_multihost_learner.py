@@ -77,7 +77,7 @@ def start_hosts(hosts, prefixes, run_dir, base_port, *extra):
     env = dict(os.environ, JAXDIST_TOKEN="shared-secret", PYTHONUNBUFFERED="1")
     processes = []
     for index, prefix in enumerate(prefixes):
-        command = [*prefix, sys.executable, DEMO, "--launcher", "multihost", "--learner-hosts", "2",
+        command = [*prefix, sys.executable, DEMO, "--launcher", "multihost", "--learner-hosts", "2", "--num-actors", "2",
                    "--hosts", ",".join(hosts), "--host-index", str(index), "--base-port", str(base_port),
                    "--run-dir", str(run_dir), "--compilation-cache", "", *extra]
         log = open(run_dir.parent / f"host{index}.out", "w")
