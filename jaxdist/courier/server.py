@@ -147,6 +147,7 @@ class Server:
         return self._methods.get(name)
 
     def unknown_method_message(self, name: str) -> str:
+        """What a call of a method this server does not serve is told (the closest names)."""
         return _unknown_method_message(name, self.methods)
 
     def submit(self, call: Callable[[], None]) -> None:
