@@ -111,7 +111,10 @@ def test_the_demo_script_solves_cartpole_across_processes_and_resumes_its_accoun
 def test_ctrl_c_is_the_ordered_stop_with_one_line_and_a_summary(tmp_path):
     process = subprocess.Popen([sys.executable, SCRIPT, "--quiet", "--compilation-cache", "", "--run-dir",
                                 str(tmp_path), "--total-steps", "100000000"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True,
+                               # as a terminal's Ctrl-C finds it: a runner started in the background (nohup
+                               # make test &) passes SIGINT on ignored, and Python then never raises it
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and not (tmp_path / "evaluations.csv").exists():
