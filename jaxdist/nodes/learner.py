@@ -56,7 +56,7 @@ from jaxdist.checkpoint import Checkpointer, checkpoint_dir
 from jaxdist.launch import context
 from jaxdist.launch.restart import Restart
 from jaxdist.metrics import MetricsWriter, metrics_path
-from jaxdist.nodes.parameter_server import ParameterServer
+from jaxdist.nodes.parameter_server import VersionedParams
 
 PyTree = Any
 BatchSource = Callable[[], PyTree]
@@ -153,8 +153,8 @@ class Learner:
     """A learner served by ``jd.CourierNode(Learner, logic, source, ...)``; see the module doc.
 
     Options: ``batch_size`` (for replay sources), ``steps_per_call``, ``mode``,
-    ``publish_every`` (steps; None: only at start and end), ``parameter_server`` (a client
-    whose ``push(params, version)`` is called on every publish), ``checkpoint`` (False, True,
+    ``publish_every`` (steps; None: only at start and end; ``get`` serves what was published,
+    and a ``ParameterServer(source=learner)`` follows it), ``checkpoint`` (False, True,
     a :class:`CheckpointOptions` or a dict of its fields), ``seed``, ``max_steps``,
     ``metrics`` (True: ``<run_dir>/metrics.csv``, rows past the restored step dropped, and the
     first row after a restore carries ``learner/restored_step``; a
@@ -190,7 +190,6 @@ class Learner:
     def __init__(self, logic: LearnerLogic, source: BatchSource | Any = None, *,
                  batch_size: int | None = None, steps_per_call: int = 1,
                  mode: Literal["jit", "pmap"] = "jit", publish_every: int | None = 1,
-                 parameter_server: Any = None,
                  checkpoint: bool | CheckpointOptions | Mapping[str, Any] = False,
                  seed: int = 0, max_steps: int | None = None, metrics: bool | str | Any = None,
                  log_every: int | None = 100, prefetch: int = 2, run_dir: str | None = None,
@@ -245,8 +244,8 @@ class Learner:
         self._rng = self._dp.replicate(key_data) if mode == "jit" else key_data
 
         self._writer = self._make_writer(metrics) if self._primary else None
-        self._io = _HostIO(self._writer, parameter_server, self.name) if self._primary else None
-        self._published = ParameterServer()  # what get() serves, long polls capped as a parameter server's
+        self._io = _HostIO(self._writer, self.name) if self._primary else None
+        self._published = VersionedParams()  # what get() serves, long polls capped
         if self._primary:
             self._publish_now()
         self._last_metrics: PyTree = None
@@ -429,11 +428,10 @@ class Learner:
         self._io.publish(self._step, self._device_copy_of_params(), self._set_published)
 
     def _publish_now(self) -> None:
-        """Publish synchronously (get serves it at once); the push goes in the background."""
+        """Publish synchronously: get serves it at once."""
         self._last_publish = self._step
         host = jax.device_get(self._device_copy_of_params())
         self._set_published(self._step, host)
-        self._io.publish(self._step, host, self._set_published)
 
     def _set_published(self, version: int, params: PyTree) -> None:
         self._published.push(params, version)  # an older version than the one held is ignored
@@ -667,8 +665,8 @@ class _HostIO:
     """A thread that copies published params and logged metrics to the host, then publishes
     (latest version wins) and writes rows, in order, so the step loop never waits on them."""
 
-    def __init__(self, writer: Any, parameter_server: Any, name: str) -> None:
-        self._writer, self._server, self._name = writer, parameter_server, name
+    def __init__(self, writer: Any, name: str) -> None:
+        self._writer, self._name = writer, name
         self._cond = threading.Condition()
         self._params: tuple | None = None
         self._rows: list[tuple] = []
@@ -725,8 +723,6 @@ class _HostIO:
                     version, device_params, done = params
                     host = jax.device_get(device_params)
                     done(version, host)
-                    if self._server is not None:
-                        self._server.push(host, version)
             except Exception:
                 print(f"{self._name}: publishing or logging failed (training goes on):\n"
                       f"{traceback.format_exc()}", flush=True)

@@ -1,18 +1,25 @@
-"""Versioned parameters: a `ParameterServer` the learner pushes to, a `VariableClient` actors read.
+"""Versioned parameters: their owner publishes in its own process, everyone else pulls.
 
-    server = p.add_node(jd.CourierNode(jd.ParameterServer))
-    learner: server.push(params, step)            # older or equal versions are ignored
+    learner = p.add_node(jd.CourierNode(Learner, ...))       # the owner: serves get()
+    server = p.add_node(jd.CourierNode(jd.ParameterServer, source=learner))  # follows it
     actor:   variables = jd.VariableClient(server, refresh_every_seconds=1.0)
              act(variables.params); variables.update()   # once per step; never blocks
 
 A version is the learner's step. `get(min_version)` sends the parameters only when the server
 holds a newer version than the caller's, so an up-to-date actor costs the network a few bytes.
+
+Nothing is pushed over the wire. Every node of a program holds the same token, so a served
+`push` would let any of them (or anything that took a dead node's port) publish version 2**62
+and freeze every actor's parameters. Instead only the process that computes the parameters
+writes them (`VersionedParams.push`, in process), and a `ParameterServer` pulls from the one
+address it was given, by long polls, so a new version reaches it as soon as it is published.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from jaxdist.launch.restart import Restart
@@ -22,20 +29,24 @@ log = logging.getLogger(__name__)
 MAX_WAIT = 60.0
 """Longest long-poll `get(..., wait=...)` honoured; each waiting call holds a server thread."""
 
+RETRY_FIRST, RETRY_MAX = 0.05, 1.0
+"""A `VariableClient`'s first and longest pause between fetches from a source that is away."""
 
-class ParameterServer:
-    """Holds the newest (version, params) pushed to it; thread-safe. Serve it with `jd.CourierNode`.
+FOLLOW_WAIT = 10.0
+"""Seconds each of a following `ParameterServer`'s long polls may wait on its source."""
 
-    Versions only move forward: a push whose version is not newer than the held one is ignored
-    (it returns False), so a late push from a restarted or lagging learner cannot roll actors back.
-    A server that restarts without state holds version -1 again, and accepts any version.
+
+class VersionedParams:
+    """The newest (version, params) in the owner's process; thread-safe. A learner holds one and
+    serves its `get`; a `ParameterServer` holds one for what it follows.
+
+    Versions only move forward under `push`: a version not newer than the held one is ignored
+    (it returns False), so a late publish from a lagging thread cannot roll readers back.
     """
-
-    default_restart = Restart(max_restarts=10, backoff=0.5)  # the learner pushes again
 
     def __init__(self, params: Any = None, version: int = 0, max_waiting: int = 8) -> None:
         """`max_waiting` long polls wait at once (keep it below the server's threads, 16 by
-        default, so that pushes always find one); a long poll beyond them answers at once."""
+        default, so that other calls always find one); a long poll beyond them answers at once."""
         if max_waiting < 1:
             raise ValueError(f"max_waiting must be >= 1, got {max_waiting}")
         self._waiting = threading.BoundedSemaphore(max_waiting)
@@ -44,13 +55,14 @@ class ParameterServer:
         self._version = _check_version(version) if params is not None else -1
         self._counts = {"pushes": 0, "ignored_pushes": 0, "gets": 0, "transfers": 0}
 
-    def push(self, params: Any, version: int) -> bool:
-        """Hold `params` as `version`; False (and nothing changes) when `version` <= the held one."""
+    def push(self, params: Any, version: int, *, allow_older: bool = False) -> bool:
+        """Hold `params` as `version`; False (and nothing changes) when `version` <= the held one,
+        unless `allow_older` (a follower whose owner restarted from an older checkpoint)."""
         version = _check_version(version)
         if params is None:
             raise ValueError("push(params=None, ...): None means 'nothing newer' to get(); push real parameters")
         with self._changed:
-            if version <= self._version:
+            if version <= self._version and not (allow_older and version != self._version):
                 self._counts["ignored_pushes"] += 1
                 return False
             self._params, self._version = params, version
@@ -64,7 +76,7 @@ class ParameterServer:
         v is -1 while nothing was pushed. With `wait` > 0 (a long poll, at most `MAX_WAIT` s) the
         call returns as soon as a newer version arrives, or after `wait` seconds with params None;
         when `max_waiting` polls already wait, it answers at once instead (each waiting call
-        holds a server thread, and the pushes need one).
+        holds a server thread).
         """
         min_version = _check_version(min_version)
         may_wait = wait > 0 and self._waiting.acquire(blocking=False)  # else: answer now, as wait=0
@@ -87,9 +99,54 @@ class ParameterServer:
             return self._version
 
     def stats(self) -> dict[str, int]:
-        """Calls served so far: pushes, ignored_pushes, gets, transfers (gets that sent params)."""
+        """Calls so far: pushes, ignored_pushes, gets, transfers (gets that sent params)."""
         with self._changed:
             return dict(self._counts, version=self._version)
+
+
+class ParameterServer:
+    """Serves versioned parameters to many readers: fixed ones (`params`, `version`), or those of
+    the `source` it follows (a learner or another parameter server, by handle). Serve it with
+    `jd.CourierNode`; put a `CacherNode` in front of it for very many readers.
+
+    Served: `get(min_version, wait)`, `version()`, `stats()`; no `push` (see the module doc).
+    While the source is away the server keeps serving the version it holds; when the source
+    comes back with an older version (a learner restored from an older checkpoint) the server
+    follows it back, as actors do. A restarted server holds nothing until its first answer.
+    """
+
+    default_restart = Restart(max_restarts=10, backoff=0.5)  # it follows its source again
+
+    def __init__(self, params: Any = None, version: int = 0, *, source: Any = None,
+                 max_waiting: int = 8, follow_wait: float = FOLLOW_WAIT) -> None:
+        if source is not None and params is not None:
+            raise ValueError("ParameterServer takes fixed params or a source to follow, not both")
+        self._held = VersionedParams(params, version, max_waiting)
+        self._follower = None if source is None else VariableClient(
+            source, long_poll=follow_wait, on_update=self._hold, call_timeout=follow_wait + 10.0)
+
+    def get(self, min_version: int = -1, wait: float = 0.0) -> dict[str, Any]:
+        """`{"version": v, "params": p}`: params only when v > `min_version` (the
+        `VersionedParams.get` contract: `wait` long-polls, v is -1 while nothing is held)."""
+        return self._held.get(min_version, wait)
+
+    def version(self) -> int:
+        """The version held (-1 before the first)."""
+        return self._held.version()
+
+    def stats(self) -> dict[str, Any]:
+        """gets, transfers and the version held; `source`: the follower's fetches and errors."""
+        counts = self._held.stats()
+        served = {key: counts[key] for key in ("gets", "transfers", "version")}
+        return served if self._follower is None else dict(served, source=self._follower.stats)
+
+    def close(self) -> None:
+        """Stop following (the node calls it at shutdown)."""
+        if self._follower is not None:
+            self._follower.close()
+
+    def _hold(self, version: int, params: Any) -> None:
+        self._held.push(params, version, allow_older=True)
 
 
 def _check_version(version: Any) -> int:
@@ -99,13 +156,16 @@ def _check_version(version: Any) -> int:
 
 
 class VariableClient:
-    """An actor's view of a `ParameterServer` (or a `CacherNode` in front of one).
+    """An actor's view of a `ParameterServer` (or a learner, or a `CacherNode` in front of either).
 
     `source` is anything with the server's `get(min_version)`: a courier client (a handle inside a
     node) or the server object itself. One background thread fetches: first as soon as the client
     is made, retrying until the server holds a version, then every `refresh_every_seconds`
     (its own clock) and/or on every `refresh_every_calls`-th `update()`; with neither given it
-    refreshes every second. Reading `params` blocks only until the first fetch arrives.
+    refreshes every second. With `long_poll` > 0 it fetches back to back instead, each fetch
+    waiting up to `long_poll` s on the source for a newer version (how a `ParameterServer`
+    follows its owner). Reading `params` blocks only until the first fetch arrives;
+    `on_update(version, params)` is called on the fetching thread with each new version.
 
     While the server is away, fetches fail in the background (counted in `stats`, logged once per
     outage) and the client keeps its last parameters and version; when the server is back (on the
@@ -122,6 +182,8 @@ class VariableClient:
         *,
         first_fetch_timeout: float = 60.0,
         call_timeout: float = 10.0,
+        long_poll: float = 0.0,
+        on_update: Callable[[int, Any], None] | None = None,
     ) -> None:
         if refresh_every_seconds is None and refresh_every_calls is None:
             refresh_every_seconds = 1.0
@@ -133,6 +195,8 @@ class VariableClient:
         self._source = with_timeout(call_timeout) if callable(with_timeout) else source
         self._every_seconds = refresh_every_seconds
         self._every_calls = refresh_every_calls
+        self._long_poll = long_poll
+        self._on_update = on_update
         self._first_fetch_timeout = first_fetch_timeout
         self._held: tuple[int, Any] = (-1, None)  # swapped as one tuple: version and params agree
         self._calls = 0
@@ -221,32 +285,35 @@ class VariableClient:
     # The background thread ------------------------------------------------------------------
 
     def _loop(self) -> None:
-        retry = 0.05
+        retry = RETRY_FIRST
         while not self._closed.is_set():
-            if self._held[0] < 0:  # no parameters yet: keep asking, backing off to 1 s
-                if not self._fetch():
-                    self._due.wait(retry)
-                    retry = min(1.0, retry * 2)
+            if self._held[0] >= 0 and not self._long_poll:  # refresh on the clock, or when asked
+                self._due.wait(self._every_seconds)
                 self._due.clear()
-                continue
-            self._due.wait(self._every_seconds)
-            self._due.clear()
-            if not self._closed.is_set():
-                self._fetch()
+                if self._closed.is_set():
+                    return
+            if self._fetch():
+                retry = RETRY_FIRST
+                if self._long_poll:  # a poll the source answered at once (its waiting cap) cannot spin
+                    self._closed.wait(RETRY_FIRST)
+            else:  # the source is away or holds nothing yet: keep asking, backing off to 1 s
+                self._due.wait(retry)
+                self._due.clear()
+                retry = min(RETRY_MAX, retry * 2)
 
     def _fetch(self) -> bool:
-        """One refresh; True when the client holds a version afterwards."""
+        """One refresh; True when the source answered and the client holds a version."""
         held_version = self._held[0]
         with self._fetched:
             self._in_flight = True
         try:
-            reply = self._source.get(held_version)
+            reply = self._source.get(held_version, self._long_poll) if self._long_poll else self._source.get(held_version)
             if 0 <= reply["version"] < held_version:  # the server went back (an older checkpoint)
                 reply = self._source.get(-1)
-            version, params = int(reply["version"]), reply["params"]
+            version, params = _check_version(reply["version"]), reply["params"]
         except Exception as exc:  # the server is away: keep what we hold
             self._record_error(exc)
-            return held_version >= 0
+            return False
         with self._fetched:
             self._in_flight = False
             self._counts["fetches"] += 1
@@ -257,6 +324,8 @@ class VariableClient:
                 self._failing = False
                 log.info("parameter server is back; holding version %d", self._held[0])
             self._fetched.notify_all()
+        if params is not None and self._on_update is not None:
+            self._on_update(version, params)
         return self._held[0] >= 0
 
     def _record_error(self, exc: Exception) -> None:

@@ -14,7 +14,7 @@ import launch_nodes as nodes
 from waiting import wait_until
 from jaxdist import courier
 from jaxdist.nodes.cacher import CacherNode
-from jaxdist.nodes.parameter_server import ParameterServer
+from jaxdist.nodes.parameter_server import ParameterServer, VersionedParams
 from jaxdist.nodes.replay import Fifo, ReplayClient, ReplayNode
 
 
@@ -118,7 +118,10 @@ def test_restart_policies_are_checked():
 
 def test_replay_cacher_and_parameter_server_come_back_by_default_on_their_addresses(tmp_path, capfd):
     program = jd.Program("default-restarts")
-    kinds = {"replay/0": ReplayNode(Fifo(16), checkpoint=True), "params/0": jd.CourierNode(ParameterServer)}
+    with program.group("owner"):  # stands for the learner: its parameters, pushed in by the test
+        owner = program.add_node(jd.CourierNode(VersionedParams))
+    kinds = {"replay/0": ReplayNode(Fifo(16), checkpoint=True),
+             "params/0": jd.CourierNode(ParameterServer, source=owner, follow_wait=1.0)}
     with program.group("replay"):
         program.add_node(kinds["replay/0"])
     with program.group("params"):
@@ -134,7 +137,8 @@ def test_replay_cacher_and_parameter_server_come_back_by_default_on_their_addres
         replay.insert_many([{"x": np.full(2, seq)} for seq in range(3)])
         step = replay.checkpoint()
         replay.insert({"x": np.full(2, 3)})  # after the checkpoint: dies with the node
-        clients["params/0"].push({"w": np.ones(2)}, 7)
+        clients["owner/0"].push({"w": np.ones(2)}, 7)
+        wait_until(lambda: clients["params/0"].version() == 7, "the parameter server at version 7")
         for name in ("replay/0", "params/0", "cacher/0"):
             os.kill(running.status()[name]["pid"], signal.SIGKILL)
             wait_until(lambda: running.status()[name]["restarts"] == 1, f"{name}'s restart")
@@ -142,8 +146,9 @@ def test_replay_cacher_and_parameter_server_come_back_by_default_on_their_addres
         assert running.addresses == addresses
         # The clients made before the kills reach the restarted nodes on the same addresses.
         assert replay.size() == 3 and replay.sample(3, timeout=10)["data"]["x"][:, 0].tolist() == [0, 1, 2]
-        assert clients["params/0"].get() == {"version": -1, "params": None}  # it holds nothing until a push
-        assert clients["params/0"].push({"w": np.full(2, 2.0)}, 8)
+        wait_until(lambda: clients["params/0"].version() == 7, "the restarted server to follow its owner again")
+        assert clients["owner/0"].push({"w": np.full(2, 2.0)}, 8)
+        wait_until(lambda: clients["params/0"].version() == 8, "the restarted server to follow version 8")
         assert clients["cacher/0"].get()["version"] == 8  # through the restarted cacher to the restarted server
     finally:
         running.stop()

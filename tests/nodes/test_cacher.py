@@ -11,7 +11,7 @@ import pytest
 import jaxdist as jd
 from jaxdist import courier
 from jaxdist.nodes.cacher import Cache, CacherNode, cache_key
-from jaxdist.nodes.parameter_server import ParameterServer
+from jaxdist.nodes.parameter_server import ParameterServer, VersionedParams
 import parameter_server_nodes as nodes
 from waiting import wait_until
 
@@ -174,18 +174,20 @@ def test_target_errors_reach_the_caller_with_their_type_and_are_not_cached(tmp_p
 
 def test_a_variable_client_follows_a_parameter_server_through_a_cacher_across_processes(tmp_path, capfd):
     program = jd.Program("cached-params")
+    with program.group("owner"):  # stands for the learner: its parameters, pushed in by the test
+        owner = program.add_node(jd.CourierNode(VersionedParams))
     with program.group("params"):
-        server = program.add_node(jd.CourierNode(ParameterServer))
+        server = program.add_node(jd.CourierNode(ParameterServer, source=owner, follow_wait=1.0))
     with program.group("cacher"):
-        cached = program.add_node(CacherNode(server, refresh_interval=0.05, uncached=["push"]))
+        cached = program.add_node(CacherNode(server, refresh_interval=0.05))
     with program.group("actor"):
         for _ in range(2):
             program.add_node(jd.PyNode(nodes.follow_params, cached, until_version=3))
     running = jd.launch(program, launcher="processes", run_dir=str(tmp_path), echo=True, token=TOKEN)
     try:
-        through_cacher = courier.Client(running.addresses["cacher/0"], token=TOKEN)
+        to_owner = courier.Client(running.addresses["owner/0"], token=TOKEN)
         for version in range(1, 4):
-            assert through_cacher.push({"w": np.full(2, float(version))}, version)  # uncached: reaches it
+            assert to_owner.push({"w": np.full(2, float(version))}, version)
         assert running.wait(timeout=30)
     finally:
         running.stop()

@@ -70,11 +70,10 @@ def node_log(run_dir, node: str = "learner/0") -> str:
 
 def test_direct_updates_step_and_get_sends_params_only_when_newer(tmp_path):
     program = jd.Program("direct")
-    with program.group("ps"):
-        server = program.add_node(jd.CourierNode(ln.RecordingParameterServer))
     with program.group("learner"):
-        program.add_node(jd.CourierNode(Learner, ln.LOGIC, publish_every=2, log_every=1,
-                                        parameter_server=server))
+        learner_handle = program.add_node(jd.CourierNode(Learner, ln.LOGIC, publish_every=2, log_every=1))
+    with program.group("ps"):
+        program.add_node(jd.CourierNode(jd.ParameterServer, source=learner_handle, follow_wait=1.0))
     running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False)
     try:
         learner = client_of(running)
@@ -96,9 +95,9 @@ def test_direct_updates_step_and_get_sends_params_only_when_newer(tmp_path):
         wait_until(lambda: actor_view.version == 2, what="the VariableClient at version 2")
         np.testing.assert_array_equal(actor_view.params["w1"], newer["params"]["w1"])
         actor_view.close()
-        pushed = wait_until(lambda: client_of(running, "ps/0").pushed()["versions"] == [0, 2] or None,
-                            what="pushes to the parameter server")
-        assert pushed
+        followed = wait_until(lambda: client_of(running, "ps/0").get(0)["params"],
+                              what="the parameter server following the learner to version 2")
+        np.testing.assert_array_equal(followed["w1"], newer["params"]["w1"])
         with pytest.raises(ValueError, match="multiple of"):
             learner.update({"x": np.zeros((32,), np.float32), "y": np.zeros((), np.float32)})
     finally:

@@ -1,15 +1,17 @@
-"""ParameterServer and VariableClient, over real courier servers."""
+"""VersionedParams (an owner's, served with push as a learner stands in a test), ParameterServer
+and VariableClient, over real courier servers."""
 
 from __future__ import annotations
 
 import threading
+import time
 from concurrent import futures
 
 import numpy as np
 import pytest
 
 from jaxdist import courier
-from jaxdist.nodes.parameter_server import MAX_WAIT, ParameterServer, VariableClient
+from jaxdist.nodes.parameter_server import MAX_WAIT, ParameterServer, VariableClient, VersionedParams
 import parameter_server_nodes as nodes
 from waiting import returns, wait_until
 
@@ -20,8 +22,8 @@ def params_at(version: int) -> dict:
 
 @pytest.fixture
 def served():
-    """A ParameterServer behind a courier server, and a client of it."""
-    server = courier.Server(nodes.GatedParameterServer()).start()
+    """An owner's parameters behind a courier server, and a client of it."""
+    server = courier.Server(nodes.GatedParams()).start()
     client = courier.Client(server.address, timeout=5.0)
     yield server, client
     client.close()
@@ -173,10 +175,8 @@ def test_keeps_its_params_while_the_server_is_away_and_follows_it_after_a_restar
     assert variables.version == 1 and variables.params["w"][0] == 1.0
     assert variables.stats["last_error"]
 
-    restarted = courier.Server(ParameterServer(), address=address).start()  # a fresh process would hold nothing
+    restarted = courier.Server(ParameterServer(params_at(2), version=2), address=address).start()
     try:
-        restarted_client = courier.Client(address, timeout=5.0)
-        assert restarted_client.push(params_at(2), 2)
         assert wait_until(lambda: variables.version == 2)
         assert variables.params["w"][0] == 2.0
     finally:
@@ -223,18 +223,84 @@ def test_close_does_not_wait_for_a_fetch_that_hangs():
         release.set()
 
 
-def test_a_push_is_served_while_more_long_polls_than_threads_wait():
+def test_a_follower_answers_while_more_long_polls_than_threads_wait(served):
     """16 long polls held all 16 server threads: a push waited behind them (7.5 s in the audit,
-    up to MAX_WAIT). At most max_waiting of them wait now; the others answer at once."""
-    server = courier.Server(ParameterServer(params_at(1), version=1), thread_pool_size=16).start()
-    client = courier.Client(server.address, timeout=MAX_WAIT + 30)
+    up to MAX_WAIT). At most max_waiting of them wait now; the others answer at once, and the
+    follower's own polls of its source run on a thread of their own."""
+    _, owner = served
+    owner.push(params_at(1), 1)
+    follower = courier.Server(ParameterServer(source=owner, follow_wait=1.0), thread_pool_size=16).start()
+    client = courier.Client(follower.address, timeout=MAX_WAIT + 30)
     try:
+        wait_until(lambda: client.version() == 1, "the follower at version 1")
         with futures.ThreadPoolExecutor(16) as pollers:
             polls = [pollers.submit(client.get, 1, wait=MAX_WAIT) for _ in range(16)]
-            assert returns(lambda: client.push(params_at(2), 2), "a push behind 16 long polls", timeout=10)
+            assert returns(lambda: client.version(), "a call behind 16 long polls", timeout=10) in (1, 2)
+            owner.push(params_at(2), 2)
             replies = [poll.result(timeout=30) for poll in polls]
         assert all(reply["version"] in (1, 2) for reply in replies)
         assert any(reply["params"] is not None for reply in replies)  # the waiting ones got version 2
     finally:
         client.close()
-        server.stop(grace=0)
+        follower.stop(grace=0)
+
+
+@pytest.fixture
+def follower(served):
+    """A ParameterServer following the owner of `served`, behind a courier server of its own."""
+    _, owner = served
+    server = ParameterServer(source=owner, follow_wait=0.5)
+    behind = courier.Server(server).start()
+    client = courier.Client(behind.address, timeout=5.0)
+    yield client
+    client.close()
+    behind.stop(grace=0)
+    server.close()
+
+
+def test_a_parameter_server_serves_no_push(follower):
+    """Any token holder could push version 2**62 and freeze every actor's parameters: now the
+    server follows its owner alone, and a push over the wire is refused."""
+    with pytest.raises(courier.UnknownMethodError, match="push"):
+        follower.push(params_at(2**62), 2**62)
+    assert follower.version() == -1
+    assert "push" not in follower.methods()
+
+
+def test_a_follower_serves_each_new_version_of_its_owner_as_it_is_published(served, follower):
+    _, owner = served
+    assert follower.get() == {"version": -1, "params": None}  # the owner holds nothing yet
+    owner.push(params_at(1), 1)
+    first = follower.with_timeout(20).get(-1, wait=10)
+    assert first["version"] == 1 and first["params"]["w"][0] == 1.0
+    began = time.monotonic()
+    owner.push(params_at(2), 2)
+    second = follower.with_timeout(20).get(1, wait=10)
+    assert second["version"] == 2 and second["params"]["w"][0] == 2.0
+    assert time.monotonic() - began < 2.0  # a long poll of the owner, not a refresh clock
+    stats = follower.stats()
+    assert stats["version"] == 2 and stats["source"]["transfers"] == 2 and stats["source"]["errors"] == 0
+
+
+def test_a_follower_keeps_its_version_while_the_owner_is_away_and_follows_it_back():
+    owner = courier.Server(VersionedParams(params_at(10), version=10)).start()
+    address = owner.address
+    server = ParameterServer(source=courier.Client(address, timeout=5.0), follow_wait=0.3)
+    try:
+        wait_until(lambda: server.version() == 10, "the follower at version 10")
+        owner.stop(grace=0)
+        wait_until(lambda: server.stats()["source"]["errors"] >= 2, "fetches failing while the owner is away")
+        assert server.get(-1)["params"]["w"][0] == 10.0
+        owner = courier.Server(VersionedParams(params_at(7), version=7), address=address).start()  # restored
+        wait_until(lambda: server.version() == 7, "the follower back at the owner's version 7")
+        assert server.get(-1)["params"]["w"][0] == 7.0
+    finally:
+        server.close()
+        owner.stop(grace=0)
+
+
+def test_a_parameter_server_takes_fixed_params_or_a_source_not_both():
+    with pytest.raises(ValueError, match="fixed params or a source"):
+        ParameterServer(params_at(1), source=VersionedParams())
+    fixed = ParameterServer(params_at(3), version=3)
+    assert fixed.get(2)["params"]["w"][0] == 3.0 and "source" not in fixed.stats()

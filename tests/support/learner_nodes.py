@@ -87,21 +87,6 @@ class RegressionBatches:
         return make_batch(self._index - 1, self.batch_size, self.seed)
 
 
-class RecordingParameterServer:
-    """Records ``push(params, version)`` calls, like a ParameterServer would receive them."""
-
-    def __init__(self) -> None:
-        self.versions: list[int] = []
-        self.last = None
-
-    def push(self, params: dict, version: int) -> None:
-        self.versions.append(version)
-        self.last = params
-
-    def pushed(self) -> dict:
-        return {"versions": self.versions, "params": self.last}
-
-
 def produce_transitions(queue, count: int, chunk: int = 16) -> None:
     """Insert ``count`` single transitions {"x": (FEATURES,), "y": ()} into a replay node."""
     from jaxdist.nodes.replay import ReplayClient

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jaxdist as jd
-from jaxdist.nodes.parameter_server import ParameterServer, VariableClient
+from jaxdist.nodes.parameter_server import VariableClient, VersionedParams
 from jaxdist.program import AddressTable, Executable, Handle, Node, NodeContext
 
 
@@ -40,9 +40,10 @@ class CountingTarget:
         self.delay = delay
 
 
-class GatedParameterServer(ParameterServer):
-    """A ParameterServer whose `get` calls can be held until released (to prove that clients never
-    wait on it), and that counts the `get` calls that began."""
+class GatedParams(VersionedParams):
+    """An owner's parameters served with `push` (as a learner stands in a test), whose `get` calls
+    can be held until released (to prove that clients never wait on it), and that counts the `get`
+    calls that began."""
 
     def __init__(self) -> None:
         super().__init__()
