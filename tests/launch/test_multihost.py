@@ -23,6 +23,7 @@ from jaxdist import courier
 from jaxdist.courier.tls import TLS
 from jaxdist.launch import hosts, placement
 from jaxdist.launch.launchers import multihost
+from fake_metadata import FakeMetadataServer
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "multihost_script.py")
 TWO_HOSTS = "127.0.0.1,127.0.0.1"
@@ -280,16 +281,61 @@ def slurm_host(host_index: int, base: int, run_dir: str) -> tuple[list[str], dic
     return [sys.executable, SCRIPT, "--base-port", str(base), "--run-dir", run_dir], env
 
 
-@pytest.mark.parametrize("detection", ["flags", "slurm"])
+def kubernetes_pod(host_index: int, base: int, run_dir: str, hosts_file: str) -> tuple[list[str], dict[str, str]]:
+    """Pod `host_index` of a faked two-pod Indexed Job under the headless Service `workers`: what
+    Kubernetes gives a pod (its hostname, an /etc/hosts line for its DNS name, JOB_COMPLETION_INDEX)
+    and the manifest's JAXDIST_NUM_HOSTS, in a mount and UTS namespace of its own; the two pods'
+    names resolve to 127.0.0.2 and 127.0.0.3."""
+    command = ["unshare", "--mount", "--uts", "--", "sh", "-c",
+               f'mount --bind {hosts_file} /etc/hosts && hostname trainer-{host_index} && exec "$@"', "pod",
+               sys.executable, SCRIPT, "--base-port", str(base), "--run-dir", run_dir]
+    return command, dict(host_env(), JOB_COMPLETION_INDEX=str(host_index), JAXDIST_NUM_HOSTS="2")
+
+
+def namespaces_unavailable() -> str | None:
+    """Why this machine cannot fake a pod (unshare needs root or user namespaces), or None."""
+    try:
+        done = subprocess.run(["unshare", "--mount", "--uts", "--", "true"], capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        return "no unshare command (util-linux) to make a pod's mount and UTS namespaces"
+    return None if done.returncode == 0 else f"unshare --mount --uts fails here: {done.stderr.strip()}"
+
+
+@pytest.mark.parametrize("detection", ["flags", "slurm", "kubernetes", "tpu-metadata"])
 def test_callers_on_host_1_reach_the_service_on_host_0(tmp_path, detection):
+    if detection == "kubernetes" and namespaces_unavailable():
+        pytest.skip(namespaces_unavailable())
     base = reserve_base_port()
+    hosts_file = tmp_path / "hosts"
+    hosts_file.write_text("127.0.0.1 localhost\n" + "".join(
+        f"127.0.0.{2 + i} trainer-{i}.workers.default.svc.cluster.local trainer-{i}\n" for i in range(2)))
+    # Each TPU VM asks its own metadata server (the old name:id:ip format on one, hosts on the other).
+    metadata = [FakeMetadataServer({"agent-worker-number": str(i), "worker-network-endpoints": endpoints})
+                for i, endpoints in enumerate(["w-0:0:127.0.0.2,w-1:1:127.0.0.3", "127.0.0.2,127.0.0.3"])]
 
     def start(index: int) -> subprocess.Popen:
         run_dir = str(tmp_path / f"h{index}")
-        command, env = (script(index, base, run_dir), host_env()) if detection == "flags" else \
-            slurm_host(index, base, run_dir)
+        if detection == "flags":
+            command, env = script(index, base, run_dir), host_env()
+        elif detection == "slurm":
+            command, env = slurm_host(index, base, run_dir)
+        elif detection == "kubernetes":
+            command, env = kubernetes_pod(index, base, run_dir, str(hosts_file))
+        else:
+            command = [sys.executable, SCRIPT, "--base-port", str(base), "--run-dir", run_dir]
+            env = dict(host_env(), GCE_METADATA_IP=metadata[index].address)
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
+    with metadata[0], metadata[1]:
+        out1, _ = run_two_hosts(start)
+    found = {"flags": "127.0.0.1, 127.0.0.1 (explicit)", "slurm": "127.0.0.1, 127.0.0.1 (slurm)",
+             "kubernetes": "trainer-0.workers.default.svc.cluster.local, trainer-1.workers.default.svc.cluster.local "
+                           "(kubernetes)", "tpu-metadata": "127.0.0.2, 127.0.0.3 (tpu-metadata)"}[detection]
+    assert f"this is host 1 of {found}" in out1, out1
+
+
+def run_two_hosts(start) -> tuple[str, str]:
+    """Host 1's and host 0's output once both ran the script's callers to the end."""
     # Host 1 starts first: its callers run, and wait for the service that host 0 has not bound yet.
     host1 = start(1)
     lines1: list[str] = []
@@ -305,6 +351,7 @@ def test_callers_on_host_1_reach_the_service_on_host_0(tmp_path, detection):
     assert "caller/0 saw total 100" in out0 and "caller/2 saw total 100" in out0, out0
     assert "service/0" not in out1.split("running pids")[1].splitlines()[0]
     assert "every node with work of its own has finished" in out1
+    return out1, out0
 
 
 def read_pids(process: subprocess.Popen, lines: list[str]) -> dict[str, int]:

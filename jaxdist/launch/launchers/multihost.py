@@ -101,6 +101,7 @@ def launch(
     preflight.check_program(program)
     environ = os.environ if environ is None else environ
     cluster = hosts_module.detect(hosts, host_index, environ)
+    print(f"[launcher] this is host {cluster.host_index} of {', '.join(cluster.hosts)} ({cluster.source})", flush=True)
     _use_tls(tls_dir or environ.get(tls.TLS_DIR_ENV), cluster.hosts, cluster.host_index)
     the_plan = placement_module.plan(program, cluster.hosts, placement, base_port, ports_per_host, coordinator)
     token = token or environ.get(TOKEN_ENV)
