@@ -52,6 +52,10 @@ class AgentConfig:
     """End training as soon as an evaluation reaches target_return."""
 
     # The system.
+    architecture: Literal["sebulba", "anakin"] = "sebulba"
+    """sebulba: actor processes step the envs and send trajectories to the learner; anakin: the
+    learner plays the envs itself, acting and learning in one jitted function on its devices
+    (on-policy agents, envs with a JAX port: jaxdist.jax_envs; num_actors x envs_per_actor envs)."""
     learner_hosts: int = 1
     """Learner processes, one per host (launcher multihost), together one jax.distributed learner."""
     learner_mode: Literal["jit", "pmap"] = "jit"

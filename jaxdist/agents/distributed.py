@@ -11,6 +11,9 @@
                   trajectories (or, through the agent's sink, transitions) to the replay of host
                   i % learner_hosts
 
+With ``architecture="anakin"`` (``jaxdist.agents.anakin``) there are no actors and no replay:
+each learner plays its own envs, written in JAX, inside its update.
+
 The evaluator shares the learner's process rather than having its own: on a small machine a
 process of its own costs a JAX start-up and a compilation that every other process waits on,
 while its evaluations are short and come every few updates.
@@ -81,6 +84,8 @@ class Agent:
     prioritized: bool = False
 
     def topology(self) -> Topology:
+        if self.config.architecture == "anakin":
+            return self._anakin_topology()
         config = self.config
         program = jd.Program(f"{self.name}-{env_slug(config.env_id)}")
         hosts = config.learner_hosts
@@ -106,6 +111,24 @@ class Agent:
         # round-robin over the hosts (actor i beside the replay it feeds when every host has a learner).
         placement = {"learner": jd.per_host() if hosts > 1 else jd.on_host(0), "actor": jd.spread()}
         return Topology(program, learners[0], actors, placement)
+
+    def _anakin_topology(self) -> Topology:
+        """A learner process per learner host that plays its own envs (``jaxdist.agents.anakin``),
+        the evaluator beside host 0's; no actors, no replay."""
+        config = self.config
+        if self.sink is not None or self.prioritized:
+            raise ValueError(f"architecture='anakin' runs on-policy agents (a batch of trajectories per update); "
+                             f"{self.name} learns from replayed transitions: use architecture='sebulba'")
+        program = jd.Program(f"{self.name}-{env_slug(config.env_id)}")
+        learners = []
+        for host in range(config.learner_hosts):
+            learner_node = jd.CourierNode(build_learner, self, None).with_options(
+                stops_first=True, restart=LEARNER_RESTART)
+            learners.append(learner_node.create_handle())
+            parts = [learner_node] + ([jd.CourierNode(build_evaluator, self, learners[0])] if host == 0 else [])
+            program.add_node(jd.ColocationNode(parts, mode="threads"), label="learner")
+        placement = {"learner": jd.per_host() if config.learner_hosts > 1 else jd.on_host(0)}
+        return Topology(program, learners[0], [], placement)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,9 +192,22 @@ def build_learner(agent: Agent, replay: Any) -> Any:
         from jaxdist.nodes.replay import PriorityWriter
 
         after_update = PriorityWriter(replay)
+    logic, source, mode = agent.learner_logic(config, agent.env), replay, config.learner_mode
+    if config.architecture == "anakin":
+        import jax
+
+        from jaxdist.agents import anakin
+
+        envs, devices = config.batch_size // config.learner_hosts, jax.local_device_count()
+        if envs % devices:
+            raise ValueError(f"architecture='anakin' plays {envs} envs per learner host, which do not split over its "
+                             f"{devices} devices: make num_actors x envs_per_actor a multiple of {devices * config.learner_hosts}")
+        logic = anakin.logic(logic, agent.policy(config, agent.env, 0), config.env_id, envs // devices,
+                             config.trajectory_length)
+        source, mode = anakin.no_batch, "pmap" if jax.local_device_count() > 1 else "jit"  # a device's own envs
     return Learner(
-        agent.learner_logic(config, agent.env), replay, batch_size=config.batch_size // config.learner_hosts,
-        mode=config.learner_mode, steps_per_call=config.learner_steps_per_call,
+        logic, source, batch_size=config.batch_size // config.learner_hosts,
+        mode=mode, steps_per_call=config.learner_steps_per_call,
         publish_every=config.publish_every_updates, seed=config.seed,
         max_steps=config.total_updates, log_every=config.log_every_updates,
         checkpoint={"save_every_steps": config.checkpoint_every_updates, "keep": 2}, prefetch=config.learner_prefetch,

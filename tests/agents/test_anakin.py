@@ -1,0 +1,136 @@
+"""Anakin: the rollout in JAX (the actor's row convention, autoreset, episode returns), PPO's
+update on it, the topology, eight devices under pmap, and the script as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxdist import jax_envs
+from jaxdist.agents import anakin, apex, ppo
+from jaxdist.agents.config import with_preset
+from jaxdist.nodes.learner import Learner
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CARTPOLE = jax_envs.jax_env("CartPole-v1")
+CONFIG = with_preset(ppo.PPOConfig, "CartPole-v1", ppo.PRESETS, architecture="anakin", num_actors=1,
+                     envs_per_actor=16)
+
+
+def push_left(params, obs, key):
+    """A fixed policy: CartPole falls over in about ten steps, so episodes end inside a rollout."""
+    return jnp.zeros(obs.shape[0], jnp.int32), {"logp": jnp.zeros(obs.shape[0])}
+
+
+def fresh_envs(num_envs: int) -> dict:
+    return anakin._init(anakin.LearnerLogic(lambda key: {}, None, None), CARTPOLE, num_envs, jax.random.key(0))["envs"]
+
+
+def test_a_rollout_has_the_actors_rows_and_resets_after_each_ended_row():
+    envs = fresh_envs(3)
+    after, rows, (returns, ended) = jax.jit(anakin.rollout, static_argnums=(0, 1, 5))(
+        push_left, CARTPOLE, None, envs, jax.random.key(1), 40)
+    assert rows["obs"].shape == (3, 41, 4) and rows["action"].shape == (3, 41) and rows["logp"].shape == (3, 41)
+    rows, returns, ended = jax.device_get((rows, returns, ended))
+    np.testing.assert_array_equal(rows["obs"][:, 0], envs["row"]["obs"])  # starts where the envs were
+    np.testing.assert_array_equal(rows["obs"][:, -1], after["row"]["obs"])  # and hands its last row on
+    finished = rows["terminated"] | rows["truncated"]
+    assert finished[:, 1:].sum() >= 3 * 3  # several episodes each
+    # The row after an ended one is a reset: no reward, not ended (the action chosen on it is ignored).
+    follows_end = np.zeros_like(finished)
+    follows_end[:, 1:] = finished[:, :-1]
+    assert (rows["reward"][follows_end] == 0).all() and not finished[follows_end].any()
+    # CartPole pays 1 a step: an episode's return is the steps from its reset to its end.
+    for env in range(3):
+        ends = np.flatnonzero(finished[env, 1:]) + 1
+        starts = np.concatenate([[0], ends[:-1] + 1])
+        np.testing.assert_array_equal(returns[ends - 1, env], ends - starts)
+        assert ended[ends - 1, env].all() and ended[:, env].sum() == len(ends)
+
+
+def test_consecutive_rollouts_share_a_row_as_actors_trajectories_do():
+    envs = fresh_envs(2)
+    roll = jax.jit(anakin.rollout, static_argnums=(0, 1, 5))
+    envs, first, _ = roll(push_left, CARTPOLE, None, envs, jax.random.key(1), 8)
+    _, second, _ = roll(push_left, CARTPOLE, None, envs, jax.random.key(2), 8)
+    for name in ("obs", "reward", "terminated", "truncated"):
+        np.testing.assert_array_equal(first[name][:, -1], second[name][:, 0], err_msg=name)
+
+
+def test_ppo_learns_cartpole_on_the_learner_alone_with_no_policy_lag():
+    agent = ppo.agent(CONFIG)
+    logic = anakin.logic(agent.learner_logic(CONFIG, agent.env), agent.policy(CONFIG, agent.env, 0),
+                         CONFIG.env_id, 16, CONFIG.trajectory_length)
+    learner = Learner(logic, anakin.no_batch, metrics=False, log_every=None, publish_every=None)
+    returns = []
+    for update in range(150):
+        metrics = jax.device_get(learner._advance(learner._shard({})))
+        assert metrics["policy_lag_max"] == 0 and metrics["stale_fraction"] == 0
+        if metrics["episodes"]:
+            returns.append(float(metrics["episode_return"]))
+    assert metrics["env_steps"] == 150 * 16 * CONFIG.trajectory_length
+    assert np.mean(returns[:5]) < 60 and max(returns[-20:]) >= 400, returns
+
+
+def test_the_anakin_topology_has_no_actors_and_refuses_replay_agents():
+    topology = ppo.agent(CONFIG).topology()
+    assert topology.actors == [] and list(topology.program.groups) == ["learner"]
+    with pytest.raises(ValueError, match="on-policy agents.*architecture='sebulba'"):
+        apex.agent(apex.ApexConfig(architecture="anakin")).topology()
+
+
+EIGHT_DEVICES = textwrap.dedent("""
+    import json, jax, numpy as np
+    from jaxdist.agents import anakin, ppo
+    from jaxdist.agents.config import with_preset
+    from jaxdist.nodes.learner import Learner
+    config = with_preset(ppo.PPOConfig, "CartPole-v1", ppo.PRESETS, architecture="anakin", num_actors=1,
+                         envs_per_actor=32)
+    agent = ppo.agent(config)
+    logic = anakin.logic(agent.learner_logic(config, agent.env), agent.policy(config, agent.env, 0),
+                         config.env_id, 32 // 8, config.trajectory_length)
+    learner = Learner(logic, anakin.no_batch, mode="pmap", metrics=False, log_every=None, publish_every=None)
+    returns = []
+    for _ in range(120):
+        metrics = jax.device_get(learner._advance(learner._shard({})))
+        returns.append(float(metrics["episode_return"]))
+    envs = jax.device_get(learner._train["state"]["envs"]["row"]["obs"])
+    print(json.dumps({"devices": jax.device_count(), "env_steps": float(metrics["env_steps"]),
+                      "returns": returns, "distinct_envs": len({row.tobytes() for row in envs.reshape(-1, 4)})}))
+""")
+
+
+@pytest.mark.slow
+def test_on_eight_devices_each_plays_its_own_envs_under_pmap():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-c", EIGHT_DEVICES], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert got["devices"] == 8 and got["env_steps"] == 120 * 32 * 32
+    assert got["distinct_envs"] == 32  # 8 devices x 4 envs, none a copy of another's
+    learned = [value for value in got["returns"][-20:] if value == value]  # NaN: no episode ended
+    assert learned and max(learned) >= 400, got["returns"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_script_solves_cartpole_with_anakin_and_resumes_from_its_checkpoint(tmp_path):
+    command = [sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--quiet", "--compilation-cache", "",
+               "--architecture", "anakin", "--run-dir", str(tmp_path), "--stop-at-target"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "reached evaluation return 475" in done.stdout, done.stdout
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["final_return"] >= 475 and summary["env_steps"] > 0
+    assert json.loads((tmp_path / "config.json").read_text())["config"]["architecture"] == "anakin"
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "resuming from the learner's checkpoint" in again.stdout, again.stdout
