@@ -9,7 +9,8 @@ date it was measured at.
 With ``--readme`` the table replaces the README's block between
 ``<!-- results: AGENT ENV -->`` and ``<!-- /results -->`` (added at the end of the README's
 "Agents" section when there is none). Extra arguments after ``--`` go to the agent's script
-(for example ``-- --total-steps 200000``).
+(for example ``-- --total-steps 200000``); a table measured with them is a block of its own,
+``<!-- results: AGENT ENV ARGS -->``.
 """
 
 from __future__ import annotations
@@ -43,12 +44,13 @@ def run_seed(agent: str, env_id: str, seed: int, run_root: str, extra: list[str]
     return summary
 
 
-def table(agent: str, env_id: str, summaries: list[dict]) -> str:
+def table(agent: str, env_id: str, extra: list[str], summaries: list[dict]) -> str:
     commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or "unknown"
     target = summaries[0].get("target_return")
     reached = sum(s.get("steps_to_target") is not None for s in summaries)
-    lines = [f"Measured by `experiments/benchmarks/results.py --agent {agent} --env-id {env_id}` at commit "
+    flags = " -- " + " ".join(extra) if extra else ""
+    lines = [f"Measured by `experiments/benchmarks/results.py --agent {agent} --env-id {env_id}{flags}` at commit "
              f"`{commit}` on {datetime.date.today()} ({os.cpu_count()} cores, processes launcher, the env's preset, "
              f"`--stop-at-target`; wall time includes start-up). {reached} of {len(summaries)} seeds reached the "
              f"evaluation return {target:g}.", "",
@@ -62,17 +64,21 @@ def table(agent: str, env_id: str, summaries: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_readme(agent: str, env_id: str, text: str, readme: str = os.path.join(REPO, "README.md")) -> None:
+def write_readme(agent: str, env_id: str, extra: list[str], text: str,
+                 readme: str = os.path.join(REPO, "README.md")) -> None:
+    """Replace the block of this agent, env and script arguments (each its own table)."""
     with open(readme) as f:
         content = f.read()
-    start, end = f"<!-- results: {agent} {env_id} -->", "<!-- /results -->"
+    key = " ".join([agent, env_id, *extra])
+    start, end = f"<!-- results: {key} -->", "<!-- /results -->"
     block = f"{start}\n{text}\n{end}"
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
     if pattern.search(content):
         content = pattern.sub(lambda _: block, content)
     else:
         anchor = content.index("## Your own environment and network")
-        content = content[:anchor] + f"**{agent.upper()} on {env_id}**\n\n{block}\n\n" + content[anchor:]
+        title = f"**{agent.upper()} on {env_id}" + (f" ({' '.join(extra)})" if extra else "") + "**"
+        content = content[:anchor] + f"{title}\n\n{block}\n\n" + content[anchor:]
     with open(readme, "w") as f:
         f.write(content)
 
@@ -87,10 +93,10 @@ def main() -> None:
     parser.add_argument("extra", nargs="*", help="after --: arguments for the agent's script")
     args = parser.parse_args()
     summaries = [run_seed(args.agent, args.env_id, seed, args.run_root, args.extra) for seed in args.seeds]
-    text = table(args.agent, args.env_id, summaries)
+    text = table(args.agent, args.env_id, args.extra, summaries)
     print(text)
     if args.readme:
-        write_readme(args.agent, args.env_id, text)
+        write_readme(args.agent, args.env_id, args.extra, text)
 
 
 if __name__ == "__main__":

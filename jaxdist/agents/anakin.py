@@ -64,8 +64,7 @@ def _update(agent_logic: LearnerLogic, policy: Any, env: jax_envs.JaxEnv, length
     agent_state, metrics = agent_logic.update(state["agent"], trajectories, learn_key)
     returns, ended = finished
     total, count = parallel.pmean((jnp.sum(jnp.where(ended, returns, 0.0)), jnp.sum(ended).astype(jnp.float32)))
-    played = (version + 1) * ended.size * parallel.shard_count()  # every device plays its own envs
-    metrics = dict(metrics, episodes=count * parallel.shard_count(), env_steps=played.astype(jnp.float32),
+    metrics = dict(metrics, episodes=count * parallel.shard_count(),  # every device plays its own envs
                    episode_return=jnp.where(count > 0, total / jnp.maximum(count, 1.0), jnp.nan))
     return {"agent": agent_state, "envs": envs}, metrics
 

@@ -211,6 +211,9 @@ class Monitor:
         self._read_evaluations()
         if status is not None:
             self.version = int(status["step"])
+            if not self._actors:  # the learner plays the envs itself (Anakin): a fixed number an update
+                self._learner_env_steps = max(self._learner_env_steps,
+                                              round(self.version * self.config.steps_per_update))
             learner_lag = (status.get("metrics") or {}).get("policy_lag_mean")
             acting = [self.version - v for v in versions if v is not None and v >= 0]
             self.lag = learner_lag if learner_lag is not None else (float(np.mean(acting)) if acting else None)
