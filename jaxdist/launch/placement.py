@@ -140,6 +140,6 @@ def plan(
 
 def serving_names(unit: Node) -> list[str]:
     """Names of the nodes in a unit that may bind a server: a unit of several nodes (a threads
-    colocation) lists them in `nodes`; any other unit is one node."""
+    colocation, nested ones included) lists them in `nodes`; any other unit is one node."""
     parts = getattr(unit, "nodes", None)
-    return [part.name for part in parts] if parts else [unit.name]
+    return [name for part in parts for name in serving_names(part)] if parts else [unit.name]

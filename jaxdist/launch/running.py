@@ -42,6 +42,9 @@ class Running(abc.ABC):
     """A launched program: `wait(timeout)`, `stop()`, `status()`; `host_index`: which host's
     share of the program this is (0 but under the multihost launcher)."""
 
+    token: str | None = None
+    """The launch's courier secret, which every node's server asks of its callers."""
+
     def __init__(self, program_name: str, node_names: list[str], run_dir: str) -> None:
         self.program_name = program_name
         self.run_dir = run_dir
@@ -149,6 +152,18 @@ class Running(abc.ABC):
         """Stop every node (SIGTERM, a grace period, then SIGKILL for processes) and wait."""
         self.request_stop("stopped by the user")
         self._done.wait()
+
+    def client(self, handle: Any, **options: Any) -> Any:
+        """A courier client of a serving node from outside the program (a test's body, a
+        notebook): its handle (what `add_node` returned) or its name, with the launch's token;
+        `options` go to `courier.Client` (``timeout=...``)."""
+        from jaxdist import courier
+
+        name = handle if isinstance(handle, str) else handle.node_name
+        if name not in self.addresses:
+            raise KeyError(f"no node '{name}' serves in program '{self.program_name}'; serving nodes: "
+                           f"{', '.join(sorted(self.addresses)) or '(none)'}")
+        return courier.Client(self.addresses[name], token=self.token, **options)
 
     def status(self) -> dict[str, dict[str, Any]]:
         """Per node: state, has_run, pid, exitcode, error, restarts, last_restart_cause."""

@@ -4,6 +4,11 @@
 calls between them, one Python heap). `mode="processes"` gives each its own process but keeps
 them on the same host: launchers on one machine run them like any other nodes, and a
 multi-host launcher places them together.
+
+Colocations nest: a threads colocation inside a processes one is one of its processes (Launchpad's
+multi-threading colocation inside a multi-processing one), a threads colocation inside another
+threads one adds its threads to that process. A processes colocation cannot run inside a threads
+one: its parts would need processes of their own.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ MODES = ("threads", "processes")
 
 
 class ColocationNode(Node):
-    """`ColocationNode([node, ...], mode="threads"|"processes")`; `add_node` returns their handles."""
+    """`ColocationNode([node, ...], mode="threads"|"processes")`; `add_node` returns their handles
+    (a nested colocation's as a list of its own), its parts are named `<label>/<i>/<part>`."""
 
     def __init__(self, nodes: Sequence[Node], mode: str = "threads") -> None:
         if mode not in MODES:
@@ -28,8 +34,11 @@ class ColocationNode(Node):
         if not nodes:
             raise ValueError("ColocationNode needs at least one node")
         for node in nodes:
-            if not isinstance(node, Node) or isinstance(node, ColocationNode):
-                raise TypeError(f"ColocationNode takes plain nodes (CourierNode, PyNode, ...), got {node!r}")
+            if not isinstance(node, Node):
+                raise TypeError(f"ColocationNode takes nodes (CourierNode, PyNode, ColocationNode, ...), got {node!r}")
+            if mode == "threads" and isinstance(node, ColocationNode) and node.mode == "processes":
+                raise ValueError("a processes colocation cannot run inside a threads one (its parts need processes "
+                                 "of their own): put the threads colocation inside the processes one instead")
             if node.name:
                 raise ValueError(f"node '{node.name}' was already added to a program; colocate it instead")
         self.nodes = list(nodes)
@@ -55,7 +64,7 @@ class ColocationNode(Node):
         return max(policies, key=lambda policy: policy.max_restarts, default=None)
 
     def units(self) -> list[Node]:
-        return list(self.nodes) if self.mode == "processes" else [self]
+        return [unit for node in self.nodes for unit in node.units()] if self.mode == "processes" else [self]
 
     def executable(self, context: NodeContext) -> Executable:
         return _ThreadsExecutable(

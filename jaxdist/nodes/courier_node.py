@@ -28,8 +28,21 @@ class CourierNode(Node):
             raise TypeError(f"CourierNode takes a class or factory first, got {cls!r}")
         self.cls, self.args, self.kwargs = cls, args, kwargs
         self.server_options: dict[str, Any] = {}
+        self.run_enabled = True
         self._restart: Any = getattr(cls, "default_restart", None)
         self._stops_first = bool(getattr(cls, "stops_first", False))
+
+    def configure(self, *args: Any, **kwargs: Any) -> "CourierNode":
+        """Set the constructor's arguments after the node was made (before launch): two nodes
+        can then take each other's handles, made with `create_handle()` before either is added."""
+        self.args, self.kwargs = args, kwargs
+        return self
+
+    def disable_run(self) -> "CourierNode":
+        """Construct and serve the object but never call its `run()`: a test drives it through
+        `running.client(handle)` instead (Launchpad's integration-test pattern)."""
+        self.run_enabled = False
+        return self
 
     def with_server(self, **options: Any) -> "CourierNode":
         """Options for this node's `courier.Server`, e.g. `thread_pool_size=64`."""
@@ -89,7 +102,7 @@ class _CourierExecutable(Executable):
         with node_context(self._context):
             self._object = node.cls(*args, **kwargs)
         self._server.attach(self._object)
-        self.has_run = callable(getattr(self._object, "run", None))  # a factory's product decides
+        self.has_run = node.run_enabled and callable(getattr(self._object, "run", None))  # a factory's product decides
 
     def run(self) -> None:
         if self.has_run:

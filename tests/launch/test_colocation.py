@@ -37,8 +37,8 @@ def test_colocated_nodes_call_each_other_in_the_chosen_mode(tmp_path, capfd, lau
 def test_colocation_rejects_bad_input():
     with pytest.raises(ValueError, match="mode must be one of"):
         jd.ColocationNode([jd.CourierNode(nodes.Counter)], mode="fibers")
-    with pytest.raises(TypeError, match="plain nodes"):
-        jd.ColocationNode([jd.ColocationNode([jd.CourierNode(nodes.Counter)])])
+    with pytest.raises(TypeError, match="takes nodes"):
+        jd.ColocationNode([nodes.Counter])
 
 
 @pytest.mark.parametrize("launcher", ["threads", "processes"])
@@ -52,5 +52,55 @@ def test_a_part_that_fails_while_its_sibling_waits_for_the_stop_fails_the_progra
     try:
         with pytest.raises(jd.NodeFailedError, match="deliberate failure in run"):
             running.wait(timeout=60)
+    finally:
+        running.stop()
+
+
+@pytest.mark.parametrize("launcher", ["threads", "processes"])
+def test_colocations_nest_threads_inside_processes_and_threads(tmp_path, launcher):
+    program = jd.Program("nested")
+    counter = jd.CourierNode(nodes.Counter)
+    inner = jd.ColocationNode([counter, jd.ColocationNode([jd.CourierNode(nodes.Counter)])])  # threads in threads
+    handles = program.add_node(jd.ColocationNode([inner, jd.CourierNode(nodes.Counter)], mode="processes"),
+                               label="outer")
+    assert [[h.node_name for h in handles[0][:1]], [h.node_name for h in handles[0][1]], handles[1].node_name] == \
+        [["outer/0/0/0"], ["outer/0/0/1/0"], "outer/0/1"]
+    running = jd.launch(program, launcher=launcher, run_dir=str(tmp_path), echo=False)
+    try:
+        pids = {name: running.client(name, timeout=30).pid() for name in ("outer/0/0/0", "outer/0/0/1/0", "outer/0/1")}
+        assert pids["outer/0/0/0"] == pids["outer/0/0/1/0"]  # threads of one process
+        assert (pids["outer/0/1"] == pids["outer/0/0/0"]) == (launcher == "threads")
+        assert set(running.status()) == {"outer/0/0", "outer/0/1"}  # the threads colocation is one unit
+        assert running.client(handles[1]).increment() == 1
+    finally:
+        running.stop()
+
+
+def test_a_processes_colocation_cannot_run_inside_a_threads_one():
+    with pytest.raises(ValueError, match="cannot run inside a threads one"):
+        jd.ColocationNode([jd.ColocationNode([jd.CourierNode(nodes.Counter)], mode="processes")])
+
+
+@pytest.mark.parametrize("launcher", ["threads", "processes"])
+def test_configured_nodes_take_each_others_handles_and_a_test_drives_a_node_whose_run_is_disabled(tmp_path, launcher):
+    """Launchpad's integration-test pattern: handles made before the nodes are added, arguments
+    set after (`configure`), the node under test served without its `run()`, called from the
+    test's body through `running.client`."""
+    first, second = jd.CourierNode(nodes.Peer), jd.CourierNode(nodes.Peer)
+    first.configure(second.create_handle())
+    second.configure(peer=first.create_handle())
+    program = jd.Program("configured")
+    program.add_node(jd.ColocationNode([first, second], mode="processes"), label="peers")
+    with program.group("driven"):
+        driven = program.add_node(jd.CourierNode(nodes.RunFails).disable_run())
+    running = jd.launch(program, launcher=launcher, run_dir=str(tmp_path), echo=False)
+    try:
+        one, two = running.client("peers/0/0", timeout=30), running.client("peers/0/1", timeout=30)
+        assert one.peer_pid() == two.pid() and two.peer_pid() == one.pid()
+        assert running.client(driven, timeout=30).answer() == 42
+        with pytest.raises(KeyError, match="no node 'peers/9' serves.*driven/0"):
+            running.client("peers/9")
+        assert not running.wait(timeout=0.5)  # nothing has run: nothing fails, nothing ends
+        assert all(status["error"] is None for status in running.status().values())
     finally:
         running.stop()

@@ -261,3 +261,26 @@ class BuiltUntilStopped:
     def __init__(self, seconds: float) -> None:
         jd.wait_for_stop()
         time.sleep(seconds)
+
+
+class Peer:
+    """`peer_pid()` asks its peer, through the handle it was configured with, for the peer's pid."""
+
+    def __init__(self, peer) -> None:
+        self._peer = peer
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def peer_pid(self) -> int:
+        return self._peer.pid()
+
+
+class RunFails:
+    """A served `answer()` and a `run()` that fails: with `disable_run()` only the first is used."""
+
+    def answer(self) -> int:
+        return 42
+
+    def run(self) -> None:
+        raise RuntimeError("run() was called although it was disabled")
