@@ -11,7 +11,9 @@ vectorization_mode="vector_entry_point")``: no Python per env; CartPole has one)
 ``"sync"`` (``SyncVectorEnv``), ``"async"`` (``AsyncVectorEnv`` with shared memory, workers
 from a ``forkserver`` so that none is forked from a process that already runs JAX or gRPC
 threads), ``"envpool"`` (when EnvPool is installed), and ``"auto"``: vector when the env has a
-vector entry point, else EnvPool when installed, else sync.
+vector entry point, else EnvPool when installed, else sync. ``"jax"`` is not gymnasium's: the
+env's JAX version (``jaxdist.jax_envs``) played with the actor's policy a whole trajectory per
+jitted dispatch (``jaxdist.jax_rollout.JaxVectorEnv``, made by the same ``make(seed)``).
 
 **The autoreset boundary.** Gymnasium 1.x vector envs reset an env on the step *after* its
 episode ended: that step ignores the action and returns the first observation of the next
@@ -28,11 +30,14 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-BACKENDS = ("auto", "vector", "sync", "async", "envpool")
+if TYPE_CHECKING:
+    from jaxdist.jax_rollout import JaxVectorEnv
+
+BACKENDS = ("auto", "vector", "sync", "async", "envpool", "jax")
 
 
 class TimeStep(NamedTuple):
@@ -64,8 +69,15 @@ class EnvSpec:
             raise ValueError(f"unknown env backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
         if not isinstance(self.num_envs, int) or self.num_envs < 1:
             raise ValueError(f"num_envs must be an int >= 1, got {self.num_envs!r}")
+        if self.backend == "jax" and self.kwargs:
+            raise ValueError(f"kwargs {dict(self.kwargs)} go to gymnasium's constructor; backend 'jax' takes none")
 
-    def make(self, seed: int) -> "VectorEnv":
+    def make(self, seed: int) -> "VectorEnv | JaxVectorEnv":
+        if self.backend == "jax":
+            from jaxdist.jax_envs import jax_env
+            from jaxdist.jax_rollout import JaxVectorEnv
+
+            return JaxVectorEnv(jax_env(registered_id(self.env_id)), self.num_envs, seed)
         backend = resolve_backend(self.env_id, self.backend)
         return VectorEnv(_make_raw(self, backend), backend, seed)
 

@@ -1,10 +1,14 @@
-"""Environments in JAX: CartPole-v1 and Pendulum-v1, ported line by line from gymnasium's classic
-control, so that a whole batch of episodes (``vmap`` over envs) runs inside one jitted
-``lax.scan`` with the policy. ``jax_env(env_id)`` gives the port of a gymnasium id.
+"""Environments in JAX, so that a whole batch of episodes (``vmap`` over envs) runs inside one
+jitted ``lax.scan`` with the policy: CartPole-v1 and Pendulum-v1 ported line by line from
+gymnasium's classic control, and, with ``pip install 'jaxdist[jaxenv]'``, gymnax's envs
+(Acrobot-v1, MountainCar-v0, MinAtar, bsuite, ...). ``jax_env(env_id)`` gives an id's JAX env:
+jaxdist's own port where there is one (no gymnax import, ~2 s), else gymnax's.
 
-The API is functional: ``reset(key) -> (state, obs)`` and ``step(state, action) -> Step``, both
-pure and jittable, so a caller vmaps them over envs and autoresets with ``jnp.where`` on
-``terminated | truncated`` inside its scan. ES's rollouts (``jaxdist.agents.es``) run on them.
+The API is functional: ``reset(key) -> (state, obs)`` and ``step(state, action, key) -> Step``
+(the key matters to stochastic envs; the ports ignore it), both pure and jittable and without
+autoreset, so a caller vmaps them over envs and autoresets with ``jnp.where`` on
+``terminated | truncated`` inside its scan. The actors' JAX backend (``jaxdist.jax_rollout``),
+Anakin and ES's rollouts run on them.
 
 The functions are pure and follow the dtype of the state: float32 in training, float64 (under
 ``jax.enable_x64``) where a test checks them step for step against gymnasium, whose envs keep
@@ -17,7 +21,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+import functools
+import importlib.util
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -38,7 +44,7 @@ class Step(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class JaxEnv:
-    """One environment: ``reset(key) -> (state, obs)``, ``step(state, action) -> Step``."""
+    """One of jaxdist's ports: ``reset(key) -> (state, obs)``, ``step(state, action, key=None) -> Step``."""
 
     env_id: str
     obs_size: int
@@ -54,10 +60,16 @@ class JaxEnv:
         physics = self.reset_physics(key)
         return State(physics, jnp.zeros((), jnp.int32)), self.observe(physics)
 
-    def step(self, state: State, action: jax.Array) -> Step:
+    def step(self, state: State, action: jax.Array, key: jax.Array | None = None) -> Step:
+        del key  # deterministic dynamics
         physics, reward, terminated = self.physics_step(state.physics, action)
         t = state.t + 1
         return Step(State(physics, t), self.observe(physics), reward, terminated, t >= self.max_steps)
+
+    @property
+    def action_bounds(self) -> tuple[float, float] | None:
+        """(low, high) of a continuous action (what an actor clips a policy's sample to), None if discrete."""
+        return None if self.discrete else (-self.action_scale, self.action_scale)
 
 
 # CartPole-v1 (gymnasium/envs/classic_control/cartpole.py, Euler integrator) ------------------
@@ -129,10 +141,74 @@ ENVS: dict[str, JaxEnv] = {
 }
 
 
-def jax_env(env_id: str) -> JaxEnv:
-    """The JAX port of ``env_id``; a clear error for the envs that have none."""
-    try:
+# gymnax (optional: jaxdist[jaxenv]) ------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity (jit's static argument); one per id
+class GymnaxEnv:
+    """A gymnax env behind the same surface as ``JaxEnv``. gymnax's own ``step`` autoresets in
+    the same step, losing the terminal observation; this steps with ``step_env`` and reports
+    truncation (gymnax's ``is_truncated``: the time limit) apart from termination, as the ports do."""
+
+    env_id: str
+    env: Any  # gymnax.environments.environment.Environment
+    params: Any  # its EnvParams
+    obs_size: int
+    action_size: int
+    discrete: bool
+    action_scale: float
+    max_steps: int
+    action_bounds: tuple[jax.Array, jax.Array] | None
+
+    def reset(self, key: jax.Array) -> tuple[Any, jax.Array]:
+        obs, state = self.env.reset_env(key, self.params)
+        return state, obs
+
+    def step(self, state: Any, action: jax.Array, key: jax.Array | None = None) -> Step:
+        key = jax.random.key(0) if key is None else key
+        obs, state, reward, terminated, _ = self.env.step_env(key, state, action, self.params)
+        truncated = self.env.is_truncated(state, self.params)
+        return Step(state, obs, jnp.asarray(reward, jnp.float32), jnp.asarray(terminated, bool),
+                    jnp.asarray(truncated, bool))
+
+
+def gymnax_installed() -> bool:
+    return importlib.util.find_spec("gymnax") is not None
+
+
+@functools.lru_cache(maxsize=None)
+def gymnax_env(env_id: str) -> GymnaxEnv:
+    """gymnax's ``env_id`` with its default parameters (one object per id and process)."""
+    import gymnax
+    from gymnax.environments import spaces
+
+    env, params = gymnax.make(env_id)
+    space = env.action_space(params)
+    obs_size = math.prod(env.observation_space(params).shape)
+    if isinstance(space, spaces.Discrete):
+        return GymnaxEnv(env_id, env, params, obs_size, int(space.n), True, 1.0, int(params.max_steps_in_episode),
+                         None)
+    if isinstance(space, spaces.Box):
+        low, high = jnp.broadcast_to(space.low, space.shape), jnp.broadcast_to(space.high, space.shape)
+        return GymnaxEnv(env_id, env, params, obs_size, math.prod(space.shape), False,
+                         float(jnp.max(jnp.abs(jnp.concatenate([low.ravel(), high.ravel()])))),
+                         int(params.max_steps_in_episode), (low, high))
+    raise ValueError(f"gymnax's {env_id} has action space {space}; jaxdist's actors take Discrete and Box")
+
+
+def jax_env(env_id: str) -> JaxEnv | GymnaxEnv:
+    """The JAX env of ``env_id``: jaxdist's port, else gymnax's when installed; an error that
+    names the ids that have one (and what to install) for the others."""
+    if env_id in ENVS:
         return ENVS[env_id]
-    except KeyError:
-        raise ValueError(f"no JAX port of {env_id!r}; jaxdist.jax_envs has {', '.join(ENVS)}") from None
+    if gymnax_installed():
+        import gymnax
+
+        if env_id in gymnax.registered_envs:
+            return gymnax_env(env_id)
+        raise ValueError(f"no JAX version of {env_id!r}: jaxdist.jax_envs ports {', '.join(ENVS)}; gymnax has "
+                         f"{', '.join(gymnax.registered_envs)}")
+    raise ValueError(f"no JAX version of {env_id!r}: jaxdist.jax_envs ports {', '.join(ENVS)}; for gymnax's "
+                     f"(Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0, MinAtar, bsuite, ...) "
+                     f"pip install 'jaxdist[jaxenv]'")
 

@@ -8,11 +8,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxdist import jax_envs
 from jaxdist.jax_envs import State, jax_env
 
 
-def test_an_env_without_a_port_is_named_with_those_that_have_one():
-    with pytest.raises(ValueError, match="no JAX port of 'Acrobot-v1'; jaxdist.jax_envs has CartPole-v1, Pendulum-v1"):
+def test_an_env_without_a_jax_version_is_named_with_those_that_have_one_and_what_to_install(monkeypatch):
+    with pytest.raises(ValueError, match="no JAX version of 'Ant-v5': jaxdist.jax_envs ports CartPole-v1, Pendulum-v1"):
+        jax_env("Ant-v5")
+    monkeypatch.setattr(jax_envs, "gymnax_installed", lambda: False)
+    with pytest.raises(ValueError, match=r"for gymnax's \(Acrobot-v1, .*\) pip install 'jaxdist\[jaxenv\]'"):
         jax_env("Acrobot-v1")
 
 

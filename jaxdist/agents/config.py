@@ -25,8 +25,9 @@ class AgentConfig:
     # Environment and actors.
     env_id: str = "CartPole-v1"
     """A registered gymnasium id, or ``module:EnvId`` (gymnasium imports the module first)."""
-    env_backend: Literal["auto", "vector", "sync", "async", "envpool"] = "auto"
-    """How each actor vectorises its envs (see jaxdist.envs)."""
+    env_backend: Literal["auto", "vector", "sync", "async", "envpool", "jax"] = "auto"
+    """How each actor vectorises its envs (see jaxdist.envs); jax: the env's JAX version (jaxdist.jax_envs;
+    gymnax's with jaxdist[jaxenv]), a whole trajectory of policy and envs per jitted call."""
     num_actors: int = 2
     envs_per_actor: int = 8
     trajectory_length: int = 32

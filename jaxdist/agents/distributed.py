@@ -174,8 +174,11 @@ def actor_seed(seed: int, index: int) -> int:
     return seed * 1_000_003 + index * 10_007
 
 
-def env_spec(config: AgentConfig, num_envs: int) -> EnvSpec:
-    return EnvSpec(config.env_id, num_envs, config.env_backend)
+def env_spec(config: AgentConfig, num_envs: int, *, evaluation: bool = False) -> EnvSpec:
+    """The actors' envs, or the evaluator's: it plays gymnasium's env, one episode per env, even
+    when the actors play the JAX version (which is checked against gymnasium's)."""
+    backend = "auto" if evaluation and config.env_backend == "jax" else config.env_backend
+    return EnvSpec(config.env_id, num_envs, backend)
 
 
 # Node factories: each runs in its node's own process, where handles have become clients. ------
@@ -233,6 +236,6 @@ def build_evaluator(agent: Agent, params: Any) -> Any:
     from jaxdist.nodes.evaluator import Evaluator
 
     config = agent.config
-    return Evaluator(agent.policy(config, agent.env, None), env_spec(config, config.eval_episodes), params,
+    return Evaluator(agent.policy(config, agent.env, None), env_spec(config, config.eval_episodes, evaluation=True), params,
                      every_updates=config.eval_every_updates, seed=actor_seed(config.seed, config.num_actors + 1),
                      target_return=config.target_return, stop_at_target=config.stop_at_target)

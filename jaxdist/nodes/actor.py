@@ -9,7 +9,10 @@ trajectories sent with futures, parameters refreshed in the background.
 - ``policy(params, obs, key) -> (action, extras)``: a pure, picklable function of the whole batch
   (``extras``: a dict of arrays with the env axis first, e.g. ``{"logp", "value"}``); the actor
   jits it once. It runs on every step with the newest parameters the actor holds.
-- ``env``: anything with ``make(seed) -> jaxdist.envs.VectorEnv`` (an ``EnvSpec``). ``seed``
+- ``env``: anything with ``make(seed)`` (an ``EnvSpec``) giving a ``jaxdist.envs.VectorEnv``,
+  stepped from Python with one policy call per step, or, with ``EnvSpec(..., backend="jax")``, a
+  ``jaxdist.jax_rollout.JaxVectorEnv``: policy and envs play a whole trajectory in one jitted
+  ``lax.scan`` per dispatch (``max_steps`` then counts whole trajectories). ``seed``
   seeds the env and the policy's key (``rng_impl``: JAX's ``unsafe_rbg`` by default, a
   single XLA op, measurably cheaper per step on CPU than threefry's; an actor's samples need
   no cross-device reproducibility).
@@ -102,7 +105,11 @@ class Actor:
         self._env_steps = 0
         self._rate = (time.monotonic(), 0, 0.0)  # (time, steps) at the last rate reading, the rate
         self._log_every = log_every_seconds
-        self._first_timestep: Any = None
+        self._next_log = time.monotonic() + (log_every_seconds or float("inf"))
+        self._next_book = 0.0
+        self._policy, self._rng_impl = policy, rng_impl
+        self._first_timestep: Any = None  # gymnasium's envs: the reset row
+        self._start_version = -1  # the JAX backend: the version that chose the first actions
         # Reset the env and compile the policy while the rest of the program starts.
         self._warm_up_error: BaseException | None = None
         self._warm_up = threading.Thread(target=self._warm_up_policy, name="actor-warm-up", daemon=True)
@@ -145,16 +152,27 @@ class Actor:
         """Act until ``max_steps`` env steps (all envs together), or the program stops. After
         ``max_steps`` the sends in flight get up to ``max_send_wait`` seconds to finish; after
         a stop they are abandoned (their receiver may be gone already)."""
-        env, T, num_envs = self._env, self._T, self._env.num_envs
-        step_fn = self._step_fn
-        key = self._key
         self._warm_up.join()
         if self._warm_up_error is not None:
             raise self._warm_up_error
+        if self._env.backend == "jax":
+            self._act_a_trajectory_per_dispatch()
+        else:
+            self._act_step_by_step()
+        self._book_episodes()
+        if self._owns_variables:
+            self._variables.close()  # no more fetches from a program that may be going away
+        if not (self._in_program and context.stop_requested()):
+            self._sender.drain()  # what is in flight gets its chance (at most max_send_wait)
+
+    def _act_step_by_step(self) -> None:
+        """A gymnasium vector env: a policy call and an env step per step, rows written into
+        the trajectory's buffers."""
+        env, T, num_envs = self._env, self._T, self._env.num_envs
+        step_fn = self._step_fn
+        key = self._key
         timestep = self._first_timestep
         rows, extras, versions, t = None, [], [], 0
-        next_log = time.monotonic() + (self._log_every or float("inf"))
-        next_book = 0.0
         while not self._should_stop():
             version, params = self._params()
             key, action, extra = step_fn(params, timestep.obs, key)
@@ -176,20 +194,33 @@ class Actor:
                 for name, column in rows.items():
                     following[name][:, 0] = column[:, T]
                 rows, extras, versions, t = following, extras[-1:], versions[-1:], 1
-                now = time.monotonic()
-                if now >= next_book:  # episode statistics, a few times a second
-                    next_book = now + 0.25
-                    self._book_episodes()
-                if now >= next_log:
-                    next_log = now + self._log_every
-                    self._log_progress()
+                self._after_trajectory()
             timestep = env.step(action)
             self._env_steps += num_envs
-        self._book_episodes()
-        if self._owns_variables:
-            self._variables.close()  # no more fetches from a program that may be going away
-        if not (self._in_program and context.stop_requested()):
-            self._sender.drain()  # what is in flight gets its chance (at most max_send_wait)
+
+    def _act_a_trajectory_per_dispatch(self) -> None:
+        """The JAX backend (``jaxdist.jax_rollout``): policy and envs play a whole trajectory in
+        one jitted call. Its first row was acted by the previous trajectory's parameters."""
+        env, steps = self._env, self._T * self._env.num_envs
+        version = self._start_version
+        while not self._should_stop():
+            previous, (version, params) = version, self._params()
+            columns = env.trajectory(params)
+            columns["version"] = np.full(columns["reward"].shape, version, np.int32)  # (envs, T + 1)
+            columns["version"][:, 0] = previous
+            self._sender.send(columns)
+            self._env_steps += steps
+            self._after_trajectory()
+
+    def _after_trajectory(self) -> None:
+        """Episode statistics a few times a second, and the progress line when it is due."""
+        now = time.monotonic()
+        if now >= self._next_book:
+            self._next_book = now + 0.25
+            self._book_episodes()
+        if now >= self._next_log:
+            self._next_log = now + (self._log_every or float("inf"))
+            self._log_progress()
 
     def close(self) -> None:
         self._sender.close()
@@ -207,10 +238,16 @@ class Actor:
     def _warm_up_policy(self) -> None:
         try:
             start = time.monotonic()
-            self._first_timestep = self._env.reset()
-            version, params = self._params()  # waits for the first parameters
-            fetched = time.monotonic()
-            _block(self._step_fn(params, self._first_timestep.obs, self._key))  # compiles; result unused
+            if self._env.backend == "jax":  # reset and first actions need the parameters
+                version, params = self._params()
+                fetched = time.monotonic()
+                self._env.start(self._policy, params, self._T, self._rng_impl)  # compiles the trajectory
+                self._start_version = version
+            else:
+                self._first_timestep = self._env.reset()
+                version, params = self._params()  # waits for the first parameters
+                fetched = time.monotonic()
+                _block(self._step_fn(params, self._first_timestep.obs, self._key))  # compiles; result unused
             if self._in_program:  # a line for the node's log
                 print(f"{self.name}: {self._env!r}; parameters v{version} after {fetched - start:.2f} s, policy "
                       f"compiled in {time.monotonic() - fetched:.2f} s", flush=True)

@@ -1,0 +1,156 @@
+"""The actors' JAX env backend (``EnvSpec(env_id, n, backend="jax")``): ``n`` envs of an env
+written in JAX (:mod:`jaxdist.jax_envs`) and the actor's policy play a whole trajectory of ``T``
+steps in one jitted ``lax.scan`` (env ``vmap``-ed, policy on the batch): one dispatch per
+trajectory instead of one per step.
+
+    env = EnvSpec("CartPole-v1", 16, backend="jax").make(seed=0)
+    env.start(policy, params, T)           # reset, choose the first actions, compile
+    columns = env.trajectory(params)       # (envs, T + 1, ...) host arrays, T steps played
+    returns, lengths = env.pop_episodes()
+
+The trajectory is the actor's (:mod:`jaxdist.nodes.actor`), row for row: ``obs``, ``reward``,
+``terminated``, ``truncated`` (arriving at ``obs``, the autoreset convention of
+:mod:`jaxdist.envs`: after a row that ended an episode comes the next episode's first row with
+reward 0, the action chosen on the ending row ignored), then ``action`` and the policy's extras
+(chosen on ``obs``). The scan steps the env with each row's action and then chooses the next
+row's, so the last row's action is already chosen and carried into the next trajectory as its
+first row: consecutive trajectories share that row whole, as the actor's do. Continuous
+actions are clipped to the env's bounds for the env only (the row keeps the policy's sample).
+
+Episode returns and lengths are accumulated inside the scan; the rows where episodes ended are
+picked on the host when the trajectory is fetched.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdist.jax_envs import GymnaxEnv, JaxEnv
+
+PyTree = Any
+
+
+class JaxVectorEnv:
+    """``num_envs`` envs of ``env`` played with a policy a trajectory at a time; the state (envs,
+    current row and its chosen action, running episode totals, the key) stays on the device."""
+
+    backend = "jax"
+
+    def __init__(self, env: JaxEnv | GymnaxEnv, num_envs: int, seed: int) -> None:
+        self.env, self.num_envs, self.seed = env, num_envs, seed
+        self._play: Callable | None = None
+        self._carry: dict[str, PyTree] = {}
+        self._episodes: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def start(self, policy: Callable, params: PyTree, length: int, rng_impl: str | None = "unsafe_rbg") -> None:
+        """Reset every env (the key from ``seed``, ``rng_impl``'s stream: it also samples the
+        policy's actions), choose the first actions with ``params``, and compile trajectories of
+        ``length`` steps of ``policy`` (ahead of time: nothing is played yet)."""
+        key = jax.random.key_data(jax.random.key(self.seed, impl=rng_impl))
+        self._carry = _starter(policy, self.env, self.num_envs, rng_impl)(params, key)
+        self._play = _player(policy, self.env, length, rng_impl)
+        self._play.lower(params, self._carry).compile()
+        self._episodes = []
+
+    def trajectory(self, params: PyTree) -> dict[str, np.ndarray]:
+        """Play a trajectory with ``params``: its rows as host arrays ``(envs, length + 1, ...)``."""
+        if self._play is None:
+            raise RuntimeError("call start(policy, params, length) before playing a trajectory")
+        self._carry, columns, episodes = self._play(params, self._carry)
+        columns, (returns, lengths, ended) = jax.device_get((columns, episodes))
+        if ended.any():
+            self._episodes.append((returns[ended], lengths[ended]))  # (steps, envs) row-major: in time order
+        return columns
+
+    def pop_episodes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(returns, lengths) of the episodes that ended since the last call, in order."""
+        if not self._episodes:
+            return np.zeros(0, np.float64), np.zeros(0, np.int64)
+        episodes, self._episodes = self._episodes, []
+        return (np.concatenate([r for r, _ in episodes]).astype(np.float64),
+                np.concatenate([n for _, n in episodes]).astype(np.int64))
+
+    def close(self) -> None:
+        self._play, self._carry = None, {}
+
+    def __repr__(self) -> str:
+        return f"JaxVectorEnv({self.env.env_id}, num_envs={self.num_envs}, seed={self.seed})"
+
+
+def _cached_jit(build: Callable) -> Callable:
+    """``build(*args)`` jitted once per hashable ``args`` (actors of one process share a compile)."""
+    cached = functools.lru_cache(maxsize=None)(build)
+
+    def get(*args: Any) -> Callable:
+        try:
+            return cached(*args)
+        except TypeError:  # an unhashable policy: jitted for this caller alone
+            return build(*args)
+
+    return get
+
+
+@_cached_jit
+def _starter(policy: Callable, env: Any, num_envs: int, rng_impl: str | None) -> Callable:
+    return jax.jit(functools.partial(_start, policy, env, num_envs, rng_impl))
+
+
+@_cached_jit
+def _player(policy: Callable, env: Any, length: int, rng_impl: str | None) -> Callable:
+    return jax.jit(functools.partial(_play, policy, env, length, rng_impl))
+
+
+def _start(policy: Callable, env: Any, num_envs: int, rng_impl: str | None, params: PyTree,
+           key_data: jax.Array) -> dict[str, PyTree]:
+    key, reset_key, act_key = jax.random.split(jax.random.wrap_key_data(key_data, impl=rng_impl), 3)
+    state, obs = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
+    row = {"obs": obs, "reward": jnp.zeros(num_envs, jnp.float32), "terminated": jnp.zeros(num_envs, bool),
+           "truncated": jnp.zeros(num_envs, bool)}
+    action, extras = policy(params, obs, act_key)
+    return {"key": jax.random.key_data(key), "state": state, "row": row, "action": action, "extras": extras,
+            "return": jnp.zeros(num_envs, jnp.float32), "length": jnp.zeros(num_envs, jnp.int32)}
+
+
+def _play(policy: Callable, env: Any, length: int, rng_impl: str | None, params: PyTree,
+          carry: dict[str, PyTree]) -> tuple[dict[str, PyTree], dict[str, jax.Array], tuple]:
+    num_envs = carry["row"]["reward"].shape[0]
+    bounds = env.action_bounds
+
+    def step(carry: dict[str, PyTree], key: jax.Array) -> tuple[dict[str, PyTree], tuple]:
+        step_key, reset_key, act_key = jax.random.split(key, 3)
+        row, action, extras = carry["row"], carry["action"], carry["extras"]
+        restart = row["terminated"] | row["truncated"]  # this row ended an episode: autoreset
+        env_action = action if bounds is None else jnp.clip(action, *bounds)
+        stepped = jax.vmap(env.step)(carry["state"], env_action, jax.random.split(step_key, num_envs))
+        fresh_state, fresh_obs = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
+        pick = lambda fresh, stepped: jnp.where(_per_env(restart, fresh), fresh, stepped)  # noqa: E731
+        next_row = {"obs": pick(fresh_obs, stepped.obs),
+                    "reward": jnp.where(restart, 0.0, stepped.reward).astype(jnp.float32),
+                    "terminated": ~restart & stepped.terminated, "truncated": ~restart & stepped.truncated}
+        episode_return = jnp.where(restart, 0.0, carry["return"] + next_row["reward"])
+        episode_length = jnp.where(restart, 0, carry["length"] + 1)
+        next_action, next_extras = policy(params, next_row["obs"], act_key)
+        ended = next_row["terminated"] | next_row["truncated"]
+        carry = {"key": carry["key"], "state": jax.tree.map(pick, fresh_state, stepped.state), "row": next_row,
+                 "action": next_action, "extras": next_extras, "return": episode_return, "length": episode_length}
+        return carry, ({**row, "action": action, **extras}, (episode_return, episode_length, ended))
+
+    key, scan_key = jax.random.split(jax.random.wrap_key_data(carry["key"], impl=rng_impl))
+    carry = dict(carry, key=jax.random.key_data(key))
+    carry, (rows, episodes) = jax.lax.scan(step, carry, jax.random.split(scan_key, length))
+    last = {**carry["row"], "action": carry["action"], **carry["extras"]}
+    columns = jax.tree.map(lambda xs, x: jnp.swapaxes(jnp.concatenate([xs, x[None]]), 0, 1), rows, last)
+    return carry, columns, episodes
+
+
+def _per_env(flag: jax.Array, like: jax.Array) -> jax.Array:
+    """``flag`` (num_envs,) shaped to broadcast against ``like`` (num_envs, ...)."""
+    return flag.reshape(flag.shape + (1,) * (jnp.ndim(like) - 1))
+
+
+__all__ = ["JaxVectorEnv"]

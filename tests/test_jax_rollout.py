@@ -1,0 +1,185 @@
+"""The actors' JAX env backend: trajectories in the gymnasium actor's layout and row convention,
+autoreset and episode statistics inside the scan, clipped continuous actions, gymnax's envs."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxdist import jax_envs
+from jaxdist.agents.networks import ActorCritic
+from jaxdist.agents.policies import ActorCriticPolicy
+from jaxdist.envs import EnvSpec
+from jaxdist.nodes.actor import Actor
+from jaxdist.nodes.parameter_server import ParameterServer
+from jaxdist.spaces import ActionSpace, EnvInfo
+
+CARTPOLE = EnvInfo((4,), "float32", ActionSpace(num_actions=2))
+POLICY = ActorCriticPolicy(CARTPOLE, "mlp", (8,))
+
+
+def params(seed: int = 0):
+    network = ActorCritic(action=CARTPOLE.action, hidden=(8,))
+    return {"network": jax.tree.map(np.asarray, network.init(jax.random.key(seed), np.zeros((1, 4), np.float32)))}
+
+
+def act(policy, spec: EnvSpec, source, trajectory_length: int, max_steps: int) -> tuple[list[list[dict]], Actor]:
+    """Every send of an actor run to ``max_steps``, in order (one list of per-env items each)."""
+    sends: list[list[dict]] = []
+    actor = Actor(policy, spec, source, sends.append, trajectory_length=trajectory_length, max_steps=max_steps,
+                  max_in_flight=1, max_send_wait=30.0)
+    try:
+        actor.run()
+    finally:
+        actor.close()
+    return sends, actor
+
+
+def always_left(params, obs, key):
+    return jnp.zeros(obs.shape[0], jnp.int32), {"logp": jnp.zeros(obs.shape[0])}
+
+
+def test_jax_trajectories_have_the_gymnasium_actors_keys_shapes_dtypes_and_overlap():
+    layouts = {}
+    for backend, steps in (("vector", 51), ("jax", 50)):  # the step loop sends after row T's policy call
+        sends, actor = act(POLICY, EnvSpec("CartPole-v1", 3, backend), ParameterServer(params(), version=7),
+                           trajectory_length=10, max_steps=3 * steps)
+        assert len(sends) == 5 and all(len(items) == 3 for items in sends)
+        layouts[backend] = {name: (x.shape, x.dtype) for name, x in sends[0][0].items()}
+        for before, after in zip(sends, sends[1:]):  # the last row of one trajectory is the next one's first
+            for env in range(3):
+                for name in before[env]:
+                    np.testing.assert_array_equal(before[env][name][-1], after[env][name][0], err_msg=name)
+        first = sends[0][0]
+        assert first["reward"][0] == 0 and not first["terminated"][0] and first["version"].tolist() == [7] * 11
+        assert actor.stats()["env_steps"] == 3 * steps
+    assert layouts["jax"] == layouts["vector"]
+
+
+def test_autoreset_rows_and_episode_statistics_agree_with_the_rows_and_with_gymnasium():
+    """Always pushing left, a CartPole episode lasts 8-12 steps: the actor's episode returns and
+    lengths are those written in its rows (an ended row, then a reset row earning 0), and their
+    distribution is gymnasium's."""
+    sends, actor = act(always_left, EnvSpec("CartPole-v1", 4, "jax"), ParameterServer({}, version=0),
+                       trajectory_length=16, max_steps=4 * 16 * 40)
+    from_rows = []
+    for env in range(4):
+        rows = {name: np.concatenate([items[env][name][(0 if i == 0 else 1):] for i, items in enumerate(sends)])
+                for name in ("obs", "reward", "terminated", "truncated")}
+        ended = rows["terminated"] | rows["truncated"]
+        assert (rows["reward"][1:][ended[:-1]] == 0).all() and (rows["reward"][1:][~ended[:-1]] == 1).all()
+        assert (np.abs(rows["obs"][1:][ended[:-1]]) <= 0.05).all()  # a fresh start state after each end
+        steps = np.flatnonzero(ended)
+        starts = np.concatenate([[0], steps[:-1] + 1])
+        from_rows += list(steps - starts)
+    episodes = actor.episodes()
+    assert sorted(episodes["lengths"]) == sorted(from_rows) and episodes["returns"] == [float(n) for n in
+                                                                                         episodes["lengths"]]
+    env = gym.make("CartPole-v1")
+    gymnasium_lengths = []
+    for seed in range(200):
+        env.reset(seed=seed)
+        length, done = 0, False
+        while not done:
+            _, _, terminated, truncated, _ = env.step(0)
+            length, done = length + 1, terminated or truncated
+        gymnasium_lengths.append(length)
+    assert len(from_rows) > 200 and set(from_rows) <= set(range(8, 13)) and set(gymnasium_lengths) <= set(range(8, 13))
+    assert np.mean(from_rows) == pytest.approx(np.mean(gymnasium_lengths), abs=0.3)
+
+
+def test_each_step_is_the_ports_dynamics_and_the_policys_action():
+    port = jax_envs.jax_env("CartPole-v1")
+    sends, _ = act(POLICY, EnvSpec("CartPole-v1", 2, "jax"), ParameterServer(params(1), version=0),
+                   trajectory_length=32, max_steps=2 * 64)
+    for item in (items[env] for items in sends for env in range(2)):
+        for t in range(32):
+            if item["terminated"][t] or item["truncated"][t]:
+                continue  # the next row is a reset
+            out = port.step(jax_envs.State(jnp.asarray(item["obs"][t]), jnp.zeros((), jnp.int32)), item["action"][t])
+            np.testing.assert_allclose(np.asarray(out.obs), item["obs"][t + 1], rtol=1e-6, atol=1e-6)
+        network = ActorCritic(action=CARTPOLE.action, hidden=(8,))
+        logits = network.apply(params(1)["network"], item["obs"], method="policy")
+        np.testing.assert_allclose(item["logp"], jax.nn.log_softmax(logits)[np.arange(33), item["action"]],
+                                   rtol=1e-5, atol=1e-6)
+
+
+def out_of_bounds_policy(params, obs, key):
+    return jnp.full((obs.shape[0], 1), 5.0, jnp.float32), {"logp": jnp.zeros(obs.shape[0])}
+
+
+class Fixed:
+    """A parameter source that always has version 3 of no parameters."""
+
+    def get(self, min_version=-1, wait=0.0):
+        return {"version": 3, "params": {} if min_version < 3 else None}
+
+
+def test_continuous_actions_are_sent_whole_and_reach_the_env_clipped():
+    sends, _ = act(out_of_bounds_policy, EnvSpec("Pendulum-v1", 2, "jax"), Fixed(), trajectory_length=5,
+                   max_steps=2 * 5 * 3)
+    port = jax_envs.jax_env("Pendulum-v1")
+    for item in (items[env] for items in sends for env in range(2)):
+        assert item["action"].shape == (6, 1) and (item["action"] == 5.0).all() and (item["version"] == 3).all()
+        cos, sin, thdot = item["obs"].T
+        for t in range(5):  # the reward is the cost of the clipped torque (2.0), not of 5.0
+            physics = jnp.asarray([np.arctan2(sin[t], cos[t]), thdot[t]])
+            _, reward, _ = port.physics_step(physics, jnp.asarray([2.0], jnp.float32))
+            assert item["reward"][t + 1] == pytest.approx(float(reward), rel=1e-4, abs=1e-4)
+
+
+def test_an_env_without_a_jax_version_is_refused_naming_those_that_have_one():
+    with pytest.raises(ValueError, match=r"no JAX version of 'Ant-v5': jaxdist.jax_envs ports CartPole-v1, "
+                                         r"Pendulum-v1; .*(gymnax has .*Acrobot-v1|pip install 'jaxdist\[jaxenv\]')"):
+        EnvSpec("Ant-v5", 2, "jax").make(seed=0)
+    with pytest.raises(ValueError, match="backend 'jax' takes none"):
+        EnvSpec("CartPole-v1", 2, "jax", kwargs={"max_episode_steps": 5})
+
+
+def test_a_gymnax_env_plays_in_the_actor_with_gymnasiums_spaces():
+    pytest.importorskip("gymnax", reason="gymnax comes with jaxdist[jaxenv] (and [dev])")
+    from jaxdist.spaces import env_info
+
+    info = env_info("Acrobot-v1")
+    policy = ActorCriticPolicy(info, "mlp", (8,))
+    network = ActorCritic(action=info.action, hidden=(8,))
+    net_params = network.init(jax.random.key(0), np.zeros((1, *info.obs_shape), np.float32))
+    sends, actor = act(policy, EnvSpec("Acrobot-v1", 2, "jax"), ParameterServer({"network": net_params}, version=0),
+                       trajectory_length=100, max_steps=2 * 100 * 6)
+    item = sends[0][0]
+    assert item["obs"].shape == (101, *info.obs_shape) and item["obs"].dtype == np.dtype(info.obs_dtype)
+    assert set(np.unique(item["action"])) <= {0, 1, 2}
+    episodes = actor.episodes()  # a random policy rarely swings up: episodes are cut at gymnasium's 500 steps
+    assert episodes["lengths"] and all(n <= 500 for n in episodes["lengths"]) and 500 in episodes["lengths"]
+    ended = [(it["terminated"], it["truncated"]) for items in sends for it in items]
+    assert any(truncated.any() for _, truncated in ended)
+
+
+def test_gymnax_cartpole_steps_as_jaxdists_port_with_termination_apart_from_truncation():
+    pytest.importorskip("gymnax", reason="gymnax comes with jaxdist[jaxenv] (and [dev])")
+    from gymnax.environments.classic_control.cartpole import EnvState
+
+    gymnax_cartpole, port = jax_envs.gymnax_env("CartPole-v1"), jax_envs.jax_env("CartPole-v1")
+    assert (gymnax_cartpole.obs_size, gymnax_cartpole.action_size, gymnax_cartpole.discrete,
+            gymnax_cartpole.max_steps) == (port.obs_size, port.action_size, port.discrete, port.max_steps)
+    key = jax.random.key(0)
+    rng = np.random.default_rng(0)
+    for start in range(3):
+        state, obs = gymnax_cartpole.reset(jax.random.fold_in(key, start))
+        for t in range(200):
+            action = jnp.asarray(int(rng.integers(2)))
+            theirs = gymnax_cartpole.step(state, action, key)
+            ours = port.step(jax_envs.State(obs, jnp.asarray(t, jnp.int32)), action)
+            np.testing.assert_allclose(np.asarray(theirs.obs), np.asarray(ours.obs), rtol=1e-5, atol=1e-6)
+            assert (float(theirs.reward), bool(theirs.terminated), bool(theirs.truncated)) == (
+                float(ours.reward), bool(ours.terminated), bool(ours.truncated))
+            if theirs.terminated:
+                break
+            state, obs = theirs.state, theirs.obs
+        assert theirs.terminated
+    at_limit = EnvState(x=0.0, x_dot=0.0, theta=0.0, theta_dot=0.0, time=499)  # upright at the last step: truncated, not terminated
+    out = gymnax_cartpole.step(at_limit, jnp.asarray(1), key)
+    assert (bool(out.terminated), bool(out.truncated)) == (False, True)
