@@ -183,3 +183,42 @@ def test_gymnax_cartpole_steps_as_jaxdists_port_with_termination_apart_from_trun
     at_limit = EnvState(x=0.0, x_dot=0.0, theta=0.0, theta_dot=0.0, time=499)  # upright at the last step: truncated, not terminated
     out = gymnax_cartpole.step(at_limit, jnp.asarray(1), key)
     assert (bool(out.terminated), bool(out.truncated)) == (False, True)
+
+
+class Settable:
+    """A parameter source whose version the test sets."""
+
+    def __init__(self) -> None:
+        self.version = 1
+
+    def get(self, min_version=-1, wait=0.0):
+        return {"version": self.version, "params": params() if min_version < self.version else None}
+
+
+def test_a_trajectory_waits_for_room_to_send_before_it_is_played_so_it_acts_with_the_newest_parameters():
+    """Back-pressure comes first: the trajectory after a blocked send is played with the version
+    published while the actor waited (played first, it would carry the version before)."""
+    import threading
+
+    from waiting import wait_until
+
+    source, release, sends = Settable(), threading.Event(), []
+
+    def sink(items):
+        sends.append(items)
+        release.wait(30)
+
+    actor = Actor(POLICY, EnvSpec("CartPole-v1", 2, "jax"), source, sink, trajectory_length=4, max_steps=2 * 4 * 2,
+                  max_in_flight=1, max_send_wait=30.0, refresh_every_seconds=0.01)
+    thread = threading.Thread(target=actor.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: len(sends) == 1)  # the first send hangs in the sink; the actor waits for room
+        source.version = 2
+        wait_until(lambda: actor.stats()["version"] == 2)
+        release.set()
+        thread.join(timeout=30)
+    finally:
+        release.set()
+        actor.close()
+    assert [items[0]["version"].tolist() for items in sends] == [[1] * 5, [1] + [2] * 4]

@@ -1,8 +1,8 @@
 """Env steps/s of the jaxdist actor against hand-written loops with the same vector env and the
 same jitted policy (target: the actor at >= 0.9x).
 
-    python experiments/benchmarks/actor.py                       # vector, sync, async x 8, 16, 64 envs
-    python experiments/benchmarks/actor.py --backends vector --envs 16 --sink replay
+    python experiments/benchmarks/actor.py                       # vector, sync, async, jax x 8, 16, 64 envs
+    python experiments/benchmarks/actor.py --backends vector jax --envs 16 --sink replay
 
 Two hand-written loops, both calling PPO's policy (``ActorCriticPolicy``, jitted, the key split
 inside the call) once per step on the raw gymnasium vector env:
@@ -19,6 +19,13 @@ steps one item per env (its ``T + 1`` rows) handed to a sender thread. ``--sink 
 the items once made; ``--sink replay`` sends them with futures to a ``ReplayNode`` in another
 process whose queue a consumer drains (the network path too, on the same two cores).
 
+With ``--backends jax`` (the actor's JAX env backend: policy and env play a whole trajectory
+per jitted dispatch) the two loops are PureJaxRL-style instead, hand-written on the JAX port of
+CartPole with the same policy: ``T`` steps of policy, env (``vmap``) and autoreset in one jitted
+``lax.scan``, the rows stacked; *bare* keeps them on the device (blocking once per trial: the
+limit of one process), *rollout* fetches each trajectory to the host (what an actor must do
+before it can send it).
+
 All three run the same env object in turn, ``--repeats`` trials each of about ``--seconds``,
 the order rotating between trials; the table shows medians of wall-clock env steps/s and the
 actor's ratio to each loop, and the same ratios from this process's CPU time (which other load
@@ -28,6 +35,7 @@ on a shared machine disturbs less).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -35,7 +43,7 @@ import time
 
 import numpy as np
 
-BACKENDS = ("vector", "sync", "async")
+BACKENDS = ("vector", "sync", "async", "jax")
 
 
 class _Prebuilt:
@@ -112,6 +120,55 @@ def rollout_loop(env, policy, params, steps: int, trajectory_length: int) -> tup
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
+@functools.lru_cache(maxsize=None)  # one compile per configuration, not per trial
+def _scan_trajectory(policy, num_envs: int, trajectory_length: int):
+    """PureJaxRL's env loop on jaxdist's CartPole port: ``(params, carry) -> (carry, rows)``,
+    rows ``(T, envs, ...)`` of obs, action, log-probability, reward and done, jitted."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxdist.jax_envs import jax_env
+
+    env = jax_env("CartPole-v1")
+
+    def step(params, carry, _):
+        state, obs, key = carry
+        key, act_key, reset_key = jax.random.split(key, 3)
+        action, extras = policy(params, obs, act_key)
+        out = jax.vmap(env.step)(state, action)
+        done = out.terminated | out.truncated
+        fresh_state, fresh_obs = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
+        pick = lambda fresh, stepped: jnp.where(done.reshape(done.shape + (1,) * (stepped.ndim - 1)), fresh, stepped)  # noqa: E731
+        carry = (jax.tree.map(pick, fresh_state, out.state), pick(fresh_obs, out.obs), key)
+        return carry, {"obs": obs, "action": action, "logp": extras["logp"], "reward": out.reward, "done": done}
+
+    def trajectory(params, carry):
+        return jax.lax.scan(lambda c, x: step(params, c, x), carry, None, length=trajectory_length)
+
+    def start(key):
+        state, obs = jax.vmap(env.reset)(jax.random.split(key, num_envs))
+        return state, obs, key
+
+    return jax.jit(trajectory), jax.jit(start)
+
+
+def scan_loop(policy, params, num_envs: int, steps: int, trajectory_length: int, fetch: bool) -> tuple[float, float]:
+    """(wall s, CPU s) for ``steps`` steps of every env by the PureJaxRL-style scan, each
+    trajectory fetched to the host (``fetch``) or left on the device."""
+    import jax
+
+    trajectory, start = _scan_trajectory(policy, num_envs, trajectory_length)
+    params = jax.device_put(params)
+    carry = jax.block_until_ready(start(jax.random.key(0)))
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(steps // trajectory_length):
+        carry, rows = trajectory(params, carry)
+        if fetch:
+            jax.device_get(rows)
+    jax.block_until_ready(carry)
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
 def actor_loop(env, policy, params, steps: int, trajectory_length: int, sink) -> tuple[float, float]:
     from jaxdist.nodes.actor import Actor
     from jaxdist.nodes.parameter_server import ParameterServer
@@ -129,6 +186,8 @@ def actor_loop(env, policy, params, steps: int, trajectory_length: int, sink) ->
 
 
 def measure(backend: str, num_envs: int, args, sink) -> dict:
+    if backend == "jax":
+        return measure_jax(num_envs, args, sink)
     from jaxdist.envs import EnvSpec
 
     policy, params = _policy_and_params()
@@ -150,6 +209,34 @@ def measure(backend: str, num_envs: int, args, sink) -> dict:
                 runs[name].append(trials[name]())
     finally:
         env.close()
+    return _result(backend, num_envs, steps, runs)
+
+
+def measure_jax(num_envs: int, args, sink) -> dict:
+    """The JAX backend's actor against the PureJaxRL-style scan, on the device and fetched."""
+    from jaxdist.envs import EnvSpec
+
+    policy, params = _policy_and_params()
+    T = args.trajectory_length
+    env = EnvSpec("CartPole-v1", num_envs, "jax").make(seed=0)
+    # Size a trial to about --seconds, from a warm-up trial of the scan (which also compiles).
+    scan_loop(policy, params, num_envs, 4 * T, T, fetch=True)
+    wall, _ = scan_loop(policy, params, num_envs, 32 * T, T, fetch=True)
+    steps = T * max(4, int(args.seconds * 32 / wall))
+    scan_loop(policy, params, num_envs, 4 * T, T, fetch=False)
+    actor_loop(env, policy, params, 4 * T, T, sink)  # warm-up
+    runs: dict[str, list] = {"bare": [], "rollout": [], "actor": []}
+    trials = {"bare": lambda: scan_loop(policy, params, num_envs, steps, T, fetch=False),
+              "rollout": lambda: scan_loop(policy, params, num_envs, steps, T, fetch=True),
+              "actor": lambda: actor_loop(env, policy, params, steps, T, sink)}
+    order = list(trials)
+    for trial in range(args.repeats):
+        for name in order[trial % 3:] + order[:trial % 3]:
+            runs[name].append(trials[name]())
+    return _result("jax", num_envs, steps, runs)
+
+
+def _result(backend: str, num_envs: int, steps: int, runs: dict[str, list]) -> dict:
     rate = lambda name, i: statistics.median(steps * num_envs / r[i] for r in runs[name])  # noqa: E731
     result = {"backend": backend, "envs": num_envs}
     for name in runs:

@@ -200,10 +200,13 @@ class Actor:
 
     def _act_a_trajectory_per_dispatch(self) -> None:
         """The JAX backend (``jaxdist.jax_rollout``): policy and envs play a whole trajectory in
-        one jitted call. Its first row was acted by the previous trajectory's parameters."""
+        one jitted call. Its first row was acted by the previous trajectory's parameters.
+        A trajectory waits for room to send it before it is played, not after, so that it is
+        played with the parameters held once the learner has taken the previous one."""
         env, steps = self._env, self._T * self._env.num_envs
         version = self._start_version
         while not self._should_stop():
+            self._sender.wait_for_room()
             previous, (version, params) = version, self._params()
             columns = env.trajectory(params)
             columns["version"] = np.full(columns["reward"].shape, version, np.int32)  # (envs, T + 1)
@@ -393,6 +396,14 @@ class _Sender:
     def send(self, columns: dict[str, np.ndarray]) -> None:
         with self._lock:
             self._counts["trajectories"] += 1
+        if not self.wait_for_room():
+            self._counts["dropped"] += 1
+            return
+        self._pending.append(self._executor.submit(self._split_and_send, columns))
+
+    def wait_for_room(self) -> bool:
+        """Wait, at most ``max_wait`` seconds, until fewer than ``max_in_flight`` sends are
+        pending; True if there is room."""
         self._reap()
         if len(self._pending) >= self._max_in_flight:
             start = time.monotonic()
@@ -405,10 +416,7 @@ class _Sender:
                 futures.wait(list(self._pending), timeout=min(left, 0.05), return_when=futures.FIRST_COMPLETED)
                 self._reap()
             self._wait_seconds += time.monotonic() - start
-            if len(self._pending) >= self._max_in_flight:
-                self._counts["dropped"] += 1
-                return
-        self._pending.append(self._executor.submit(self._split_and_send, columns))
+        return len(self._pending) < self._max_in_flight
 
     def _split_and_send(self, columns: dict[str, np.ndarray]) -> None:
         items = _items(columns)
