@@ -39,3 +39,12 @@ def test_the_other_agents_learn_from_the_jax_backends_trajectories(tmp_path, age
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["env_steps"] >= 20_000 and summary["final_return"] is not None
     assert "JaxVectorEnv(CartPole-v1" in (tmp_path / "logs" / "actor-0.log").read_text()
+
+
+def test_actors_get_the_jax_backend_and_the_evaluator_gymnasiums_env():
+    from jaxdist.agents import distributed, ppo
+
+    config = ppo.PPOConfig(env_backend="jax")
+    assert distributed.env_spec(config, 16).backend == "jax"
+    assert distributed.env_spec(config, 10, evaluation=True).backend == "auto"
+    assert distributed.env_spec(ppo.PPOConfig(env_backend="sync"), 10, evaluation=True).backend == "sync"
