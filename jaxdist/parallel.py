@@ -66,6 +66,12 @@ def shard_count() -> int | jax.Array:
     return 1 if axis is None else jax.lax.psum(1, axis)
 
 
+def shard_index() -> int | jax.Array:
+    """This device's index among the devices of a ``mode="pmap"`` step, else 0."""
+    axis = _PMAP_AXIS.get()
+    return 0 if axis is None else jax.lax.axis_index(axis)
+
+
 def global_batch_from_local(local_batch: PyTree, mesh: Mesh, axis_name: str = "data",
                             batch_axis: int = 0) -> PyTree:
     """Host arrays of this process's share -> global arrays split along ``axis_name``.

@@ -3,8 +3,9 @@
     python experiments/benchmarks/anakin.py [--envs 16 64 256] [--updates 64] [--rounds 6]
 
 Both sides run the same computation: PPO's CartPole preset (2x64 MLP, T = 32, 10 epochs of 2
-minibatches), the JAX CartPole of ``jaxdist.jax_envs``, ``--envs`` envs, every update a rollout
-and PPO's update (``jaxdist.agents.anakin``):
+minibatches, an evaluation of 10 episodes every 10 updates), the JAX CartPole of
+``jaxdist.jax_envs``, ``--envs`` envs (and ``--seeds`` runs vmapped), every update a rollout and
+PPO's update (``jaxdist.agents.anakin``):
 * baseline: PureJaxRL's shape, ``--updates`` updates as one ``lax.scan`` in one jitted call,
   nothing leaving the device between them;
 * jaxdist: the learner node's own loop, ``Learner.run()`` in this process, as the Anakin
@@ -29,16 +30,14 @@ def measure(envs: int, args: argparse.Namespace) -> tuple[float, float, float]:
     """(baseline, jaxdist, median ratio) env steps/s for ``envs`` envs."""
     import jax
 
-    from jaxdist.agents import anakin, ppo
+    from jaxdist.agents import anakin, distributed, ppo
     from jaxdist.agents.config import with_preset
     from jaxdist.nodes.learner import Learner
 
     config = with_preset(ppo.PPOConfig, "CartPole-v1", ppo.PRESETS, architecture="anakin", num_actors=1,
-                         envs_per_actor=envs, total_steps=10**9)
-    agent = ppo.agent(config)
-    logic = anakin.logic(agent.learner_logic(config, agent.env), agent.policy(config, agent.env, 0),
-                         config.env_id, envs, config.trajectory_length)
-    steps_per_round = args.updates * envs * config.trajectory_length
+                         envs_per_actor=envs, total_steps=10**9, num_seeds=args.seeds)
+    logic = distributed.anakin_logic(ppo.agent(config))
+    steps_per_round = args.updates * envs * config.trajectory_length * args.seeds
 
     @jax.jit
     def train(state, key):
@@ -87,13 +86,15 @@ def main() -> None:
     ap.add_argument("--envs", type=int, nargs="+", default=[16, 64, 256])
     ap.add_argument("--updates", type=int, default=64, help="updates per timed round")
     ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--seeds", type=int, default=1, help="num_seeds: runs vmapped in one learner")
     ap.add_argument("--steps-per-call", type=int, default=8)
     ap.add_argument("--publish-every", type=int, default=8)
     ap.add_argument("--log-every", type=int, default=8)
     args = ap.parse_args()
     import jax
 
-    print(f"PPO CartPole-v1 (JAX port), T = 32; {jax.device_count()} {jax.devices()[0].platform} device(s); "
+    print(f"PPO CartPole-v1 (JAX port), T = 32, {args.seeds} seed(s); {jax.device_count()} "
+          f"{jax.devices()[0].platform} device(s); env steps of all seeds; "
           f"jaxdist: {args.steps_per_call} updates a dispatch, publish and log every {args.publish_every} / "
           f"{args.log_every}; best of {args.rounds} rounds of {args.updates} updates")
     print(f"{'env steps/s':24} {'baseline':>12} {'jaxdist':>12} {'ratio':>6}  target")

@@ -1,42 +1,64 @@
-"""Anakin (Hessel et al., 2021, "Podracer architectures"): acting and learning in one jitted
-function, for environments written in JAX (:mod:`jaxdist.jax_envs`).
+"""Anakin (Hessel et al., 2021, "Podracer architectures"): acting, learning and evaluation in one
+jitted function, for environments written in JAX (:mod:`jaxdist.jax_envs`).
 
 An on-policy agent's update already takes a batch of ``B`` trajectories of ``T + 1`` rows. Here
 the batch is not sent by actors: every update first plays ``T`` steps of ``B`` envs with the
 current parameters (policy and env ``vmap``-ed over the envs, the steps under ``lax.scan``,
 autoreset inside), in the same row convention as :mod:`jaxdist.nodes.actor`, then runs the
 agent's own update on it. So the agent's math is shared by both architectures, and the generic
-:class:`~jaxdist.nodes.learner.Learner` runs the loop: its checkpoints (which now hold the envs
-too), metrics, publishing and stops are the distributed mode's. On several devices the learner
-runs under ``pmap``: each device plays its own envs and gradients are averaged; on several hosts
-the learner spans them as in the distributed mode (``jax.distributed``).
+:class:`~jaxdist.nodes.learner.Learner` runs the loop: its checkpoints (which hold the envs
+too), metrics, publishing and stops are the distributed mode's. The policy lag is 0.
 
-The envs are those of the learner's state: the trajectories never leave the device, and the
-policy lag is 0 (every row is acted by the parameters that learn from it).
+**Devices.** Under the learner's ``pmap`` each device plays its own ``B / devices`` of the envs
+and gradients are averaged. Every device keeps the state of all ``B`` envs but advances only its
+slice, so a checkpoint (one device's copy) restores on any number of devices.
+
+**Seeds.** ``num_seeds`` independent runs (PureJaxRL's many seeds at once): the whole state and
+update are ``vmap``-ed over a leading seed axis; metrics are logged per seed
+(``seed/<i>/<name>``) beside their mean over seeds, and the published parameters carry the
+seed axis.
+
+**Evaluation** happens inside the update: every ``eval_every`` updates each seed's
+deterministic policy plays ``eval_episodes`` whole episodes from fresh start states (one
+``lax.scan`` of the env's ``max_steps``), and the returns come out as the metric
+``eval_returns``; :class:`EvaluationRecorder`, the learner's ``after_update``, writes them to
+``evaluations.csv`` as the evaluator node does for the distributed mode, and stops the program
+at the target.
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
+import queue
+import threading
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxdist import jax_envs, parallel
+from jaxdist.launch import context
+from jaxdist.metrics import MetricsWriter, metrics_path
+from jaxdist.nodes.evaluator import EVALUATIONS, record
 from jaxdist.nodes.learner import LearnerLogic
 
 PyTree = Any
 
 
-def logic(agent_logic: LearnerLogic, policy: Any, env_id: str, num_envs: int, length: int) -> LearnerLogic:
-    """The ``LearnerLogic`` of Anakin over ``agent_logic``: ``num_envs`` envs of ``env_id``
-    (its JAX port) acted by ``policy`` (``(params, obs, key) -> (action, {"logp": ...})``, fed
-    with ``agent_logic.params``), ``length`` steps a trajectory."""
+def logic(agent_logic: LearnerLogic, policy: Any, evaluation_policy: Any, env_id: str, num_envs: int, length: int,
+          *, num_seeds: int = 1, eval_every: int = 10, eval_episodes: int = 10) -> LearnerLogic:
+    """The ``LearnerLogic`` of Anakin over ``agent_logic``: ``num_envs`` envs of ``env_id``'s JAX
+    port acted by ``policy`` (``(params, obs, key) -> (action, {"logp": ...})`` on
+    ``agent_logic.params``), ``length`` steps a trajectory, ``num_seeds`` runs at once, and
+    ``evaluation_policy`` (deterministic) evaluated every ``eval_every`` updates."""
     env = jax_envs.jax_env(env_id)
-    return LearnerLogic(init=functools.partial(_init, agent_logic, env, num_envs),
-                        update=functools.partial(_update, agent_logic, policy, env, length),
-                        params=lambda state: agent_logic.params(state["agent"]))
+    return LearnerLogic(
+        init=jax.jit(functools.partial(_init, agent_logic, env, num_envs, num_seeds)),  # one compile, not op by op
+        update=functools.partial(_update, agent_logic, policy, evaluation_policy, env, length, eval_every,
+                                 eval_episodes),
+        params=lambda state: jax.vmap(agent_logic.params)(state["agent"]))
 
 
 def no_batch() -> dict:
@@ -44,29 +66,66 @@ def no_batch() -> dict:
     return {}
 
 
-def _init(agent_logic: LearnerLogic, env: jax_envs.JaxEnv, num_envs: int, rng: jax.Array) -> dict[str, PyTree]:
-    agent_key, env_key = jax.random.split(rng)
-    env_state, obs = jax.vmap(env.reset)(jax.random.split(env_key, num_envs))
+def _init(agent_logic: LearnerLogic, env: jax_envs.JaxEnv, num_envs: int, num_seeds: int,
+          rng: jax.Array) -> dict[str, PyTree]:
+    def one_seed(key: jax.Array) -> dict[str, PyTree]:
+        agent_key, env_key = jax.random.split(key)
+        return {"agent": agent_logic.init(agent_key), "envs": fresh_envs(env, num_envs, env_key)}
+
+    return jax.vmap(one_seed)(jax.random.split(rng, num_seeds))
+
+
+def fresh_envs(env: jax_envs.JaxEnv, num_envs: int, key: jax.Array) -> dict[str, PyTree]:
+    """``num_envs`` envs just reset, as ``rollout`` carries them."""
+    env_state, obs = jax.vmap(env.reset)(jax.random.split(key, num_envs))
     row = {"obs": obs, "reward": jnp.zeros(num_envs, obs.dtype),
            "terminated": jnp.zeros(num_envs, bool), "truncated": jnp.zeros(num_envs, bool)}
-    return {"agent": agent_logic.init(agent_key),
-            "envs": {"state": env_state, "row": row, "return": jnp.zeros(num_envs, obs.dtype)}}
+    return {"state": env_state, "row": row, "return": jnp.zeros(num_envs, obs.dtype)}
 
 
-def _update(agent_logic: LearnerLogic, policy: Any, env: jax_envs.JaxEnv, length: int, state: dict[str, PyTree],
-            batch: dict, rng: jax.Array) -> tuple[dict[str, PyTree], dict[str, jax.Array]]:
+def _update(agent_logic: LearnerLogic, policy: Any, evaluation_policy: Any, env: jax_envs.JaxEnv, length: int,
+            eval_every: int, eval_episodes: int, state: dict[str, PyTree], batch: dict,
+            rng: jax.Array) -> tuple[dict[str, PyTree], dict[str, jax.Array]]:
     del batch  # made here
-    act_key, learn_key = jax.random.split(rng)
-    envs, trajectories, finished = rollout(policy, env, agent_logic.params(state["agent"]), state["envs"],
-                                           act_key, length)
-    version = state["agent"]["version"]
-    trajectories["version"] = jnp.full(trajectories["reward"].shape, version, jnp.int32)
-    agent_state, metrics = agent_logic.update(state["agent"], trajectories, learn_key)
-    returns, ended = finished
+    num_seeds = jax.tree.leaves(state["agent"])[0].shape[0]
+    learn_keys, eval_key = jax.random.split(rng, num_seeds), jax.random.fold_in(rng, num_seeds)
+    learn = functools.partial(_learn_one_seed, agent_logic, policy, env, length)
+    agent, envs, metrics = jax.vmap(learn)(state["agent"], state["envs"], learn_keys)
+    version = agent["version"][0]  # every seed's: they update together
+
+    def evaluate_all() -> jax.Array:
+        play = functools.partial(evaluate, evaluation_policy, env, key=eval_key, episodes=eval_episodes)
+        return jax.vmap(play)(jax.vmap(agent_logic.params)(agent))
+
+    nothing = jnp.full((num_seeds, eval_episodes), jnp.nan, jnp.float32)
+    eval_returns = jax.lax.cond(version % eval_every == 0, evaluate_all, lambda: nothing)
+    logged = {name: jnp.nanmean(value) if name == "episode_return" else jnp.mean(value)
+              for name, value in metrics.items()}
+    if num_seeds > 1:
+        logged.update({f"seed/{i}/{name}": value[i] for name, value in metrics.items() for i in range(num_seeds)})
+    return {"agent": agent, "envs": envs}, dict(logged, version=version, eval_returns=eval_returns)
+
+
+def _learn_one_seed(agent_logic: LearnerLogic, policy: Any, env: jax_envs.JaxEnv, length: int,
+                    agent: dict[str, PyTree], envs: dict[str, PyTree],
+                    rng: jax.Array) -> tuple[dict[str, PyTree], dict[str, PyTree], dict[str, jax.Array]]:
+    """One seed's update: this device plays its slice of the envs, then the agent learns."""
+    act_key, learn_key = jax.random.split(jax.random.fold_in(rng, parallel.shard_index()))
+    num_envs, devices = jax.tree.leaves(envs)[0].shape[0], parallel.shard_count()
+    if num_envs % devices:
+        raise ValueError(f"architecture='anakin' plays {num_envs} envs per learner host, which do not split over "
+                         f"its {devices} devices: make num_actors x envs_per_actor a multiple of {devices} per host")
+    per_device = num_envs // devices
+    start = parallel.shard_index() * per_device
+    mine = jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, start, per_device), envs)
+    mine, trajectories, (returns, ended) = rollout(policy, env, agent_logic.params(agent), mine, act_key, length)
+    envs = jax.tree.map(lambda full, part: jax.lax.dynamic_update_slice_in_dim(full, part, start, 0), envs, mine)
+    trajectories["version"] = jnp.full(trajectories["reward"].shape, agent["version"], jnp.int32)
+    agent, metrics = agent_logic.update(agent, trajectories, learn_key)
     total, count = parallel.pmean((jnp.sum(jnp.where(ended, returns, 0.0)), jnp.sum(ended).astype(jnp.float32)))
-    metrics = dict(metrics, episodes=count * parallel.shard_count(),  # every device plays its own envs
-                   episode_return=jnp.where(count > 0, total / jnp.maximum(count, 1.0), jnp.nan))
-    return {"agent": agent_state, "envs": envs}, metrics
+    metrics = dict(metrics, episodes=count * parallel.shard_count(),
+                   episode_return=jnp.where(count > 0, total / jnp.where(count > 0, count, 1.0), jnp.nan))
+    return agent, envs, metrics
 
 
 def rollout(policy: Any, env: jax_envs.JaxEnv, params: PyTree, envs: dict[str, PyTree], key: jax.Array,
@@ -103,6 +162,53 @@ def rollout(policy: Any, env: jax_envs.JaxEnv, params: PyTree, envs: dict[str, P
     return envs, trajectories, finished
 
 
-def _per_env(flag: jax.Array, like: jax.Array) -> jax.Array:
+def evaluate(policy: Any, env: jax_envs.JaxEnv, params: PyTree, key: jax.Array, episodes: int) -> jax.Array:
+    """The returns of ``episodes`` whole episodes of ``policy`` from fresh start states: every
+    episode steps for the env's ``max_steps``, masked once it ended, so all run one program."""
+    reset_key, act_key = jax.random.split(key)
+    state, obs = jax.vmap(env.reset)(jax.random.split(reset_key, episodes))
+
+    def step(carry: tuple, key: jax.Array) -> tuple[tuple, None]:
+        state, obs, done, total = carry
+        action, _ = policy(params, obs, key)
+        out = jax.vmap(env.step)(state, action)
+        total = total + jnp.where(done, 0.0, out.reward)
+        return (out.state, out.obs, done | out.terminated | out.truncated, total), None
+
+    start = (state, obs, jnp.zeros(episodes, bool), jnp.zeros(episodes, jnp.float32))
+    (_, _, _, total), _ = jax.lax.scan(step, start, jax.random.split(act_key, env.max_steps))
+    return total
+
+
+def _per_env(flag: jax.Array, like: Any) -> jax.Array:
     """``flag`` (num_envs,) shaped to broadcast against ``like`` (num_envs, ...)."""
     return flag.reshape(flag.shape + (1,) * (jnp.ndim(like) - 1))
+
+
+class EvaluationRecorder:
+    """The learner's ``after_update`` under Anakin: each dispatch's ``eval_returns`` (NaN where
+    no evaluation ran), written on a thread of its own to ``evaluations.csv`` as the evaluator
+    node writes them (per-seed means beside the overall one); with ``stop_at_target`` the first
+    evaluation whose mean reaches ``target_return`` stops the program."""
+
+    def __init__(self, run_dir: str, target_return: float | None, stop_at_target: bool) -> None:
+        self._writer = MetricsWriter(metrics_path(run_dir, EVALUATIONS))
+        self._target, self._stop_at_target = target_return, stop_at_target
+        self._pending: queue.SimpleQueue = queue.SimpleQueue()
+        run_in_node = contextvars.copy_context().run  # jd.stop() names this node
+        threading.Thread(target=run_in_node, args=(self._write,), name="anakin-evaluations", daemon=True).start()
+
+    def __call__(self, batch: Any, metrics: dict[str, Any]) -> None:
+        if parallel.is_primary():  # a learner spanning hosts: one of its processes writes
+            self._pending.put((metrics["version"], metrics["eval_returns"]))
+
+    def _write(self) -> None:
+        while True:
+            versions, returns = jax.device_get(self._pending.get())
+            versions, returns = np.atleast_1d(versions), returns.reshape(-1, *returns.shape[-2:])
+            for version, seeds in zip(versions, returns):  # a dispatch of several updates: each
+                if not np.isnan(seeds).all() and record(self._writer, int(version), seeds, self._target,
+                                                        self._stop_at_target):
+                    return
+            if context.stop_requested():
+                return

@@ -135,9 +135,14 @@ def report(summary: dict[str, Any], run_dir: str) -> None:
               f"start-up included) and {summary['steps_to_target']:,} env steps")
     elif target is not None:
         print(f"did not reach evaluation return {target:g}; last evaluation return {summary['final_return']}")
+    for seed in summary.get("seeds", []):  # num_seeds > 1: each seed's own evaluations
+        reached = (f"reached {target:g} after {seed['steps_to_target']:,} env steps" if seed["steps_to_target"]
+                   is not None else "did not reach the target")
+        print(f"  seed {seed['seed']}: {reached}; last evaluation return {seed['final_return']:.1f}")
     rate = summary.get("steps_per_second")
-    print(f"{summary['env_steps']:,} env steps in {summary['wall_time']:.1f} s; steady throughput "
-          f"{'-' if rate is None else f'{rate:,}'} env steps/s; {summary['stop_reason']}; results in {run_dir}")
+    seeds = f" per seed ({summary['num_seeds']} seeds)" if "num_seeds" in summary else ""
+    print(f"{summary['env_steps']:,} env steps{seeds} in {summary['wall_time']:.1f} s; steady throughput "
+          f"{'-' if rate is None else f'{rate:,}'} env steps/s{seeds}; {summary['stop_reason']}; results in {run_dir}")
 
 
 def _flag_value(args: list[str], flag: str) -> str | None:

@@ -57,6 +57,9 @@ class AgentConfig:
     """sebulba: actor processes step the envs and send trajectories to the learner; anakin: the
     learner plays the envs itself, acting and learning in one jitted function on its devices
     (on-policy agents, envs with a JAX port: jaxdist.jax_envs; num_actors x envs_per_actor envs)."""
+    num_seeds: int = 1
+    """Independent runs trained at once in one program, vmapped (architecture anakin): seed i's
+    curves are logged as seed/<i>/..., the summary reports each."""
     learner_hosts: int = 1
     """Learner processes, one per host (launcher multihost), together one jax.distributed learner."""
     learner_mode: Literal["jit", "pmap"] = "jit"
@@ -77,7 +80,10 @@ class AgentConfig:
     log_every_updates: int = 5
 
     def __post_init__(self) -> None:
-        for name in ("num_actors", "envs_per_actor", "trajectory_length", "total_steps", "eval_every_updates",
+        if self.num_seeds > 1 and self.architecture != "anakin":
+            raise ValueError(f"num_seeds={self.num_seeds} trains seeds vmapped inside one learner: it needs "
+                             f"--architecture anakin (or launch one run per seed)")
+        for name in ("num_seeds", "num_actors", "envs_per_actor", "trajectory_length", "total_steps", "eval_every_updates",
                      "eval_episodes", "learner_hosts", "learner_steps_per_call", "publish_every_updates",
                      "max_in_flight", "checkpoint_every_updates", "log_every_updates"):
             if getattr(self, name) < 1:

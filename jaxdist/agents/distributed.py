@@ -113,20 +113,16 @@ class Agent:
         return Topology(program, learners[0], actors, placement)
 
     def _anakin_topology(self) -> Topology:
-        """A learner process per learner host that plays its own envs (``jaxdist.agents.anakin``),
-        the evaluator beside host 0's; no actors, no replay."""
+        """A learner process per learner host that plays and evaluates its own envs
+        (``jaxdist.agents.anakin``); no actors, no replay, no evaluator node."""
         config = self.config
         if self.sink is not None or self.prioritized:
             raise ValueError(f"architecture='anakin' runs on-policy agents (a batch of trajectories per update); "
                              f"{self.name} learns from replayed transitions: use architecture='sebulba'")
         program = jd.Program(f"{self.name}-{env_slug(config.env_id)}")
-        learners = []
-        for host in range(config.learner_hosts):
-            learner_node = jd.CourierNode(build_learner, self, None).with_options(
-                stops_first=True, restart=LEARNER_RESTART)
-            learners.append(learner_node.create_handle())
-            parts = [learner_node] + ([jd.CourierNode(build_evaluator, self, learners[0])] if host == 0 else [])
-            program.add_node(jd.ColocationNode(parts, mode="threads"), label="learner")
+        with program.group("learner"):
+            learners = [program.add_node(jd.CourierNode(build_learner, self, None).with_options(
+                stops_first=True, restart=LEARNER_RESTART)) for _ in range(config.learner_hosts)]
         placement = {"learner": jd.per_host() if config.learner_hosts > 1 else jd.on_host(0)}
         return Topology(program, learners[0], [], placement)
 
@@ -197,17 +193,14 @@ def build_learner(agent: Agent, replay: Any) -> Any:
         after_update = PriorityWriter(replay)
     logic, source, mode = agent.learner_logic(config, agent.env), replay, config.learner_mode
     if config.architecture == "anakin":
-        import jax
-
         from jaxdist.agents import anakin
 
-        envs, devices = config.batch_size // config.learner_hosts, jax.local_device_count()
-        if envs % devices:
-            raise ValueError(f"architecture='anakin' plays {envs} envs per learner host, which do not split over its "
-                             f"{devices} devices: make num_actors x envs_per_actor a multiple of {devices * config.learner_hosts}")
-        logic = anakin.logic(logic, agent.policy(config, agent.env, 0), config.env_id, envs // devices,
-                             config.trajectory_length)
-        source, mode = anakin.no_batch, "pmap" if jax.local_device_count() > 1 else "jit"  # a device's own envs
+        logic, source = anakin_logic(agent), anakin.no_batch
+        if not multihost:  # one host: every local device plays its own envs (a multihost learner says its mode)
+            import jax
+
+            mode = "pmap" if jax.local_device_count() > 1 else "jit"
+        after_update = anakin.EvaluationRecorder(jd.current_node().run_dir, config.target_return, config.stop_at_target)
     return Learner(
         logic, source, batch_size=config.batch_size // config.learner_hosts,
         mode=mode, steps_per_call=config.learner_steps_per_call,
@@ -219,6 +212,17 @@ def build_learner(agent: Agent, replay: Any) -> Any:
         # Across processes an update waits on the slowest host: dispatching ahead of it would
         # only age the on-policy data (the lag counts dispatched updates).
         cpu_block_every=1 if multihost else 8)
+
+
+def anakin_logic(agent: Agent) -> Any:
+    """The learner logic of an Anakin run of ``agent`` (what its learner and ``load_policy`` build)."""
+    from jaxdist.agents import anakin
+
+    config = agent.config
+    return anakin.logic(agent.learner_logic(config, agent.env), agent.policy(config, agent.env, 0),
+                        agent.policy(config, agent.env, None), config.env_id, config.batch_size // config.learner_hosts,
+                        config.trajectory_length, num_seeds=config.num_seeds, eval_every=config.eval_every_updates,
+                        eval_episodes=config.eval_episodes)
 
 
 def build_actor(agent: Agent, index: int, params: Any, replay: Any) -> Any:

@@ -160,6 +160,8 @@ class Monitor:
         self.version = self.restored_step
         self.lag: float | None = None
         self.eval_return: float | None = None
+        self.seeds: dict[int, dict[str, Any]] = {}  # with num_seeds > 1: each seed's evaluations
+        self._num_seeds = getattr(self.config, "num_seeds", 1)  # ES's config trains one
         self._first_update: tuple[float, int] | None = None
         self._last_acting: tuple[float, int] = (time.time(), 0)  # when env steps last grew
         self._rate: tuple[float, int, float] | None = None  # (time, env steps, steps/s) at the last reading
@@ -250,8 +252,19 @@ class Monitor:
             if row.get("wall_time", 0.0) < self.start_time or row.get("mean_return") is None:
                 continue
             self.eval_return = row["mean_return"]
+            # Without actors (Anakin) a version's env steps are exact; else the count as polled.
+            steps = int(row["step"] * self.config.steps_per_update) if not self._actors else self.env_steps
+            reached = (self.base_wall_time + row["wall_time"] - self.start_time, steps)
             if self.solved_at is None and target is not None and self.eval_return >= target:
-                self.solved_at = (self.base_wall_time + row["wall_time"] - self.start_time, self.env_steps)
+                self.solved_at = reached
+            for seed in range(self._num_seeds if self._num_seeds > 1 else 0):  # each seed's own
+                value = row.get(f"seed/{seed}/mean_return")
+                if value is not None:
+                    result = self.seeds.setdefault(seed, {"seed": seed, "steps_to_target": None,
+                                                          "wall_time_to_target": None})
+                    result["final_return"] = value
+                    if result["steps_to_target"] is None and target is not None and value >= target:
+                        result["wall_time_to_target"], result["steps_to_target"] = round(reached[0], 2), reached[1]
         self._evaluations_read = len(rows)
 
     def train_return(self) -> float | None:
@@ -313,6 +326,8 @@ class Monitor:
             "final_return": self.eval_return, "train_return": self.train_return(),
             # The learner's last version: the final poll comes after it has gone, its final save not.
             "learner_version": max(self.version, self.saved_update() or 0), "restored_step": self.restored_step,
+            **({"num_seeds": self._num_seeds, "seeds": [self.seeds[i] for i in sorted(self.seeds)]}
+               if self._num_seeds > 1 else {}),
         }
 
     def close(self) -> None:

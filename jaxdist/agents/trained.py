@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from jaxdist.agents import config as configs
+from jaxdist.agents import distributed
 
 AGENTS = {"ppo": ("jaxdist.agents.ppo", "PPOConfig"), "impala": ("jaxdist.agents.impala", "IMPALAConfig"),
           "apex": ("jaxdist.agents.apex", "ApexConfig")}
@@ -49,9 +50,10 @@ class TrainedPolicy:
         return np.asarray(action)
 
 
-def load_policy(run_dir: str, step: int | None = None, seed: int = 0) -> TrainedPolicy:
+def load_policy(run_dir: str, step: int | None = None, seed: int = 0, run_seed: int = 0) -> TrainedPolicy:
     """The policy of the run in ``run_dir``: its saved config, its learner's latest checkpoint
-    (or ``step``)."""
+    (or ``step``); of a run of several seeds at once (``num_seeds``), seed ``run_seed``'s.
+    ``seed`` seeds the sampling of ``act(..., deterministic=False)``."""
     import jax
     import jax.numpy as jnp
 
@@ -63,14 +65,20 @@ def load_policy(run_dir: str, step: int | None = None, seed: int = 0) -> Trained
     package, config_class = AGENTS[name]
     module = importlib.import_module(package)
     agent = module.agent(configs.from_dict(getattr(module, config_class), saved))
-    logic = agent.learner_logic(agent.config, agent.env)
+    anakin = agent.config.architecture == "anakin"
+    if anakin and not 0 <= run_seed < agent.config.num_seeds:
+        raise ValueError(f"{run_dir} trained {agent.config.num_seeds} seed(s); run_seed={run_seed} is not one of them")
+    logic = distributed.anakin_logic(agent) if anakin else agent.learner_logic(agent.config, agent.env)
     template = {"state": logic.init(jax.random.key(0)), "step": jnp.zeros((), jnp.int32)}
     with Checkpointer(_learner_checkpoints(run_dir, agent)) as checkpointer:
         if checkpointer.latest_step() is None:
             raise FileNotFoundError(f"{run_dir} has no complete learner checkpoint yet: train longer (the learner "
                                     f"saves every {agent.config.checkpoint_every_updates} updates and at a stop)")
         restored = checkpointer.restore(template, step)
-    return TrainedPolicy(agent, logic.params(restored["state"]), int(restored["step"]), seed)
+    params = logic.params(restored["state"])
+    if anakin:  # its parameters carry a leading seed axis
+        params = jax.tree.map(lambda leaf: leaf[run_seed], params)
+    return TrainedPolicy(agent, params, int(restored["step"]), seed)
 
 
 def _learner_checkpoints(run_dir: str, agent: Any) -> str:

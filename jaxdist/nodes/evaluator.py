@@ -31,12 +31,17 @@ def record(writer: MetricsWriter, version: int, returns: np.ndarray, target_retu
            stop_at_target: bool) -> bool:
     """Appends one evaluation's row to ``evaluations.csv`` (flushed: the monitor reads it at
     once) and says it; with ``stop_at_target``, an evaluation that reaches ``target_return``
-    stops the program and returns True."""
+    stops the program and returns True. ``returns`` of several seeds (``(seeds, episodes)``)
+    also give each seed's mean, ``seed/<i>/mean_return``."""
+    returns = np.asarray(returns)
     mean = float(np.mean(returns))
-    writer.write(version, {"mean_return": mean, "min_return": float(np.min(returns)),
-                           "max_return": float(np.max(returns)), "episodes": len(returns)})
+    row = {"mean_return": mean, "min_return": float(np.min(returns)), "max_return": float(np.max(returns)),
+           "episodes": returns.shape[-1]}
+    if returns.ndim == 2 and len(returns) > 1:
+        row.update({f"seed/{i}/mean_return": float(np.mean(seed)) for i, seed in enumerate(returns)})
+    writer.write(version, row)
     writer.flush()
-    print(f"evaluation of version {version}: mean return {mean:.1f} over {len(returns)} episodes", flush=True)
+    print(f"evaluation of version {version}: mean return {mean:.1f} over {returns.size} episodes", flush=True)
     if stop_at_target and target_return is not None and mean >= target_return:
         print(f"the evaluation return {mean:.1f} reached the target {target_return:g}: stopping", flush=True)
         context.stop()

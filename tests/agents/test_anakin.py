@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from jaxdist import jax_envs
-from jaxdist.agents import anakin, apex, ppo
+from jaxdist.agents import anakin, apex, load_policy, ppo
 from jaxdist.agents.config import with_preset
+from jaxdist.metrics import read_metrics
 from jaxdist.nodes.learner import Learner
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -31,7 +32,14 @@ def push_left(params, obs, key):
 
 
 def fresh_envs(num_envs: int) -> dict:
-    return anakin._init(anakin.LearnerLogic(lambda key: {}, None, None), CARTPOLE, num_envs, jax.random.key(0))["envs"]
+    return anakin.fresh_envs(CARTPOLE, num_envs, jax.random.key(0))
+
+
+def cartpole_logic(num_envs: int = 16, **options):
+    agent = ppo.agent(CONFIG)
+    return anakin.logic(agent.learner_logic(CONFIG, agent.env), agent.policy(CONFIG, agent.env, 0),
+                        agent.policy(CONFIG, agent.env, None), CONFIG.env_id, num_envs, CONFIG.trajectory_length,
+                        **options)
 
 
 def test_a_rollout_has_the_actors_rows_and_resets_after_each_ended_row():
@@ -65,25 +73,42 @@ def test_consecutive_rollouts_share_a_row_as_actors_trajectories_do():
         np.testing.assert_array_equal(first[name][:, -1], second[name][:, 0], err_msg=name)
 
 
-def test_ppo_learns_cartpole_on_the_learner_alone_with_no_policy_lag():
-    agent = ppo.agent(CONFIG)
-    logic = anakin.logic(agent.learner_logic(CONFIG, agent.env), agent.policy(CONFIG, agent.env, 0),
-                         CONFIG.env_id, 16, CONFIG.trajectory_length)
-    learner = Learner(logic, anakin.no_batch, metrics=False, log_every=None, publish_every=None)
-    returns = []
+def test_ppo_learns_cartpole_on_the_learner_alone_with_no_policy_lag_and_evaluates_in_the_update():
+    learner = Learner(cartpole_logic(eval_every=25), anakin.no_batch, metrics=False, log_every=None,
+                      publish_every=None)
+    returns, evaluations = [], {}
     for update in range(150):
         metrics = jax.device_get(learner._advance(learner._shard({})))
-        assert metrics["policy_lag_max"] == 0 and metrics["stale_fraction"] == 0
+        assert metrics["policy_lag_max"] == 0 and metrics["stale_fraction"] == 0 and metrics["version"] == update + 1
         if metrics["episodes"]:
             returns.append(float(metrics["episode_return"]))
+        evaluated = metrics["eval_returns"]
+        assert evaluated.shape == (1, 10) and np.isnan(evaluated).all() == ((update + 1) % 25 != 0)
+        if not np.isnan(evaluated).any():
+            evaluations[update + 1] = evaluated.mean()
     assert np.mean(returns[:5]) < 60 and max(returns[-20:]) >= 400, returns
+    assert sorted(evaluations) == [25, 50, 75, 100, 125, 150] and max(evaluations.values()) >= 475, evaluations
 
 
-def test_the_anakin_topology_has_no_actors_and_refuses_replay_agents():
+def test_seeds_learn_independently_and_are_logged_each():
+    learner = Learner(cartpole_logic(num_envs=8, num_seeds=3, eval_every=1000), anakin.no_batch, metrics=False,
+                      log_every=None, publish_every=None)
+    params = learner.get()["params"]
+    assert jax.tree.leaves(params)[0].shape[0] == 3  # published with the seed axis
+    kernel = max(jax.tree.leaves(params["network"]), key=np.size)
+    assert not np.array_equal(kernel[0], kernel[1])  # each seed its own initialisation
+    metrics = jax.device_get(learner._advance(learner._shard({})))
+    assert {"seed/0/loss", "seed/2/episode_return", "loss"} <= set(metrics)
+    np.testing.assert_allclose(metrics["loss"], np.mean([metrics[f"seed/{i}/loss"] for i in range(3)]), rtol=1e-5)
+
+
+def test_the_anakin_topology_is_one_learner_and_refuses_replay_agents_and_seeds_without_it():
     topology = ppo.agent(CONFIG).topology()
-    assert topology.actors == [] and list(topology.program.groups) == ["learner"]
+    assert topology.actors == [] and [node.name for node in topology.program.nodes()] == ["learner/0"]
     with pytest.raises(ValueError, match="on-policy agents.*architecture='sebulba'"):
         apex.agent(apex.ApexConfig(architecture="anakin")).topology()
+    with pytest.raises(ValueError, match="num_seeds=4 .* needs --architecture anakin"):
+        ppo.PPOConfig(num_seeds=4)
 
 
 EIGHT_DEVICES = textwrap.dedent("""
@@ -93,17 +118,17 @@ EIGHT_DEVICES = textwrap.dedent("""
     from jaxdist.nodes.learner import Learner
     config = with_preset(ppo.PPOConfig, "CartPole-v1", ppo.PRESETS, architecture="anakin", num_actors=1,
                          envs_per_actor=32)
-    agent = ppo.agent(config)
-    logic = anakin.logic(agent.learner_logic(config, agent.env), agent.policy(config, agent.env, 0),
-                         config.env_id, 32 // 8, config.trajectory_length)
+    from jaxdist.agents import distributed
+    logic = distributed.anakin_logic(ppo.agent(config))
     learner = Learner(logic, anakin.no_batch, mode="pmap", metrics=False, log_every=None, publish_every=None)
     returns = []
     for _ in range(120):
         metrics = jax.device_get(learner._advance(learner._shard({})))
         returns.append(float(metrics["episode_return"]))
-    envs = jax.device_get(learner._train["state"]["envs"]["row"]["obs"])
-    print(json.dumps({"devices": jax.device_count(), "episodes": float(metrics["episodes"]),
-                      "returns": returns, "distinct_envs": len({row.tobytes() for row in envs.reshape(-1, 4)})}))
+    obs = jax.device_get(learner._train["state"]["envs"]["row"]["obs"])  # (devices, seeds, envs, 4)
+    own = np.concatenate([obs[device, 0, device * 4:(device + 1) * 4] for device in range(8)])  # each plays 4
+    print(json.dumps({"devices": jax.device_count(), "shape": list(obs.shape), "returns": returns,
+                      "distinct_envs": len({row.tobytes() for row in own})}))
 """)
 
 
@@ -113,8 +138,8 @@ def test_on_eight_devices_each_plays_its_own_envs_under_pmap():
     done = subprocess.run([sys.executable, "-c", EIGHT_DEVICES], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.splitlines()[-1])
-    assert got["devices"] == 8 and got["episodes"] > 0
-    assert got["distinct_envs"] == 32  # 8 devices x 4 envs, none a copy of another's
+    assert got["devices"] == 8 and got["shape"] == [8, 1, 32, 4]  # every device holds all 32 envs' state
+    assert got["distinct_envs"] == 32  # and plays its own 4, none a copy of another's
     learned = [value for value in got["returns"][-20:] if value == value]  # NaN: no episode ended
     assert learned and max(learned) >= 400, got["returns"]
 
@@ -133,3 +158,25 @@ def test_the_script_solves_cartpole_with_anakin_and_resumes_from_its_checkpoint(
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "resuming from the learner's checkpoint" in again.stdout, again.stdout
+    assert load_policy(str(tmp_path)).act(np.zeros((2, 4), np.float32)).shape == (2,)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_script_trains_several_seeds_at_once_and_reports_each(tmp_path):
+    command = [sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--quiet", "--compilation-cache", "",
+               "--architecture", "anakin", "--num-seeds", "3", "--run-dir", str(tmp_path), "--stop-at-target"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["num_seeds"] == 3 and [seed["seed"] for seed in summary["seeds"]] == [0, 1, 2]
+    for seed in range(3):
+        assert f"  seed {seed}: " in done.stdout, done.stdout
+    rows = read_metrics(tmp_path / "evaluations.csv")
+    assert {"seed/0/mean_return", "seed/2/mean_return"} <= set(rows[-1])
+    np.testing.assert_allclose(rows[-1]["mean_return"], np.mean([rows[-1][f"seed/{i}/mean_return"] for i in range(3)]),
+                               rtol=1e-5)
+    assert rows[-1]["mean_return"] >= 475  # the mean over seeds is the target metric
+    first, last = (load_policy(str(tmp_path), run_seed=i) for i in (0, 2))
+    observations = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    assert not np.array_equal(first.act(observations), last.act(observations))  # two seeds, two policies
