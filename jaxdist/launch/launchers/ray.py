@@ -1,0 +1,497 @@
+"""The ray launcher: every unit of the program (a node, or a threads colocation) in its own Ray
+actor on an existing Ray cluster; Ray only schedules, nodes talk through courier.
+
+    jd.launch(program, launcher="ray", address="auto",
+              resources={"learner": {"num_gpus": 1}}, placement={"learner": jd.on_host(0)})
+
+Inside its actor a unit runs exactly as under `processes`: that launcher's supervisor starts it
+as a child process of the actor, restarts it on its address by the program's restart policy (a
+learner restores its checkpoint), and stops its whole tree. This launcher adds the cluster:
+
+- Placement: Ray places the actors through one placement group. Without `placement`, each
+  top-level node is a bundle (its colocated parts together), spread over the cluster; with it,
+  each host is a bundle (``STRICT_SPREAD``: one Ray node each) and groups go to hosts as under
+  `multihost` (`jd.per_host()`, `jd.spread()`, `jd.on_host(k)`; unplaced groups on host 0).
+- Resources per group: Ray's ``num_cpus``, ``num_gpus``, ``memory`` and ``resources`` (custom
+  ones, ``{"TPU": 4}``) for each node's actor, plus ``env`` as under `processes`.
+- The two-phase start across actors: every actor's node binds and reports its addresses and
+  waits; once the table is complete every node is constructed with it, then all run.
+- A per_host group joins one `jax.distributed` group as under `multihost` (coordinator on the
+  Ray node of host 0).
+- `jd.stop()` in a node, a unit that fails past its policy, or the end of the work stops the
+  program from here, in order: nodes that stop first (learners), then the rest; then the actors
+  and the placement group go. A unit whose actor dies (its Ray node lost) fails the program.
+
+What travels through Ray: each actor's constructor arguments, which Ray pickles: the program
+(pickled by this launcher as `processes` pickles a node for its child: classes by reference,
+found by importing the launching script on the Ray node), the launch's token and options.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import multiprocessing.spawn
+import os
+import pickle
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from jaxdist.launch import placement as placement_module
+from jaxdist.launch import preflight, sigterm
+from jaxdist.launch.launchers import processes
+from jaxdist.launch.launchers.multihost import AUTO, _distributed_group, _with_distributed_env
+from jaxdist.launch.placement import Placement
+from jaxdist.launch.restart import Restart
+from jaxdist.launch.restart import policies as restart_policies
+from jaxdist.launch.running import FAILED, FINISHED, RUNNING, STARTING, STOPPED, WORK_DONE, Running
+from jaxdist.program import AddressTable, Node, Program
+
+RAY_OPTIONS = {
+    "num_cpus": "CPUs Ray reserves for each node of the group (0)",
+    "num_gpus": "GPUs for each node (Ray sets CUDA_VISIBLE_DEVICES)",
+    "memory": "bytes of memory Ray reserves for each node",
+    "resources": "other Ray resources for each node, e.g. {'TPU': 4} or a custom one",
+}
+SUPPORTED_RESOURCES = {**processes.SUPPORTED_RESOURCES, **RAY_OPTIONS}
+POLL_INTERVAL = 0.2
+"""Seconds between the launcher's looks at its actors (their nodes' states, stops they ask for)."""
+BUNDLE_FLOOR = {"CPU": 0.01}
+"""A placement group bundle may not be empty: what a bundle of nodes that ask for nothing holds."""
+LOOPBACK = "127.0.0.1"
+NODE_IP = "node"
+
+
+def launch(
+    program: Program,
+    *,
+    address: str | None = None,
+    run_dir: str | None = None,
+    resources: dict[str, dict[str, Any]] | None = None,
+    placement: Mapping[str, Placement] | None = None,
+    num_hosts: int | None = None,
+    distributed: str | None = AUTO,
+    restart: dict[str, Restart] | None = None,
+    token: str | None = None,
+    grace: float = 10.0,
+    interrupt_after: float = 2.0,
+    echo: bool = True,
+    start_timeout: float = 300.0,
+    bind_host: str | None = None,
+) -> Running:
+    """Start `program` on a Ray cluster; returns once every node runs (or one failed: see `wait`).
+
+    `address`: the cluster, as `ray.init` takes it ("auto": the one this machine belongs to,
+    "ray://head:10001": Ray Client); None: the connection this process already has, else
+    `ray.init()`'s default ($RAY_ADDRESS, or a new local cluster). A connection this launcher
+    made is closed at the stop. `num_hosts`: the hosts `placement` spreads over (default: the
+    per_host group's size, else the cluster's node count). `bind_host`: what servers bind
+    (default 127.0.0.1 when the whole cluster is this machine, else each Ray node's IP).
+    """
+    ray = _import_ray()
+    preflight.check_program(program)
+    resources = preflight.check_resources(program, resources, SUPPORTED_RESOURCES)
+    policies = restart_policies(program, restart)
+    preflight.check_shippable(program)
+    run_dir = preflight.prepare_run_dir(program, run_dir)
+    owns_connection = not ray.is_initialized()
+    if owns_connection:
+        ray.init(address=address, log_to_driver=echo)
+    try:
+        layout = _layout(program, placement, num_hosts or _default_hosts(program, placement, ray), resources)
+        group = _placement_group(ray, layout, start_timeout)
+    except BaseException:
+        if owns_connection:
+            ray.shutdown()
+        raise
+    running = _RayRunning(program, run_dir, token or preflight.new_token(), grace, ray, group, owns_connection)
+    running.start(
+        layout, resources, policies, _bind_host(ray, bind_host), distributed,
+        (echo, interrupt_after, start_timeout),
+    )
+    return running
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("launcher='ray' needs Ray: pip install 'jaxdist[ray]' (or pip install ray), on this "
+                          "machine and on every node of the Ray cluster") from None
+    return ray
+
+
+# Where the units go ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """Each unit's bundle in the placement group, and what each bundle holds."""
+
+    bundle_of: dict[str, int]
+    bundles: list[dict[str, float]]
+    strategy: str
+    plan: placement_module.Plan | None = None
+    """The multihost plan when `placement` was given: hosts are bundles."""
+
+
+def _default_hosts(program: Program, placement: Mapping[str, Placement] | None, ray: Any) -> int:
+    per_host = [label for label, spec in (placement or {}).items() if spec.kind == "per_host"]
+    if per_host:
+        return len(program.groups[per_host[0]])
+    return sum(1 for node in ray.nodes() if node.get("Alive"))
+
+
+def _layout(program: Program, placement: Mapping[str, Placement] | None, num_hosts: int,
+            resources: dict[str, dict[str, Any]]) -> _Layout:
+    labels = {unit.name: label for label, unit in program.units()}
+    if placement:
+        plan = placement_module.plan(program, tuple(f"host{index}" for index in range(num_hosts)), placement)
+        bundle_of, strategy = dict(plan.host_of), "STRICT_SPREAD"
+    else:
+        plan, bundle_of, strategy = None, {}, "SPREAD"
+        tops = [node for members in program.groups.values() for node in members]
+        for index, node in enumerate(tops):
+            bundle_of.update({unit.name: index for unit in node.units()})
+    bundles: list[dict[str, float]] = [{} for _ in range(max(bundle_of.values()) + 1)]
+    for name, index in bundle_of.items():
+        for key, amount in _bundle_resources(resources.get(labels[name], {})).items():
+            bundles[index][key] = bundles[index].get(key, 0) + amount
+    return _Layout(bundle_of, [bundle or dict(BUNDLE_FLOOR) for bundle in bundles], strategy, plan)
+
+
+def _actor_options(spec: dict[str, Any]) -> dict[str, Any]:
+    """Ray's actor options for one node of a group with resources `spec`."""
+    options: dict[str, Any] = {"num_cpus": spec.get("num_cpus", 0)}
+    for key in ("num_gpus", "memory", "resources"):
+        if spec.get(key):
+            options[key] = spec[key]
+    return options
+
+
+def _bundle_resources(spec: dict[str, Any]) -> dict[str, float]:
+    amounts = {"CPU": spec.get("num_cpus", 0), "GPU": spec.get("num_gpus", 0), "memory": spec.get("memory", 0),
+               **spec.get("resources", {})}
+    return {key: amount for key, amount in amounts.items() if amount}
+
+
+def _placement_group(ray: Any, layout: _Layout, timeout: float) -> Any:
+    from ray.util import placement_group, remove_placement_group
+
+    group = placement_group(layout.bundles, strategy=layout.strategy)
+    ready, _ = ray.wait([group.ready()], timeout=timeout)
+    if not ready:
+        remove_placement_group(group)
+        raise RuntimeError(
+            f"Ray could not place the program's {len(layout.bundles)} bundles ({layout.strategy}) within {timeout:g} s: "
+            f"they ask for {layout.bundles}; the cluster has {ray.cluster_resources()} over "
+            f"{sum(1 for node in ray.nodes() if node.get('Alive'))} nodes. Lower the groups' resources, or num_hosts "
+            f"(STRICT_SPREAD puts each host on its own Ray node)")
+    return group
+
+
+def _bind_host(ray: Any, bind_host: str | None) -> str:
+    """Loopback when every Ray node is this machine, else each node's own IP (said once)."""
+    if bind_host is not None:
+        return bind_host
+    addresses = {node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")}
+    if len(addresses) <= 1:
+        return LOOPBACK
+    print(f"[launcher] the Ray cluster spans {len(addresses)} machines: nodes serve on their node's IP, and courier "
+          f"runs without TLS between them (the token and parameters cross the network in cleartext)", flush=True)
+    return NODE_IP
+
+
+# The launcher's side -----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Unit:
+    name: str
+    label: str
+    node: Node
+    actor: Any = None
+    lost: bool = False
+
+
+class _RayRunning(Running):
+    def __init__(self, program: Program, run_dir: str, token: str, grace: float, ray: Any, group: Any,
+                 owns_connection: bool) -> None:
+        super().__init__(program.name, [unit.name for _, unit in program.units()], run_dir)
+        self.token = token
+        self._program = program
+        self._grace = grace
+        self._ray = ray
+        self._group = group
+        self._owns_connection = owns_connection
+        self._units = {unit.name: _Unit(unit.name, label, unit) for label, unit in program.units()}
+        self._watcher: threading.Thread | None = None
+
+    def start(self, layout: _Layout, resources: dict[str, dict[str, Any]], policies: dict[str, Restart],
+              bind_host: str, distributed: str | None, spawn_options: tuple[bool, float, float]) -> None:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        sigterm.watch(self)
+        actor_class = self._ray.remote(UnitActor)
+        payload, main = pickle.dumps(self._program), _main_preparation()
+        for unit in self._units.values():
+            strategy = PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=layout.bundle_of[unit.name])
+            unit.actor = actor_class.options(
+                scheduling_strategy=strategy, max_concurrency=4, **_actor_options(resources.get(unit.label, {})),
+            ).remote(payload, main, unit.name, self.run_dir, self.token, policies, self._grace, bind_host)
+        unit_resources = self._unit_resources(layout, resources, distributed)
+        timeout = spawn_options[2]
+        bound = self._each("bind", timeout, lambda unit: (unit_resources[unit.name], *spawn_options))
+        if bound is None:
+            return
+        for report in bound.values():
+            self.addresses.update(report["addresses"])
+        if self._each("construct", timeout, lambda unit: (dict(self.addresses),)) is None:
+            return
+        self._look()
+        self._watcher = threading.Thread(target=self._watch, name="jaxdist-ray-watch", daemon=True)
+        self._watcher.start()
+
+    def _unit_resources(self, layout: _Layout, resources: dict[str, dict[str, Any]],
+                        distributed: str | None) -> dict[str, dict[str, Any]]:
+        """Each unit's resources; a per_host group's nodes get the jax.distributed variables."""
+        plain = {name: resources for name in self._units}
+        group = _distributed_group(layout.plan, distributed) if layout.plan else None
+        if group is None:
+            return plain
+        first = next(unit for unit in self._units.values() if unit.label == group and layout.bundle_of[unit.name] == 0)
+        plan = dataclasses.replace(layout.plan, coordinator=self._ray.get(first.actor.free_address.remote()))
+        return {name: _with_distributed_env(resources, plan, group, layout.bundle_of[name])
+                if unit.label == group else resources for name, unit in self._units.items()}
+
+    def _each(self, method: str, timeout: float, arguments: Any) -> dict[str, Any] | None:
+        """`method` called on every unit's actor at once: their answers by unit, or None when one
+        failed or took longer than `timeout` (the program is then stopping, and `wait` says why)."""
+        calls = {getattr(unit.actor, method).remote(*arguments(unit)): unit.name for unit in self._units.values()}
+        ready, late = self._ray.wait(list(calls), num_returns=len(calls), timeout=timeout)
+        answers, failed = {}, False
+        for call in ready:
+            name = calls[call]
+            try:
+                answers[name] = self._ray.get(call)
+            except self._ray.exceptions.RayError as error:
+                self.node_failed(name, f"its Ray actor failed while the program started:\n{error}")
+                failed = True
+                continue
+            if answers[name].get("error"):
+                self.node_failed(name, answers[name]["error"], answers[name].get("exitcode"))
+                failed = True
+        if late and not failed:
+            names = sorted(calls[call] for call in late)
+            self.node_failed(names[0], f"nodes {names} did not {method} within the start timeout ({timeout:g} s)")
+        return None if failed or late else answers
+
+    # Watching ---------------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        while not self._stop_requested.wait(POLL_INTERVAL):
+            self._look()
+
+    def _look(self) -> None:
+        """Bring each unit's state here from its actor; act on what changed."""
+        calls = {unit.actor.report.remote(): unit for unit in self._units.values() if not unit.lost}
+        for call, unit in calls.items():
+            try:
+                report = self._ray.get(call)
+            except self._ray.exceptions.RayError as error:
+                unit.lost = True
+                self.node_failed(unit.name, f"its Ray actor died (its Ray node lost, or the actor killed):\n{error}")
+                continue
+            self._mirror(unit.name, report)
+
+    def _mirror(self, name: str, report: dict[str, Any]) -> None:
+        local = report["status"]
+        with self._lock:
+            status = self._statuses[name]
+            settled = status.state in (FINISHED, FAILED, STOPPED)
+            if not settled:
+                for field in ("has_run", "pid", "exitcode", "restarts", "last_restart_cause"):
+                    setattr(status, field, local[field])
+                if local["state"] in (STARTING, RUNNING):
+                    status.state = local["state"]
+        if settled:
+            return
+        if report["asked_stop"] not in (None, WORK_DONE) and local["state"] != FAILED:
+            self.request_stop(report["asked_stop"])  # jd.stop() or SIGTERM in the node, maybe just before it returned
+        if local["state"] == FINISHED:
+            self.node_finished(name, local["exitcode"])
+        elif local["state"] == FAILED:
+            self.node_failed(name, local["error"], local["exitcode"])
+
+    # Stopping ---------------------------------------------------------------------------------
+
+    def _shut_down(self) -> None:
+        """Nodes that stop first (learners), then the rest, each unit's stop as under `processes`
+        (stop, SIGTERM, grace, SIGKILL of its tree); then the actors and the placement group."""
+        from ray.util import remove_placement_group
+
+        units = [unit for unit in self._units.values() if unit.actor is not None]
+        first = [unit for unit in units if unit.node.stops_first()]
+        for phase in (first, [unit for unit in units if unit not in first]):
+            calls = [unit.actor.stop.remote() for unit in phase if not unit.lost]
+            self._ray.wait(calls, num_returns=len(calls), timeout=2 * self._grace + 10)
+        for unit in units:
+            self._ray.kill(unit.actor, no_restart=True)
+        _wait_until_dead(self._ray, [unit.actor for unit in units])
+        remove_placement_group(self._group)
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join()
+        sigterm.forget(self)
+        if self._owns_connection:
+            self._ray.shutdown()
+
+
+def _wait_until_dead(ray: Any, actors: list[Any], timeout: float = 30.0) -> None:
+    """Returns once every killed actor answers as dead (`ray.kill` only asks)."""
+    deadline = time.monotonic() + timeout
+    for actor in actors:
+        while time.monotonic() < deadline:
+            try:
+                ray.get(actor.report.remote(), timeout=max(0.1, deadline - time.monotonic()))
+            except ray.exceptions.RayActorError:
+                break
+            except ray.exceptions.GetTimeoutError:
+                return
+            time.sleep(0.05)
+
+
+def _main_preparation() -> dict[str, Any]:
+    """What a spawned child learns of its parent to import the launching script (its path, and
+    this sys.path and sys.argv), for the actors to do the same; no secret (no authkey)."""
+    data = multiprocessing.spawn.get_preparation_data("jaxdist-ray")
+    keep = ("sys_path", "sys_argv", "dir", "init_main_from_path", "init_main_from_name")
+    return {key: value for key, value in data.items() if key in keep}
+
+
+# The actor's side ------------------------------------------------------------------------------
+
+
+class UnitActor:
+    """One unit of the program in a Ray actor: run by the processes launcher's supervisor as a
+    child process of the actor, held between bind and construct until every actor has bound."""
+
+    def __init__(self, payload: bytes, main: dict[str, Any], name: str, run_dir: str, token: str,
+                 policies: dict[str, Restart], grace: float, bind_host: str) -> None:
+        _import_main(main)
+        program = pickle.loads(payload)
+        self._name = name
+        self._run_dir, self._token, self._policies, self._grace = run_dir, token, policies, grace
+        self._program = program
+        self._bind_host = _resolve_bind_host(bind_host)
+        self._running: _HeldRunning | None = None
+
+    def free_address(self) -> str:
+        """host:port free on this Ray node now (the jax.distributed coordinator's)."""
+        with socket.socket() as probe:
+            probe.bind((self._bind_host, 0))
+            return f"{self._bind_host}:{probe.getsockname()[1]}"
+
+    def bind(self, resources: dict[str, dict[str, Any]], echo: bool, interrupt_after: float,
+             start_timeout: float) -> dict[str, Any]:
+        """Start the unit's process; returns its servers' addresses once bound (or its failure)."""
+        running = self._running = _HeldRunning(self._program, self._run_dir, self._token, resources,
+                                               self._policies, self._grace)
+        running.fix_addresses([self._name], {}, None)
+        unit = next(unit for _, unit in self._program.units() if unit.name == self._name)
+        placeholders = {name: f"{self._bind_host}:0" for name in placement_module.serving_names(unit)}
+        running.addresses.update(placeholders)  # what its servers bind: this host, any port
+        threading.Thread(target=running.start, args=(echo, interrupt_after, start_timeout),
+                         name="jaxdist-ray-unit", daemon=True).start()
+        running.wait_held_or_started()
+        if not running.held.is_set():
+            return self._failure()
+        return {"addresses": {name: address for name, address in running.addresses.items()
+                              if address != placeholders.get(name)}}
+
+    def construct(self, addresses: AddressTable) -> dict[str, Any]:
+        """Construct and run the unit against the complete table; returns once it runs."""
+        self._running.release(addresses)
+        return self._failure() if self._running.status()[self._name]["state"] == FAILED else {}
+
+    def report(self) -> dict[str, Any]:
+        running = self._running
+        if running is None:
+            return {"status": {"state": "starting"}, "asked_stop": None}
+        return {"status": running.status()[self._name], "asked_stop": running.asked_stop}
+
+    def stop(self) -> None:
+        if self._running is not None:
+            self._running.allow_stop()
+            self._running.stop()
+
+    def _failure(self) -> dict[str, Any]:
+        status = self._running.status()[self._name]
+        return {"error": status["error"] or f"the node stopped while starting ({self._running.stop_reason})",
+                "exitcode": status["exitcode"]}
+
+
+def _import_main(preparation: dict[str, Any]) -> None:
+    """Import the launching script here as a spawned child does (as __mp_main__, with the
+    launcher's sys.path), so the program unpickles by reference as it does in a node's process,
+    and the node's own process, spawned from here, imports it too. While it runs jd.launch()
+    refuses (a script without the main guard), as in a spawned child."""
+    preparation = dict(preparation)
+    if not os.path.isdir(preparation.get("dir", "")):
+        preparation.pop("dir", None)  # another machine: stay where Ray started the actor
+    process = multiprocessing.current_process()
+    process._inheriting = True  # type: ignore[attr-defined]
+    try:
+        multiprocessing.spawn.prepare(preparation)
+    finally:
+        process._inheriting = False  # type: ignore[attr-defined]
+
+
+def _resolve_bind_host(bind_host: str) -> str:
+    if bind_host != NODE_IP:
+        return bind_host
+    import ray
+
+    return ray.util.get_node_ip_address()
+
+
+class _HeldRunning(processes._ProcessesRunning):
+    """The processes supervisor of one unit, with two changes for a program spread over actors:
+    its nodes wait after binding until `release` brings the whole address table, and a stop its
+    nodes ask for (`jd.stop()`, SIGTERM, the end of their work) is recorded for the launcher,
+    which stops the whole program in order, rather than carried out here (until `allow_stop`)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.held = threading.Event()
+        self.asked_stop: str | None = None
+        self._released = threading.Event()
+        self._stop_allowed = False
+
+    def _advance_start(self, deadline: float) -> None:
+        if not self._released.is_set() and not self._started.is_set() and \
+                {child.stage for child in self._children.values()} == {"bound"}:
+            self.held.set()
+            return
+        super()._advance_start(deadline)
+
+    def wait_held_or_started(self) -> None:
+        while not (self.held.wait(0.05) or self._started.is_set()):
+            pass
+
+    def release(self, addresses: AddressTable) -> None:
+        self.addresses.clear()
+        self.addresses.update(addresses)
+        self._released.set()
+        self._started.wait()
+
+    def request_stop(self, reason: str) -> None:
+        if self._stop_allowed:
+            super().request_stop(reason)
+        elif self.asked_stop is None:
+            self.asked_stop = reason
+
+    def allow_stop(self) -> None:
+        self._stop_allowed = True
