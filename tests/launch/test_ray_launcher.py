@@ -7,10 +7,17 @@ from __future__ import annotations
 import os
 import signal
 
+import numpy as np
+import psutil
 import pytest
 
 import jaxdist as jd
 import launch_nodes as nodes
+import learner_nodes as ln
+import ray_nodes
+from jaxdist.checkpoint import checkpoint_dir
+from jaxdist.nodes.learner import Learner
+from jaxdist.nodes.replay import Fifo, ReplayClient, ReplayNode
 from jaxdist.launch.running import WORK_DONE
 from waiting import wait_until
 
@@ -47,13 +54,6 @@ def live_actors() -> list[str]:
             if actor["State"] != "DEAD" and actor["ActorClassName"] == "UnitActor"]
 
 
-class Where:
-    """Serves the Ray node it runs on."""
-
-    def node_id(self) -> str:
-        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else os.environ.get("RAY_NODE_ID", "")
-
-
 def producer_consumer(num_producers: int) -> jd.Program:
     program = jd.Program("producer_consumer")
     with program.group("producer"):
@@ -88,3 +88,101 @@ def test_jd_stop_in_a_node_stops_the_program_and_its_callers_reach_its_server(cl
     assert running.wait(timeout=60)
     assert "jd.stop() was called in node 'stopper/0'" in running.stop_reason
     wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
+
+
+def ray_node_of(pid: int) -> str:
+    """The Ray node whose actor is the parent of the node process `pid`."""
+    from ray._private import state
+
+    actor_pid = psutil.Process(pid).ppid()
+    return next(actor["Address"]["NodeID"] for actor in state.actors().values()
+                if actor["Pid"] == actor_pid and actor["State"] == "ALIVE")
+
+
+def test_placement_puts_groups_on_hosts_and_a_per_host_group_joins_jax_distributed(cluster, tmp_path):
+    program = jd.Program("placed")
+    groups = {"learner": 2, "actor": 4, "replay": 1}
+    handles = {}
+    for label, count in groups.items():
+        with program.group(label):
+            handles[label] = [program.add_node(jd.CourierNode(ray_nodes.Reporter)) for _ in range(count)]
+    placement = {"learner": jd.per_host(), "actor": jd.spread(), "replay": jd.on_host(1)}
+    running = jd.launch(program, launcher="ray", run_dir=str(tmp_path), echo=False, placement=placement)
+    try:
+        clients = {label: [running.client(handle, timeout=30) for handle in members]
+                   for label, members in handles.items()}
+        host = {label: [ray_node_of(client.pid()) for client in members] for label, members in clients.items()}
+        assert host["learner"][0] != host["learner"][1]  # STRICT_SPREAD: a host is a Ray node
+        assert host["actor"] == [host["learner"][0], host["learner"][1]] * 2
+        assert host["replay"] == [host["learner"][1]]
+        learners = clients["learner"]
+        assert [client.env("JAXDIST_PROCESS_ID") for client in learners] == ["0", "1"]
+        assert {client.env("JAXDIST_NUM_PROCESSES") for client in learners} == {"2"}
+        coordinator = learners[0].env("JAXDIST_COORDINATOR_ADDRESS")
+        assert coordinator == learners[1].env("JAXDIST_COORDINATOR_ADDRESS") and coordinator.startswith("127.0.0.1:")
+        assert clients["actor"][0].env("JAXDIST_PROCESS_ID") is None  # actors stay out of the group
+    finally:
+        running.stop()
+    wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
+
+
+def test_resources_are_ray_resources_and_an_impossible_request_says_what_the_cluster_has(cluster, tmp_path):
+    program = jd.Program("resources")
+    with program.group("second"):
+        second = program.add_node(jd.CourierNode(ray_nodes.Reporter))
+    with program.group("head"):
+        head = program.add_node(jd.CourierNode(ray_nodes.Reporter))
+    running = jd.launch(program, launcher="ray", run_dir=str(tmp_path), echo=False, resources={
+        "second": {"resources": {"second": 0.5}, "env": {"WHERE": "second"}},
+        "head": {"resources": {"head": 0.5}, "num_cpus": 1}})
+    try:
+        nodes_by_resource = {resource: node["NodeID"] for node in ray.nodes() for resource in ("head", "second")
+                             if resource in node["Resources"]}
+        assert ray_node_of(running.client(second, timeout=30).pid()) == nodes_by_resource["second"]
+        assert ray_node_of(running.client(head, timeout=30).pid()) == nodes_by_resource["head"]
+        assert running.client(second).env("WHERE") == "second"
+    finally:
+        running.stop()
+    with pytest.raises(RuntimeError, match="could not place"):
+        jd.launch(program, launcher="ray", run_dir=str(tmp_path), echo=False, start_timeout=3,
+                  resources={"head": {"num_gpus": 1}})
+    with pytest.raises(ValueError, match="unknown keys"):
+        jd.launch(program, launcher="ray", run_dir=str(tmp_path), resources={"head": {"num_cpu": 1}})
+
+
+def test_a_sigkilled_learner_and_replay_come_back_from_their_checkpoints_on_their_addresses(cluster, tmp_path):
+    program = jd.Program("learn")
+    with program.group("learner"):
+        program.add_node(jd.CourierNode(Learner, ln.LOGIC, ln.RegressionBatches(limit=27), log_every=1,
+                                        checkpoint={"save_every_steps": 10}))
+    with program.group("replay"):
+        program.add_node(ReplayNode(Fifo(16), checkpoint=True))
+    # No restart=: learners and replay come back by their node type's policy.
+    running = jd.launch(program, launcher="ray", run_dir=str(tmp_path), echo=False,
+                        resources={"learner": {"env": {"JAX_PLATFORMS": "cpu"}}})
+    try:
+        addresses = dict(running.addresses)
+        learner, replay = running.client("learner/0", timeout=60), ReplayClient(running.client("replay/0", timeout=60))
+        replay.insert_many([{"x": np.full(2, seq)} for seq in range(3)])
+        step = replay.checkpoint()
+        replay.insert({"x": np.full(2, 3)})  # after the checkpoint: dies with the node
+        wait_until(lambda: learner.status()["step"] == 27, "step 27", timeout=120)
+        wait_until(lambda: saved_steps(tmp_path) == [10, 20], "checkpoint 20 committed")
+        for name in ("learner/0", "replay/0"):
+            os.kill(running.status()[name]["pid"], signal.SIGKILL)
+            wait_until(lambda: running.status()[name]["restarts"] == 1, f"{name}'s restart")
+            wait_until(lambda: running.status()[name]["state"] == "running", f"{name} to run again")
+            assert "killed by SIGKILL" in running.status()[name]["last_restart_cause"]
+        assert running.addresses == addresses
+        assert wait_until(lambda: learner.status(), "the restarted learner answering")["restored_step"] == 20
+        wait_until(lambda: learner.status()["step"] == 27, "step 27 again")
+        assert replay.size() == 3 and replay.sample(3, timeout=10)["data"]["x"][:, 0].tolist() == [0, 1, 2]
+    finally:
+        running.stop()
+    assert "restored checkpoint step" in (tmp_path / "logs" / "replay-0.log").read_text()
+    wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
+
+
+def saved_steps(run_dir) -> list[int]:
+    directory = checkpoint_dir(str(run_dir), "learner/0")
+    return sorted(int(name) for name in os.listdir(directory) if name.isdigit()) if os.path.isdir(directory) else []

@@ -298,27 +298,26 @@ class _RayRunning(Running):
     def _look(self) -> None:
         """Bring each unit's state here from its actor; act on what changed."""
         calls = {unit.actor.report.remote(): unit for unit in self._units.values() if not unit.lost}
+        reports = {}
         for call, unit in calls.items():
             try:
-                report = self._ray.get(call)
+                reports[unit.name] = self._ray.get(call)
             except self._ray.exceptions.RayError as error:
                 unit.lost = True
                 self.node_failed(unit.name, f"its Ray actor died (its Ray node lost, or the actor killed):\n{error}")
-                continue
-            self._mirror(unit.name, report)
-
-    def _mirror(self, name: str, report: dict[str, Any]) -> None:
-        local = report["status"]
-        with self._lock:
-            status = self._statuses[name]
-            settled = status.state in (FINISHED, FAILED, STOPPED)
-            if not settled:
+        with self._lock:  # every node's state first: whether all work is done depends on them all
+            unsettled = [name for name in reports if self._statuses[name].state not in (FINISHED, FAILED, STOPPED)]
+            for name in unsettled:
+                status, local = self._statuses[name], reports[name]["status"]
                 for field in ("has_run", "pid", "exitcode", "restarts", "last_restart_cause"):
                     setattr(status, field, local[field])
                 if local["state"] in (STARTING, RUNNING):
                     status.state = local["state"]
-        if settled:
-            return
+        for name in unsettled:
+            self._act_on(name, reports[name])
+
+    def _act_on(self, name: str, report: dict[str, Any]) -> None:
+        local = report["status"]
         if report["asked_stop"] not in (None, WORK_DONE) and local["state"] != FAILED:
             self.request_stop(report["asked_stop"])  # jd.stop() or SIGTERM in the node, maybe just before it returned
         if local["state"] == FINISHED:
@@ -334,19 +333,31 @@ class _RayRunning(Running):
         from ray.util import remove_placement_group
 
         units = [unit for unit in self._units.values() if unit.actor is not None]
+        if not self._ray.is_initialized():  # Ray was shut down under the program: nothing to reach
+            units = []  # (and a call now would start a new local Ray instance)
         first = [unit for unit in units if unit.node.stops_first()]
         for phase in (first, [unit for unit in units if unit not in first]):
-            calls = [unit.actor.stop.remote() for unit in phase if not unit.lost]
+            calls = [_quietly(unit.actor.stop.remote) for unit in phase if not unit.lost]
+            calls = [call for call in calls if call is not None]
             self._ray.wait(calls, num_returns=len(calls), timeout=2 * self._grace + 10)
         for unit in units:
-            self._ray.kill(unit.actor, no_restart=True)
+            _quietly(self._ray.kill, unit.actor, no_restart=True)
         _wait_until_dead(self._ray, [unit.actor for unit in units])
-        remove_placement_group(self._group)
+        if units:
+            _quietly(remove_placement_group, self._group)
         if self._watcher is not None and self._watcher is not threading.current_thread():
             self._watcher.join()
         sigterm.forget(self)
         if self._owns_connection:
             self._ray.shutdown()
+
+
+def _quietly(call: Any, *args: Any, **kwargs: Any) -> Any:
+    """`call(...)`, or None when it fails: an actor already gone refuses even to take a call."""
+    try:
+        return call(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - Ray raises a bare Exception for a vanished actor
+        return None
 
 
 def _wait_until_dead(ray: Any, actors: list[Any], timeout: float = 30.0) -> None:
@@ -356,10 +367,10 @@ def _wait_until_dead(ray: Any, actors: list[Any], timeout: float = 30.0) -> None
         while time.monotonic() < deadline:
             try:
                 ray.get(actor.report.remote(), timeout=max(0.1, deadline - time.monotonic()))
-            except ray.exceptions.RayActorError:
-                break
             except ray.exceptions.GetTimeoutError:
                 return
+            except Exception:  # noqa: BLE001 - dead: RayActorError, or refused at submission
+                break
             time.sleep(0.05)
 
 
