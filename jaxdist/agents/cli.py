@@ -26,8 +26,8 @@ from jaxdist.agents.config import AgentConfig, Presets
 class RunOptions:
     """How to run, not what: none of these is saved with the config."""
 
-    launcher: Literal["threads", "processes", "multihost"] = "processes"
-    """multihost: run this same command on every host (see the README's runbook)."""
+    launcher: Literal["threads", "processes", "multihost", "ray"] = "processes"
+    """multihost: run this same command on every host (see the README's runbook); ray: on a Ray cluster."""
     run_dir: str | None = None
     """Default: runs/<agent>-<env>-seed<seed>, e.g. runs/ppo-cartpole-seed0."""
     fresh: bool = False
@@ -50,8 +50,12 @@ class RunOptions:
     """multihost: first port of host 0's range."""
     tls_dir: str | None = None
     """multihost: certificates from python -m jaxdist.certs DIR --hosts ... for mutual TLS between hosts."""
+    ray_address: str | None = None
+    """ray: the cluster ('auto', 'ray://head:10001'; default: $RAY_ADDRESS, else a new local one)."""
 
     def launch_options(self) -> dict[str, Any] | None:
+        if self.launcher == "ray":
+            return {"address": self.ray_address} if self.ray_address else None
         if self.launcher != "multihost":
             return None
         names = ("hosts", "host_index", "coordinator", "base_port", "tls_dir")
