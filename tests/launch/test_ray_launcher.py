@@ -4,8 +4,12 @@ by the program's policy, and a stop that leaves no actor behind."""
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
 import signal
+import subprocess
+import sys
 
 import numpy as np
 import psutil
@@ -25,6 +29,8 @@ pytestmark = pytest.mark.slow
 
 ray = pytest.importorskip("ray", reason="launcher='ray' needs Ray: pip install 'jaxdist[ray]'")
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXPERIMENTS = os.path.join(REPO, "experiments")
 NODE_CPUS = 2
 OBJECT_STORE = 100 * 2**20
 
@@ -54,26 +60,61 @@ def live_actors() -> list[str]:
             if actor["State"] != "DEAD" and actor["ActorClassName"] == "UnitActor"]
 
 
-def producer_consumer(num_producers: int) -> jd.Program:
-    program = jd.Program("producer_consumer")
-    with program.group("producer"):
-        producers = [program.add_node(jd.CourierNode(nodes.Counter)) for _ in range(num_producers)]
-    with program.group("consumer"):
-        for producer in producers:
-            program.add_node(jd.PyNode(nodes.call_counter, producer, 3))
-    return program
+def example(name: str):
+    """One of experiments/' paper examples, imported by name: the actors find it on the sys.path
+    the launcher hands them, as spawned node processes do."""
+    if EXPERIMENTS not in sys.path:
+        sys.path.insert(0, EXPERIMENTS)
+    return importlib.import_module(name)
 
 
-def test_a_program_runs_as_ray_actors_and_its_stop_leaves_none(cluster, tmp_path):
-    running = jd.launch(producer_consumer(2), launcher="ray", run_dir=str(tmp_path), echo=False)
+PAPER_EXAMPLES = {  # program, the line its node logs, the node
+    "producer_consumer": (lambda module: module.make_program(4), "Results: [0, 1, 4, 9]", "consumer-0"),
+    "mapreduce_wordcount": (lambda module: module.make_program(4, 2, module.synthetic_corpus(20000, seed=0), 1000),
+                            "matches a single-process count: True", "coordinator-0"),
+    "es_futures": (lambda module: module.make_program(4, 20, 100, 8), "final fitness -0.0", "learner-0"),
+}
+
+
+@pytest.mark.parametrize("name", PAPER_EXAMPLES)
+def test_the_paper_examples_run_as_ray_actors_and_their_stop_leaves_none(cluster, tmp_path, name):
+    make_program, expected, node = PAPER_EXAMPLES[name]
+    running = jd.launch(make_program(example(name)), launcher="ray", run_dir=str(tmp_path), echo=False)
+    assert running.wait(timeout=120)
+    assert running.stop_reason.startswith("jd.stop() was called in node")
+    assert expected in (tmp_path / "logs" / f"{node}.log").read_text()
+    assert {status["state"] for status in running.status().values()} <= {"finished", "stopped"}
+    wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
+
+
+def test_the_program_ends_once_its_nodes_with_work_finish_and_its_services_are_stopped(cluster, tmp_path):
+    program = jd.Program("work")
+    with program.group("counter"):
+        counters = [program.add_node(jd.CourierNode(nodes.Counter)) for _ in range(2)]
+    with program.group("caller"):
+        for counter in counters:
+            program.add_node(jd.PyNode(nodes.call_counter, counter, 3))
+    running = jd.launch(program, launcher="ray", run_dir=str(tmp_path), echo=False)
     assert running.wait(timeout=120)
     assert running.stop_reason == WORK_DONE
     statuses = running.status()
-    assert {statuses[f"consumer/{index}"]["state"] for index in range(2)} == {"finished"}
-    assert {statuses[f"producer/{index}"]["state"] for index in range(2)} == {"stopped"}
+    assert [statuses[f"caller/{index}"]["state"] for index in range(2)] == ["finished"] * 2
+    assert [statuses[f"counter/{index}"]["state"] for index in range(2)] == ["stopped"] * 2
     for index in range(2):
-        log = (tmp_path / "logs" / f"consumer-{index}.log").read_text()
-        assert "counter at 4" in log
+        assert "counter at 4" in (tmp_path / "logs" / f"caller-{index}.log").read_text()
+
+
+def test_a_failing_node_is_reported_with_its_name_and_traceback(cluster, tmp_path):
+    program = jd.Program("failing")
+    with program.group("service"):
+        program.add_node(jd.CourierNode(nodes.Counter))
+    with program.group("bad"):
+        program.add_node(jd.CourierNode(nodes.Failing))
+    running = jd.launch(program, launcher="ray", run_dir=str(tmp_path), echo=False)
+    with pytest.raises(jd.NodeFailedError, match="node 'bad/0' failed") as raised:
+        running.wait(timeout=60)
+    assert "ValueError: deliberate failure in run" in raised.value.details
+    assert running.status()["service/0"]["state"] == "stopped"
     wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
 
 
@@ -186,3 +227,16 @@ def test_a_sigkilled_learner_and_replay_come_back_from_their_checkpoints_on_thei
 def saved_steps(run_dir) -> list[int]:
     directory = checkpoint_dir(str(run_dir), "learner/0")
     return sorted(int(name) for name in os.listdir(directory) if name.isdigit()) if os.path.isdir(directory) else []
+
+
+def test_ppo_solves_cartpole_with_launcher_ray_through_its_script(cluster, tmp_path):
+    done = subprocess.run(
+        [sys.executable, os.path.join(EXPERIMENTS, "ppo.py"), "--launcher", "ray", "--ray-address", cluster.address,
+         "--quiet", "--compilation-cache", "", "--run-dir", str(tmp_path), "--stop-at-target"],
+        capture_output=True, text=True, timeout=400, env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "tests", "support")))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "reached evaluation return 475" in done.stdout, done.stdout
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["final_return"] >= 475
+    assert summary["stop_reason"] == "jd.stop() was called in node 'learner/0/2'"  # the colocated evaluator
+    wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
