@@ -220,7 +220,7 @@ def test_a_sigkilled_learner_and_replay_come_back_from_their_checkpoints_on_thei
         assert replay.size() == 3 and replay.sample(3, timeout=10)["data"]["x"][:, 0].tolist() == [0, 1, 2]
     finally:
         running.stop()
-    assert "restored checkpoint step" in (tmp_path / "logs" / "replay-0.log").read_text()
+    assert f"restored checkpoint step {step}" in (tmp_path / "logs" / "replay-0.log").read_text()
     wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
 
 
@@ -239,4 +239,20 @@ def test_ppo_solves_cartpole_with_launcher_ray_through_its_script(cluster, tmp_p
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["final_return"] >= 475
     assert summary["stop_reason"] == "jd.stop() was called in node 'learner/0/2'"  # the colocated evaluator
+    wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
+
+
+def test_a_units_actor_that_dies_fails_the_program_naming_it_and_its_node_process_follows(cluster, tmp_path):
+    program = jd.Program("lost")
+    with program.group("service"):
+        service = program.add_node(jd.CourierNode(ray_nodes.Reporter))
+    with program.group("other"):
+        program.add_node(jd.CourierNode(nodes.Counter))
+    running = jd.launch(program, launcher="ray", run_dir=str(tmp_path), echo=False)
+    node_process = psutil.Process(running.client(service, timeout=30).pid())
+    os.kill(node_process.ppid(), signal.SIGKILL)  # the unit's actor, as when its Ray node is lost
+    with pytest.raises(jd.NodeFailedError, match="node 'service/0' failed") as raised:
+        running.wait(timeout=60)
+    assert "its Ray actor died" in raised.value.details
+    node_process.wait(timeout=30)  # the node's process, its supervisor gone, stops by itself
     wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
