@@ -65,7 +65,17 @@ def launch(program: Program, launcher: str = "processes", **options: Any) -> Run
         token: required, the same on every host (or $JAXDIST_TOKEN). tls_dir: certificates from
         ``python -m jaxdist.certs`` for mutual TLS between hosts (or $JAXDIST_TLS_DIR).
 
-    A script that launches `processes` or `multihost` needs the ``if __name__ == "__main__":``
+    ``"ray"``: every node (or threads colocation) a Ray actor on a Ray cluster, run inside it as
+    under ``"processes"`` (``pip install 'jaxdist[ray]'``). Everything of ``"processes"``, and:
+        address: the cluster, as ``ray.init`` takes it ("auto", "ray://head:10001"; default: the
+        connection this process has, else ``ray.init()``'s default). resources: per group, also
+        ``num_cpus`` (0), ``num_gpus``, ``memory`` and ``resources`` ({"TPU": 4}, custom ones)
+        for each node's actor. placement, distributed: as under ``"multihost"``, a host being a
+        bundle of one placement group on its own Ray node; num_hosts: how many (default: the
+        per_host group's size, else the cluster's nodes). bind_host: what servers bind (default
+        127.0.0.1 when the cluster is this machine, else each Ray node's IP).
+
+    A script that launches `processes`, `multihost` or `ray` needs the ``if __name__ == "__main__":``
     guard: node processes import the script's main module again.
     """
     if _importing_main_for_a_node():
