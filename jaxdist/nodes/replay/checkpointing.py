@@ -1,8 +1,9 @@
 """Orbax checkpoints of a replay node's tables: ``<run_dir>/checkpoints/<node name>/<step>``.
 
 Each step holds two Orbax items: ``arrays`` (``StandardSave`` of every non-empty array: the
-items' leaves, priorities, RNG words) and ``meta`` (``JsonSave`` of the rest: keys, counters,
-table kinds, and the items' structure). Saves are synchronous, so a step that ``save`` returned
+items' leaves per signature, their keys, times sampled and priorities, the slots' key history
+and free order, the selector's state, RNG words) and ``meta`` (``JsonSave`` of the rest:
+counters, table kinds, and each signature's structure). Saves are synchronous, so a step that ``save`` returned
 is committed; a save cut short by SIGKILL leaves only Orbax's temporary directory, which is never
 restored.
 
@@ -31,7 +32,7 @@ from jaxdist.courier import codec
 
 log = logging.getLogger(__name__)
 
-_FORMAT = 1
+_FORMAT = 2  # 2: items per signature, keys by slot, times sampled, deletes
 
 
 def checkpoint_dir(run_dir: str | os.PathLike, node_name: str) -> str:
@@ -83,7 +84,7 @@ class TableCheckpointer:
             if table is None:
                 log.warning("checkpoint step %d in %s holds table %r, which this node no longer has; "
                             "its %d items are dropped", step, self.directory, name,
-                            state["next_key"] - state["first_key"])
+                            len(state["keys"]))
                 continue
             if type(table).__name__ != kinds[name]:
                 raise ValueError(f"checkpoint step {step} in {self.directory} holds table {name!r} as a "
@@ -102,15 +103,14 @@ def to_checkpoint(states: dict[str, dict[str, Any]], kinds: dict[str, str]) -> t
     meta: dict[str, Any] = {"format": _FORMAT, "tables": {}}
     for index, (name, state) in enumerate(states.items()):
         group = f"t{index}"  # table names may hold characters Orbax gives meaning to
-        tree: dict[str, np.ndarray] = {"keys": np.array([state["first_key"], state["next_key"]], np.int64)}
-        entry: dict[str, Any] = {"group": group, "kind": kinds[name], "values": {}, "arrays": {}}
+        tree: dict[str, np.ndarray] = {}
+        entry: dict[str, Any] = {"group": group, "kind": kinds[name], "values": {}, "arrays": {}, "groups": []}
         for key, value in state.items():
-            if key in ("first_key", "next_key"):
-                continue
-            if key == "items":
-                entry["items"] = _save_items(value, tree)
+            if key == "groups":  # the items, one stack per signature
+                entry["groups"] = [{"index": _save_array(f"g{i}_index", g["index"], tree),
+                                    "items": _save_items(g["items"], tree, f"g{i}_")} for i, g in enumerate(value)]
             elif isinstance(value, np.ndarray):
-                entry["arrays"][key] = _save_array(f"{key}", value, tree)
+                entry["arrays"][key] = _save_array(key, value, tree)
             else:
                 entry["values"][key] = _plain(value)
         arrays[group] = tree
@@ -121,16 +121,19 @@ def to_checkpoint(states: dict[str, dict[str, Any]], kinds: dict[str, str]) -> t
 def from_checkpoint(arrays: dict, meta: dict) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """The inverse of ``to_checkpoint``: table snapshots ready for ``load_state``, and their kinds."""
     if meta.get("format") != _FORMAT:
-        raise ValueError(f"replay checkpoint format {meta.get('format')!r} is not {_FORMAT}")
+        raise ValueError(f"replay checkpoint format {meta.get('format')!r} is not {_FORMAT} (written by another "
+                         "version of jaxdist); restore it with that version, or start from an empty replay in a "
+                         "new run_dir")
     states, kinds = {}, {}
     for name, entry in meta["tables"].items():
-        tree = arrays[entry["group"]]
-        first_key, next_key = (int(k) for k in tree["keys"])
-        state: dict[str, Any] = {"first_key": first_key, "next_key": next_key}
-        state.update(entry["values"])
+        tree = arrays.get(entry["group"], {})
+        state: dict[str, Any] = dict(entry["values"])
         for key, spec in entry["arrays"].items():
             state[key] = _load_array(spec, tree)
-        state["items"] = _load_items(entry.get("items"), tree, next_key - first_key)
+        state["groups"] = []
+        for group in entry["groups"]:
+            index = _load_array(group["index"], tree)
+            state["groups"].append({"index": index, "items": _load_items(group["items"], tree, len(index))})
         states[name], kinds[name] = state, entry["kind"]
     return states, kinds
 
@@ -149,20 +152,16 @@ def _load_array(spec: dict[str, Any], tree: dict) -> np.ndarray:
     return np.empty(spec["shape"], np.dtype(spec["dtype"]))
 
 
-def _save_items(items: Any, tree: dict[str, np.ndarray]) -> dict[str, Any] | None:
-    if items is None:
-        return None
+def _save_items(items: Any, tree: dict[str, np.ndarray], prefix: str) -> dict[str, Any]:
     leaves = list(_leaves(items))
     skeleton = _map_leaves(items, iter([np.empty((0, *leaf.shape[1:]), leaf.dtype) for leaf in leaves]))
     return {
         "skeleton": base64.b64encode(codec.encode(skeleton)).decode("ascii"),
-        "leaves": [_save_array(f"leaf_{i:05d}", leaf, tree) for i, leaf in enumerate(leaves)],
+        "leaves": [_save_array(f"{prefix}leaf_{i:05d}", leaf, tree) for i, leaf in enumerate(leaves)],
     }
 
 
-def _load_items(entry: dict[str, Any] | None, tree: dict, count: int) -> Any:
-    if entry is None:
-        return None
+def _load_items(entry: dict[str, Any], tree: dict, count: int) -> Any:
     skeleton = codec.decode(base64.b64decode(entry["skeleton"]))
     leaves = []
     for spec, empty in zip(entry["leaves"], _leaves(skeleton), strict=True):

@@ -98,6 +98,13 @@ class _Backoff:
         return delay if remaining is None else min(delay, remaining)
 
 
+def _as_priorities(priorities: Any) -> Any:
+    """float64 arrays on the wire: one for every table, or a dict of them by table name."""
+    if isinstance(priorities, dict):
+        return {name: None if p is None else np.asarray(p, np.float64) for name, p in priorities.items()}
+    return None if priorities is None else np.asarray(priorities, np.float64)
+
+
 def _gave_up(method: str, address: str, timeout: float | None, last: BaseException) -> TimeoutError:
     return TimeoutError(f"{method} on replay node {address} gave up after {timeout} s: {_reason(last)}")
 
@@ -128,33 +135,52 @@ class ReplayClient:
     def address(self) -> str:
         return getattr(self.courier_client, "address", "?")
 
-    def insert(self, item: Any, priority: float | None = None, table: str = DEFAULT_TABLE,
-               timeout: float | None = None) -> int:
-        """Inserts one item (a pytree of arrays); returns its key once the node has stored it."""
+    def insert(self, item: Any, priority: Any = None, table: str | list[str] = DEFAULT_TABLE,
+               timeout: float | None = None) -> int | dict[str, int]:
+        """Inserts one item (a pytree of arrays); returns its key once the node has stored it. With a
+        list of tables it goes into all of them atomically (``priority``: one value, or a dict by
+        table) and the keys come back by table."""
         return self._retrying("insert", (item,), {"priority": priority, "table": table}, timeout)
 
-    def insert_many(self, items: Sequence[Any], priorities: Sequence[float] | None = None,
-                    table: str = DEFAULT_TABLE, timeout: float | None = None) -> list[int]:
+    def insert_many(self, items: Sequence[Any], priorities: Any = None,
+                    table: str | list[str] = DEFAULT_TABLE, timeout: float | None = None) -> list[int]:
         """Inserts a batch in one call, atomically (all stored, or none); returns their keys."""
-        if priorities is not None:
-            priorities = np.asarray(priorities, dtype=np.float64)
+        priorities = _as_priorities(priorities)
         return self._retrying("insert_many", (list(items),), {"priorities": priorities, "table": table}, timeout)
 
-    def insert_batch(self, batch: Any, priorities: Sequence[float] | None = None,
-                     table: str = DEFAULT_TABLE, timeout: float | None = None) -> list[int]:
+    def insert_batch(self, batch: Any, priorities: Any = None,
+                     table: str | list[str] = DEFAULT_TABLE, timeout: float | None = None) -> list[int]:
         """``insert_many`` for items already stacked along a leading axis (one array per leaf on
         the wire, not one per item per leaf: far cheaper for many small items)."""
-        if priorities is not None:
-            priorities = np.asarray(priorities, dtype=np.float64)
+        priorities = _as_priorities(priorities)
         return self._retrying("insert_batch", (batch,), {"priorities": priorities, "table": table}, timeout)
 
-    def sample(self, batch_size: int, table: str = DEFAULT_TABLE, timeout: float | None = None) -> dict[str, Any]:
-        """``{"keys": int64 (batch_size,), "data": stacked pytree, "probabilities": array or None}``."""
-        return self._retrying("sample", (batch_size,), {"table": table}, timeout)
+    def sample(self, batch_size: int, table: str = DEFAULT_TABLE, timeout: float | None = None,
+               info: bool = False) -> dict[str, Any]:
+        """``{"keys": int64 (batch_size,), "data": stacked pytree, "probabilities": array or None}``,
+        with ``info`` also ``"info": {"priorities", "times_sampled", "table_size"}``."""
+        return self._retrying("sample", (batch_size,), {"table": table, "info": info}, timeout)
 
     def update_priorities(self, keys: Any, priorities: Any, table: str = DEFAULT_TABLE) -> None:
         self._call("update_priorities", np.asarray(keys, np.int64), np.asarray(priorities, np.float64),
                    table=table)
+
+    def delete(self, keys: Any, table: str = DEFAULT_TABLE) -> int:
+        """Removes the items with these keys (those already gone are skipped); returns how many went."""
+        return self._call("delete", np.asarray(keys, np.int64), table=table)
+
+    def reset(self, table: str = DEFAULT_TABLE) -> None:
+        """Empties the table and zeroes its rate limiter's counts."""
+        self._call("reset", table=table)
+
+    def can_sample(self, n: int = 1, table: str = DEFAULT_TABLE) -> bool:
+        return self._call("can_sample", n, table=table)
+
+    def can_insert(self, n: int = 1, table: str = DEFAULT_TABLE) -> bool:
+        return self._call("can_insert", n, table=table)
+
+    def info(self, table: str = DEFAULT_TABLE) -> dict[str, Any]:
+        return self._call("info", table=table)
 
     def size(self, table: str = DEFAULT_TABLE) -> int:
         return self._call("size", table=table)

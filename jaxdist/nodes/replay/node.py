@@ -7,9 +7,14 @@
 Served methods: ``insert(item, priority=None, table="default", timeout=None) -> key``,
 ``insert_many(items, priorities=None, table=..., timeout=None) -> keys`` (one call, atomic),
 ``insert_batch(batch, ...)`` (the same, items stacked along a leading axis),
-``sample(batch_size, table=..., timeout=None) -> {"keys", "data", "probabilities"}``,
-``update_priorities(keys, priorities, table=...)``, ``size(table=...)``, ``stats()`` (per
-table) and ``checkpoint() -> step``. Call them through ``ReplayClient`` (``client.py``), which
+``sample(batch_size, table=..., timeout=None, info=False) -> {"keys", "data", "probabilities"}``
+(with ``info``, also ``"info": {"priorities", "times_sampled", "table_size"}``),
+``update_priorities(keys, priorities, table=...)``, ``delete(keys, table=...) -> count``,
+``reset(table=...)``, ``can_sample(n, table=...)``, ``can_insert(n, table=...)``,
+``info(table=...)``, ``size(table=...)``, ``stats()`` (per table) and ``checkpoint() -> step``.
+The inserts take a list of table names for ``table`` (and a ``{name: priorities}`` dict for
+the priorities, or one value for all): the batch goes into every one of them atomically, and
+the keys come back as ``{name: keys}``; the node's tables share one lock for this. Call them through ``ReplayClient`` (``client.py``), which
 turns the node's "try again" answers into waits as long as the caller asked for.
 
 Tables travel as specs. A program holds the table objects it was given only as their class and
@@ -56,7 +61,8 @@ import numpy as np
 from jaxdist import courier
 from jaxdist.launch.restart import Restart
 from jaxdist.nodes.replay.client import BUSY, DEFAULT_TABLE, MAX_SERVER_WAIT, NOT_READY
-from jaxdist.nodes.replay.tables import Prioritized, Table, TableSpec
+from jaxdist.nodes.replay.tables import (Table, TableSpec, insert_into, rows_of_batch, rows_of_item,
+                                         rows_of_items)
 from jaxdist.program import AddressTable, Executable, Handle, Node, NodeContext
 
 log = logging.getLogger(__name__)
@@ -137,7 +143,7 @@ def _spec_of(name: Any, table: Any) -> TableSpec:
     if not isinstance(name, str) or not name:
         raise ValueError(f"table names must be non-empty strings, got {name!r}")
     if not isinstance(table, Table):
-        raise TypeError(f"table {name!r} must be a replay table (Fifo, Uniform, Prioritized), got {table!r}")
+        raise TypeError(f"table {name!r} must be a replay table (Fifo, Lifo, Uniform, Prioritized, MaxHeap, MinHeap), got {table!r}")
     stats = table.stats()
     if stats["inserts"] or stats["samples"] or stats["closed"]:
         raise ValueError(f"table {name!r} ({table!r}) has been used; a ReplayNode builds its tables afresh in its "
@@ -163,6 +169,8 @@ class _ReplayExecutable(Executable):
     def construct(self, addresses: AddressTable, make_client: Callable[[str], Any]) -> None:
         node = self._node
         self._tables = {name: spec.build() for name, spec in node.specs.items()}
+        first, *others = self._tables.values()
+        first.share_lock(*others)  # so one insert can go into several tables atomically
         if node.checkpointing:
             from jaxdist.nodes.replay.checkpointing import TableCheckpointer, checkpoint_dir
 
@@ -197,39 +205,55 @@ class _ReplayService:
         self._answers = {name: {"busy_answers": 0, "not_ready_answers": 0} for name in tables}
         self._answers_lock = threading.Lock()
 
-    def insert(self, item: Any, priority: float | None = None, table: str = DEFAULT_TABLE,
-               timeout: float | None = None) -> int:
-        target = self._table(table)
-        key = self._bounded(table, lambda wait: target.insert(item, priority, wait), timeout)
-        self._inserted(1)
-        return key
+    def insert(self, item: Any, priority: Any = None, table: str | list[str] = DEFAULT_TABLE,
+               timeout: float | None = None) -> int | dict[str, int]:
+        keys = self._insert(rows_of_item(item), 1, self._per_table(priority, table, lambda p: [p]), table, timeout)
+        return {name: int(k[0]) for name, k in keys.items()} if isinstance(keys, dict) else int(keys[0])
 
-    def insert_many(self, items: list, priorities: Any = None, table: str = DEFAULT_TABLE,
-                    timeout: float | None = None) -> list[int]:
+    def insert_many(self, items: list, priorities: Any = None, table: str | list[str] = DEFAULT_TABLE,
+                    timeout: float | None = None) -> list[int] | dict[str, list[int]]:
         if not isinstance(items, (list, tuple)):
             raise TypeError(f"insert_many takes a list of items, got {type(items).__name__}")
-        target = self._table(table)
-        keys = self._bounded(table, lambda wait: target.insert_many(items, priorities, wait), timeout)
-        self._inserted(len(keys))
-        return keys.tolist()
+        return self._insert(rows_of_items(items), len(items), self._per_table(priorities, table), table, timeout,
+                            as_lists=True)
 
-    def insert_batch(self, batch: Any, priorities: Any = None, table: str = DEFAULT_TABLE,
-                     timeout: float | None = None) -> list[int]:
-        target = self._table(table)
-        keys = self._bounded(table, lambda wait: target.insert_batch(batch, priorities, wait), timeout)
-        self._inserted(len(keys))
-        return keys.tolist()
+    def insert_batch(self, batch: Any, priorities: Any = None, table: str | list[str] = DEFAULT_TABLE,
+                     timeout: float | None = None) -> list[int] | dict[str, list[int]]:
+        rows = rows_of_batch(batch)
+        return self._insert(rows, len(rows[0].index), self._per_table(priorities, table), table, timeout,
+                            as_lists=True)
 
-    def sample(self, batch_size: int, table: str = DEFAULT_TABLE, timeout: float | None = None) -> dict[str, Any]:
+    def sample(self, batch_size: int, table: str = DEFAULT_TABLE, timeout: float | None = None,
+               info: bool = False) -> dict[str, Any]:
+        """``{"keys", "data", "probabilities"}``, and with ``info`` Reverb's sample info: ``"info":
+        {"priorities", "times_sampled", "table_size"}`` (off by default: most learners need none of
+        it, and it costs 12 bytes a draw on the wire)."""
         target = self._table(table)
         sample = self._bounded(table, lambda wait: target.sample(batch_size, wait), timeout)
-        return {"keys": sample.keys, "data": sample.data, "probabilities": sample.probabilities}
+        answer = {"keys": sample.keys, "data": sample.data, "probabilities": sample.probabilities}
+        if info:
+            answer["info"] = sample.info._asdict()
+        return answer
 
     def update_priorities(self, keys: Any, priorities: Any, table: str = DEFAULT_TABLE) -> None:
-        target = self._table(table)
-        if not isinstance(target, Prioritized):
-            raise TypeError(f"table {table!r} is a {type(target).__name__}; only Prioritized tables have priorities")
-        target.update_priorities(np.asarray(keys), np.asarray(priorities))
+        self._table(table).update_priorities(np.asarray(keys), np.asarray(priorities))
+
+    def delete(self, keys: Any, table: str = DEFAULT_TABLE) -> int:
+        """Removes the items with these keys (those already gone are skipped); returns how many went."""
+        return self._table(table).delete(np.asarray(keys))
+
+    def reset(self, table: str = DEFAULT_TABLE) -> None:
+        """Empties the table and zeroes its rate limiter's counts."""
+        self._table(table).reset()
+
+    def can_sample(self, n: int = 1, table: str = DEFAULT_TABLE) -> bool:
+        return self._table(table).can_sample(n)
+
+    def can_insert(self, n: int = 1, table: str = DEFAULT_TABLE) -> bool:
+        return self._table(table).can_insert(n)
+
+    def info(self, table: str = DEFAULT_TABLE) -> dict[str, Any]:
+        return self._table(table).info()
 
     def size(self, table: str = DEFAULT_TABLE) -> int:
         return self._table(table).size()
@@ -247,6 +271,29 @@ class _ReplayService:
             raise RuntimeError("this replay node does not checkpoint; build it with ReplayNode(..., checkpoint=True) "
                                "or a checkpoint interval")
         return self._saver.save()
+
+    def _insert(self, rows: list, n: int, priorities: list, table: str | list[str], timeout: float | None,
+                as_lists: bool = False) -> Any:
+        """One batch into one table, or into each of a list of tables atomically (a dict of keys)."""
+        names = [table] if isinstance(table, str) else list(table)
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"table must name a table or list distinct tables, got {table!r}")
+        targets = [self._table(name) for name in names]
+        keys = self._bounded(names[0], lambda wait: insert_into(targets, rows, n, priorities, wait), timeout)
+        self._inserted(n * len(names))
+        keys = [k.tolist() for k in keys] if as_lists else keys
+        return keys[0] if isinstance(table, str) else dict(zip(names, keys))
+
+    @staticmethod
+    def _per_table(priorities: Any, table: str | list[str], wrap: Callable[[Any], Any] = lambda p: p) -> list:
+        """One priorities entry per named table: a dict names them (missing: the default), else all share it."""
+        names = [table] if isinstance(table, str) else list(table)
+        if not isinstance(priorities, dict):
+            return [None if priorities is None else wrap(priorities)] * len(names)
+        unknown = set(priorities) - set(names)
+        if unknown:
+            raise ValueError(f"priorities name tables {sorted(unknown)} that this insert does not go to ({names})")
+        return [None if priorities.get(name) is None else wrap(priorities[name]) for name in names]
 
     def _table(self, name: str) -> Table:
         table = self._tables.get(name)

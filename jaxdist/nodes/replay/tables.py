@@ -1,27 +1,42 @@
-"""Replay tables: ``Fifo`` for on-policy data, ``Uniform`` and ``Prioritized`` for off-policy data.
+"""Replay tables with Reverb's semantics: a selector, the oldest-first remover, a rate limiter,
+``max_times_sampled``, and an optional signature.
 
-Items are pytrees (nested dict/list/tuple/NamedTuple) of arrays, stored column-wise: the first
-insert fixes the structure, shapes and dtypes and allocates one ``(max_size, *shape)`` array per
-leaf; a later item that differs is refused at insert (its producer hears of it, not a sampler),
-and sampling a batch is one fancy index per leaf.
+The selectors are the table classes: ``Fifo`` (oldest first; by default Reverb's queue:
+``max_times_sampled=1`` and a ``Queue`` limiter), ``Lifo`` (newest first), ``Uniform``,
+``Prioritized``, ``MaxHeap`` and ``MinHeap`` (the highest / lowest priority, ties to the item
+inserted or updated least recently). ``Table.queue(n)`` and ``Table.stack(n)`` build Reverb's
+queue and stack. Every table stores a priority per item (1.0 unless given; ``Prioritized``
+gives the largest so far) and counts the times each item was sampled; an item sampled
+``max_times_sampled`` times (0: no limit) is removed. When an insert would exceed ``max_size``
+the oldest items are removed first (a queue's or stack's limiter blocks that insert instead).
 
-Keys are consecutive ints and key k lives in slot ``k % max_size``: every table drops its oldest
-items first (``Fifo`` by delivering them, the others by eviction), so the live keys are always
-``[first_key, next_key)``.
+Storage: items are pytrees of arrays, stored column-wise per *signature* (structure, shapes and
+dtypes), one ``(max_size, *shape)`` array per leaf (``np.empty``: pages are only committed as
+rows are written). Items may differ from one another unless the table was given a
+``signature``, which they must then match. Sampling is one fancy index per leaf when the drawn
+items share a signature; a batch mixing signatures comes back as a list of items.
 
-``insert_many`` stores a batch atomically: it waits until the whole batch is admitted, then
-writes it with consecutive keys, so a caller never has to guess which part of a batch got in.
-``insert_batch`` does the same for a batch already stacked (every leaf with a leading items
-axis, as ``sample`` returns them): no per-item work, for producers of many small items.
+Keys: an item lives in a slot, and its key is ``generation * max_size + slot``; a key is never
+given twice, so a stale key (of an item removed since) is recognised and skipped. While nothing
+is removed out of insertion order, keys are the consecutive ints 0, 1, 2, ...
+
+``insert_many`` / ``insert_batch`` store a batch atomically (all of it, once admitted, or none);
+``insert_into`` stores one batch in several tables that share a lock, atomically.
+
+A sample of more than the rate limiter's window (of a table that does not remove what it
+samples) is served as inserts arrive: the sampler takes the limiter's allowance as it comes,
+counted as samples so inserters carry on, and draws the whole batch once it has it. A sampler
+that times out gives its allowance back, so nothing is lost.
 
 A table remembers the arguments it was built with (``table.spec``); a fresh table pickles as
 them, so a program can ship ``Fifo(64)`` to a node's process. A used table refuses to pickle
 rather than silently arrive empty: its contents travel through ``state()`` / ``load_state()``.
 
-Threads: one Condition guards a table. Blocking calls wait with an optional timeout (None waits
-until ready or closed) and raise ``TimeoutError`` saying what blocked them. ``close()`` wakes every
-waiter with ``TableClosedError``; ``size``, ``stats`` and ``state`` keep working after it, so a
-server can checkpoint while shutting down.
+Threads: one Condition guards a table (tables may share one, see ``share_lock``). Blocking
+calls wait with an optional timeout (None waits until ready or closed) and raise
+``TimeoutError`` saying what blocked them. ``close()`` wakes every waiter with
+``TableClosedError``; ``size``, ``stats`` and ``state`` keep working after it, so a server can
+checkpoint while shutting down.
 """
 
 from __future__ import annotations
@@ -31,7 +46,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from jaxdist.nodes.replay.rate_limiters import MinSize, RateLimiter
+from jaxdist.nodes.replay.rate_limiters import MinSize, Queue, RateLimiter, Stack
 from jaxdist.nodes.replay.sum_tree import SumTree, check_priorities, last_write_wins
 
 
@@ -39,10 +54,19 @@ class TableClosedError(RuntimeError):
     """Raised by any call that mutates or waits on a table after ``close()``."""
 
 
+class SampleInfo(NamedTuple):
+    """What Reverb's ``SampleInfo`` holds besides key and probability, one entry per draw."""
+
+    priorities: np.ndarray  # float64: each item's priority when drawn
+    times_sampled: np.ndarray  # int32: times the item has been sampled, this draw included
+    table_size: int  # items in the table when the batch was drawn
+
+
 class Sample(NamedTuple):
-    keys: np.ndarray  # int64, (batch_size,): pass back to update_priorities
-    data: Any  # the items' pytree with every leaf stacked along a new leading axis
-    probabilities: np.ndarray | None  # each draw's chance, for importance weights; None for Fifo
+    keys: np.ndarray  # int64, (batch_size,): pass back to update_priorities or delete
+    data: Any  # the items' pytree, every leaf stacked along a new leading axis (a list if signatures differ)
+    probabilities: np.ndarray | None  # each draw's chance, for importance weights; None for ordered selectors
+    info: SampleInfo
 
 
 MAX_SAMPLE_ITEMS = 1 << 20
@@ -50,12 +74,19 @@ MAX_SAMPLE_BYTES = 1 << 30
 """The most items, and item bytes, one ``sample`` returns: sampling with replacement is not
 bounded by the table's size, and an answer is allocated whole before it is sent."""
 
-_LEAF = "*"  # a leaf's structure; None means no structure yet
+_LEAF = "*"  # a leaf's structure
 
 
-def _flatten(tree: Any) -> tuple[Any, list[np.ndarray], list[str]]:
-    """Returns a hashable description of the structure, the leaves (dict keys sorted), their paths."""
-    arrays: list[np.ndarray] = []
+def _as_array(node: Any, path: str) -> np.ndarray:
+    array = np.asarray(node)
+    if array.dtype == object:
+        raise TypeError(f"{path} is a {type(node).__name__}, not a numeric array; items hold arrays")
+    return array
+
+
+def _flatten(tree: Any, leaf: Callable[[Any, str], Any] = _as_array) -> tuple[Any, list, list[str]]:
+    """A hashable description of the structure, the leaves (dict keys sorted), their paths."""
+    leaves: list = []
     paths: list[str] = []
 
     def visit(node: Any, path: str) -> Any:
@@ -64,14 +95,18 @@ def _flatten(tree: Any) -> tuple[Any, list[np.ndarray], list[str]]:
             return (dict, keys, tuple(visit(node[k], f"{path}[{k!r}]") for k in keys))
         if isinstance(node, (list, tuple)):
             return (type(node), None, tuple(visit(x, f"{path}[{i}]") for i, x in enumerate(node)))
-        array = np.asarray(node)
-        if array.dtype == object:
-            raise TypeError(f"{path} is a {type(node).__name__}, not a numeric array; items hold arrays")
-        arrays.append(array)
+        leaves.append(leaf(node, path))
         paths.append(path)
         return _LEAF
 
-    return visit(tree, "item"), arrays, paths
+    return visit(tree, "item"), leaves, paths
+
+
+def _spec_leaf(node: Any, path: str) -> tuple[tuple[int, ...], np.dtype]:
+    """A signature leaf: anything with ``.shape`` and ``.dtype`` (``jax.ShapeDtypeStruct``), or an example value."""
+    if not (hasattr(node, "shape") and hasattr(node, "dtype")):
+        node = _as_array(node, f"signature {path}")
+    return tuple(int(d) for d in node.shape), np.dtype(node.dtype)
 
 
 def _unflatten(treedef: Any, leaves: Iterator[np.ndarray]) -> Any:
@@ -97,38 +132,254 @@ def _describe(treedef: Any) -> str:
     return f"{name}({', '.join(parts)}{',' if len(parts) == 1 else ''})"
 
 
-class _Columns:
-    """One preallocated array per leaf; writes take leaves with a leading axis matching ``slots``."""
+class _Rows(NamedTuple):
+    """Items of one signature, stacked: what a table writes in one go."""
 
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.treedef: Any = None
-        self.arrays: list[np.ndarray] = []
+    treedef: Any
+    leaves: list[np.ndarray]  # each with a leading items axis
+    paths: list[str]
+    index: np.ndarray  # the items' positions in the batch they came in
 
-    def write(self, slots: np.ndarray, treedef: Any, leaves: list[np.ndarray], paths: list[str]) -> None:
-        """Checks everything before writing anything, so a refused item leaves the table as it was."""
-        for path, leaf in zip(paths, leaves):
-            if leaf.shape[:1] != slots.shape:
-                raise ValueError(f"{path} has {leaf.shape[:1]} rows for {len(slots)} items")
-        if self.treedef is None:
-            self.treedef = treedef
-            self.arrays = [np.empty((self.capacity, *leaf.shape[1:]), leaf.dtype) for leaf in leaves]
-        elif treedef != self.treedef:
-            raise ValueError(f"item structure {_describe(treedef)} differs from the table's "
-                             f"{_describe(self.treedef)} (fixed by its first item)")
-        for path, leaf, array in zip(paths, leaves, self.arrays):
-            if leaf.shape[1:] != array.shape[1:] or leaf.dtype != array.dtype:
-                raise ValueError(f"{path} has shape {leaf.shape[1:]} {leaf.dtype} but the table stores "
-                                 f"{array.shape[1:]} {array.dtype} (fixed by its first item)")
-        for leaf, array in zip(leaves, self.arrays):
-            array[slots] = leaf
+    @property
+    def signature(self) -> tuple:
+        return self.treedef, tuple((leaf.shape[1:], leaf.dtype) for leaf in self.leaves)
 
-    def row_bytes(self) -> int:
-        """Bytes of one stored item (0 before the first insert fixes its layout)."""
-        return sum(array[0].nbytes for array in self.arrays)
+
+def rows_of_item(item: Any) -> list[_Rows]:
+    """One item as a batch of one."""
+    treedef, leaves, paths = _flatten(item)
+    return [_Rows(treedef, [leaf[None] for leaf in leaves], paths, np.zeros(1, np.int64))]
+
+
+def rows_of_batch(batch: Any) -> list[_Rows]:
+    """Items stacked along a leading axis of every leaf of ``batch`` (one signature)."""
+    treedef, columns, paths = _flatten(batch)
+    lengths = {len(column) if column.ndim else None for column in columns}
+    if len(lengths) != 1 or None in lengths:
+        raise ValueError(f"a batch takes leaves stacked along a leading items axis of one length; got "
+                         f"shapes {', '.join(f'{path}: {c.shape}' for path, c in zip(paths, columns))}")
+    return [_Rows(treedef, columns, paths, np.arange(lengths.pop()))]
+
+
+def rows_of_items(items: Sequence[Any]) -> list[_Rows]:
+    """Items grouped by signature, each group stacked."""
+    groups: dict[tuple, list] = {}
+    for i, item in enumerate(items):
+        treedef, leaves, paths = _flatten(item)
+        key = treedef, tuple((leaf.shape, leaf.dtype) for leaf in leaves)
+        groups.setdefault(key, [treedef, [], paths, []])[1].append(leaves)
+        groups[key][3].append(i)
+    return [_Rows(treedef, [np.stack(column) for column in zip(*rows)], paths, np.array(index))
+            for treedef, rows, paths, index in groups.values()]
+
+
+class _Group:
+    """One signature's columns, indexed by slot."""
+
+    def __init__(self, treedef: Any, shapes: Sequence[tuple[tuple[int, ...], np.dtype]], capacity: int) -> None:
+        self.treedef = treedef
+        self.arrays = [np.empty((capacity, *shape), np.dtype(dtype)) for shape, dtype in shapes]
+        self.row_bytes = sum(array[0].nbytes for array in self.arrays) if capacity else 0
+        self.count = 0
 
     def read(self, slots: np.ndarray) -> Any:
-        return None if self.treedef is None else _unflatten(self.treedef, (a[slots] for a in self.arrays))
+        return _unflatten(self.treedef, (a[slots] for a in self.arrays))
+
+
+class _Items:
+    """Every signature's columns; ``signature`` (a spec pytree) fixes the one signature allowed."""
+
+    def __init__(self, capacity: int, signature: Any) -> None:
+        self.capacity = capacity
+        self.groups: dict[int, _Group] = {}
+        self._ids: dict[tuple, int] = {}
+        self._next_id = 0
+        self.group_of_slot = np.full(capacity, -1, np.int64)
+        self.fixed = None
+        if signature is not None:
+            treedef, shapes, _ = _flatten(signature, _spec_leaf)
+            self.fixed = (treedef, tuple(shapes))
+            self._group(self.fixed)
+
+    def check(self, rows: _Rows) -> None:
+        """Raises, naming what differs, when a signature was given and ``rows`` do not match it."""
+        if self.fixed is None or rows.signature == self.fixed:
+            return
+        treedef, shapes = self.fixed
+        if rows.treedef != treedef:
+            raise ValueError(f"item structure {_describe(rows.treedef)} differs from the table's signature "
+                             f"{_describe(treedef)}")
+        for path, leaf, (shape, dtype) in zip(rows.paths, rows.leaves, shapes):
+            if (leaf.shape[1:], leaf.dtype) != (shape, dtype):
+                raise ValueError(f"{path} has shape {leaf.shape[1:]} {leaf.dtype} but the table's signature says "
+                                 f"{shape} {np.dtype(dtype)}")
+
+    def write(self, slots: np.ndarray, rows: _Rows) -> None:
+        gid = self._group(rows.signature)
+        group = self.groups[gid]
+        for leaf, array in zip(rows.leaves, group.arrays):
+            array[slots] = leaf
+        self.group_of_slot[slots] = gid
+        group.count += len(slots)
+
+    def release(self, slots: np.ndarray) -> None:
+        gids, counts = np.unique(self.group_of_slot[slots], return_counts=True)
+        for gid, count in zip(gids.tolist(), counts.tolist()):
+            group = self.groups[gid]
+            group.count -= count
+            if group.count == 0 and self._signature(gid) != self.fixed:  # its arrays go with it
+                del self.groups[gid], self._ids[self._signature(gid)]
+
+    def read(self, slots: np.ndarray) -> Any:
+        """Stacked when the slots share a signature, else a list of single items."""
+        if not slots.size:
+            return None
+        gids = self.group_of_slot[slots]
+        if gids.min() == gids.max():
+            return self.groups[int(gids[0])].read(slots)
+        return [_unflatten(self.groups[g].treedef, (a[s] for a in self.groups[g].arrays))
+                for g, s in zip(gids.tolist(), slots.tolist())]
+
+    def row_bytes(self) -> int:
+        """Bytes of the largest stored item (0 before any)."""
+        return max((group.row_bytes for group in self.groups.values()), default=0)
+
+    def by_group(self, slots: np.ndarray) -> list[tuple[np.ndarray, Any]]:
+        """``(positions in slots, stacked items)`` for each signature among ``slots``."""
+        gids = self.group_of_slot[slots]
+        return [(np.flatnonzero(gids == gid), self.groups[gid].read(slots[gids == gid])) for gid in np.unique(gids)]
+
+    def _group(self, signature: tuple) -> int:
+        gid = self._ids.get(signature)
+        if gid is None:
+            gid, self._next_id = self._next_id, self._next_id + 1
+            self._ids[signature] = gid
+            self.groups[gid] = _Group(signature[0], signature[1], self.capacity)
+        return gid
+
+    def _signature(self, gid: int) -> tuple:
+        return next(sig for sig, i in self._ids.items() if i == gid)
+
+
+class _FreeSlots:
+    """Free slots in the order they were freed (so slots, and keys, cycle while nothing is deleted)."""
+
+    def __init__(self, capacity: int) -> None:
+        self._ring = np.arange(capacity, dtype=np.int64)
+        self._head, self.count = 0, capacity
+
+    def pop(self, n: int) -> np.ndarray:
+        slots = self._ring[(self._head + np.arange(n)) % len(self._ring)]
+        self._head, self.count = (self._head + n) % len(self._ring), self.count - n
+        return slots
+
+    def push(self, slots: np.ndarray) -> None:
+        self._ring[(self._head + self.count + np.arange(len(slots))) % len(self._ring)] = slots
+        self.count += len(slots)
+
+    def ordered(self) -> np.ndarray:
+        return self._ring[(self._head + np.arange(self.count)) % len(self._ring)]
+
+    def load(self, slots: np.ndarray) -> None:
+        self._ring[:len(slots)] = slots
+        self._head, self.count = 0, len(slots)
+
+
+class _Order:
+    """Live slots in insertion order: a ring twice the table's size with lazy deletion (an entry
+    is stale once its slot is freed or reused), compacted when it fills, so every operation is
+    amortised O(items touched)."""
+
+    def __init__(self, capacity: int) -> None:
+        self._ring = np.zeros(2 * capacity, np.int64)
+        self._pos = np.full(capacity, -1, np.int64)  # where each slot was last pushed
+        self._head = self._tail = 0
+
+    def push(self, slots: np.ndarray, live: np.ndarray) -> None:
+        if self._tail - self._head + len(slots) > len(self._ring):
+            self.compact(live)
+        positions = self._tail + np.arange(len(slots))
+        self._ring[positions % len(self._ring)] = slots
+        self._pos[slots] = positions
+        self._tail += len(slots)
+
+    def span(self) -> int:
+        return self._tail - self._head
+
+    def compact(self, live: np.ndarray) -> None:
+        slots = self.ordered(live)
+        self._tail = self._head
+        self.push(slots, live)
+
+    def ordered(self, live: np.ndarray) -> np.ndarray:
+        slots, valid = self._at(np.arange(self._head, self._tail), live)
+        return slots[valid]
+
+    def take(self, n: int, live: np.ndarray, newest: bool = False) -> np.ndarray:
+        """Up to n live slots, oldest (or newest) first, scanning chunks that double in size."""
+        self._trim(live, newest)
+        found: list[np.ndarray] = []
+        count, chunk, start = 0, max(64, 2 * n), self._tail - 1 if newest else self._head
+        while count < n:
+            positions = self._chunk(start, chunk, newest)
+            if not len(positions):
+                break
+            slots, valid = self._at(positions, live)
+            found.append(slots[valid][:n - count])
+            count += len(found[-1])
+            start, chunk = int(positions[-1]) + (-1 if newest else 1), 2 * chunk
+        return np.concatenate(found) if found else np.empty(0, np.int64)
+
+    def _trim(self, live: np.ndarray, newest: bool) -> None:
+        """Forgets the stale entries at one end, so the next look there starts at a live one."""
+        chunk = 64
+        while self._head < self._tail:
+            positions = self._chunk(self._tail - 1 if newest else self._head, chunk, newest)
+            valid = self._at(positions, live)[1]
+            stale = int(np.argmax(valid)) if valid.any() else len(valid)
+            if newest:
+                self._tail -= stale
+            else:
+                self._head += stale
+            if stale < len(valid):
+                return
+            chunk *= 2
+
+    def _chunk(self, start: int, length: int, newest: bool) -> np.ndarray:
+        if newest:
+            return np.arange(start, max(self._head, start - length + 1) - 1, -1)
+        return np.arange(start, min(self._tail, start + length))
+
+    def uniform(self, n: int, live: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+        """n live slots drawn uniformly with replacement (rejecting stale entries)."""
+        if self.span() > 2 * size:
+            self.compact(live)
+        drawn: list[np.ndarray] = []
+        count = 0
+        while count < n:
+            positions = self._head + rng.integers(0, self.span(), n - count, dtype=np.int64)
+            slots, valid = self._at(positions, live)
+            drawn.append(slots[valid])
+            count += len(drawn[-1])
+        return np.concatenate(drawn) if len(drawn) > 1 else drawn[0]
+
+    def _at(self, positions: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        slots = self._ring[positions % len(self._ring)]
+        return slots, live[slots] & (self._pos[slots] == positions)
+
+
+def _occurrences(slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each entry, how many equal entries come before it; and the distinct slots with counts."""
+    order = np.argsort(slots, kind="stable")
+    ordered = slots[order]
+    starts = np.empty(len(slots), bool)
+    starts[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    index = np.arange(len(slots))
+    rank = np.empty(len(slots), np.int64)
+    rank[order] = index - np.maximum.accumulate(np.where(starts, index, 0))
+    first = np.flatnonzero(starts)
+    return rank, ordered[first], np.diff(np.append(first, len(slots)))
 
 
 class TableSpec(NamedTuple):
@@ -147,8 +398,32 @@ def _build(spec: TableSpec) -> "_Table":
     return spec.build()
 
 
+def _rng_state(rng: np.random.Generator) -> np.ndarray:
+    """PCG64's 128-bit state as uint64 words, since checkpoints hold no Python big ints."""
+    state = rng.bit_generator.state
+    mask = (1 << 64) - 1
+    pcg, inc = state["state"]["state"], state["state"]["inc"]
+    return np.array([pcg >> 64, pcg & mask, inc >> 64, inc & mask, state["has_uint32"], state["uinteger"]],
+                    dtype=np.uint64)
+
+
+def _rng_from_state(words: np.ndarray) -> np.random.Generator:
+    w = [int(x) for x in np.asarray(words, dtype=np.uint64)]
+    bit_generator = np.random.PCG64()
+    bit_generator.state = {"bit_generator": "PCG64", "has_uint32": w[4], "uinteger": w[5],
+                           "state": {"state": w[0] << 64 | w[1], "inc": w[2] << 64 | w[3]}}
+    return np.random.Generator(bit_generator)
+
+
+def _check_count(name: str, value: Any, least: int) -> int:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < least:
+        raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    return int(value)
+
+
 class _Table:
-    """Storage, keys, waiting, closing and snapshots; subclasses decide who waits and who is drawn."""
+    """Storage, keys, limits, waiting, closing and snapshots; a subclass is a selector
+    (``_select``) with its own bookkeeping (``_on_insert``, ``_on_remove``, ``_on_priorities``)."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "_Table":
         table = super().__new__(cls)
@@ -163,24 +438,56 @@ class _Table:
                             "constructor arguments); move contents with state() and load_state()")
         return (_build, (self.spec,))
 
-    def __init__(self, max_size: int) -> None:
-        if not isinstance(max_size, (int, np.integer)) or isinstance(max_size, bool) or max_size < 1:
-            raise ValueError(f"max_size must be an int >= 1, got {max_size!r}")
-        self.max_size = int(max_size)
+    def __init__(self, max_size: int, rate_limiter: RateLimiter | None = None, seed: int | None = None, *,
+                 max_times_sampled: int = 0, signature: Any = None) -> None:
+        self.max_size = _check_count("max_size", max_size, 1)
+        self.max_times_sampled = _check_count("max_times_sampled", max_times_sampled, 0)
+        self.rate_limiter = MinSize(1) if rate_limiter is None else rate_limiter
+        if self.rate_limiter.min_size > self.max_size:
+            raise ValueError(f"{self.rate_limiter!r} waits for {self.rate_limiter.min_size} items but "
+                             f"max_size is {self.max_size}, so samplers would wait forever")
+        self.signature = signature
         self._cond = threading.Condition()
-        self._columns = _Columns(self.max_size)
-        self._first_key = 0
-        self._next_key = 0
+        self._rng = np.random.Generator(np.random.PCG64(seed))
         self._closed = False
-        self._counts = dict(inserts=0, samples=0, evictions=0, insert_waits=0, sample_waits=0, timeouts=0)
+        self._slot_key = np.arange(-self.max_size, 0, dtype=np.int64)  # the last key each slot held
+        self._counts = dict(inserts=0, samples=0, evictions=0, deletes=0, expirations=0, insert_waits=0,
+                            sample_waits=0, timeouts=0, stale_priority_updates=0)
+        self._since_reset = dict(inserts=0, samples=0)  # the counts the rate limiter sees
+        self._reserved = 0  # samples taken from the limiter by oversized samplers not yet drawn
+        self._empty()
+
+    def _empty(self) -> None:
+        """No items; keys go on from where they were, so none is ever given twice."""
+        size = self.max_size
+        self._items = _Items(size, self.signature)
+        self._live = np.zeros(size, bool)
+        self._times = np.zeros(size, np.int64)
+        self._priorities = np.zeros(size)
+        self._free = _FreeSlots(size)
+        self._order = _Order(size)
+        self._size = 0
+        self._draws_left = 0  # with max_times_sampled: draws the live items have left
+
+    # --- Reverb's alternative constructors --------------------------------------------------------
+
+    @staticmethod
+    def queue(max_size: int, *, signature: Any = None) -> "Fifo":
+        """Reverb's ``Table.queue``: oldest first, each item sampled once, samples wait while it is
+        empty and inserts while it is full."""
+        return Fifo(max_size, signature=signature)
+
+    @staticmethod
+    def stack(max_size: int, *, signature: Any = None) -> "Lifo":
+        """Reverb's ``Table.stack``: the same as ``queue``, newest first."""
+        return Lifo(max_size, Stack(max_size), max_times_sampled=1, signature=signature)
+
+    # --- inserting -------------------------------------------------------------------------------
 
     def insert(self, item: Any, priority: float | None = None, timeout: float | None = None) -> int:
-        """Stores a copy of ``item`` and returns its key; blocks while the table refuses inserts."""
+        """Stores a copy of ``item`` and returns its key; blocks while the limiter refuses inserts."""
         priorities = None if priority is None else [priority]
-        priorities = self._check_priorities(priorities, 1)
-        treedef, leaves, paths = _flatten(item)
-        rows = [leaf[None] for leaf in leaves]
-        return int(self._insert_rows(1, treedef, rows, paths, priorities, timeout)[0])
+        return int(self._insert(rows_of_item(item), 1, priorities, timeout)[0])
 
     def insert_many(self, items: Sequence[Any], priorities: Sequence[float] | None = None,
                     timeout: float | None = None) -> np.ndarray:
@@ -190,81 +497,236 @@ class _Table:
         than ``max_size`` items, or more than the rate limiter's window allows) is refused at once.
         """
         items = list(items)
-        n = len(items)
-        priorities = self._check_priorities(priorities, n)
-        if n == 0:
-            return np.empty(0, np.int64)
-        self._check_insert_batch(n)
-        flat = [_flatten(item) for item in items]
-        treedef, first, paths = flat[0]
-        for i, (other, leaves, _) in enumerate(flat[1:], 1):
-            if other != treedef:
-                raise ValueError(f"items[{i}] has structure {_describe(other)} but items[0] has {_describe(treedef)}")
-            for path, a, b in zip(paths, first, leaves):
-                if a.shape != b.shape or a.dtype != b.dtype:
-                    raise ValueError(f"items[{i}]: {path} has shape {b.shape} {b.dtype} but in items[0] it has "
-                                     f"{a.shape} {a.dtype}")
-        columns = [np.stack(column) for column in zip(*(leaves for _, leaves, _ in flat))]
-        return self._insert_rows(n, treedef, columns, paths, priorities, timeout)
+        return self._insert(rows_of_items(items), len(items), priorities, timeout)
 
     def insert_batch(self, batch: Any, priorities: Sequence[float] | None = None,
                      timeout: float | None = None) -> np.ndarray:
         """``insert_many`` for items stacked along a leading axis of every leaf of ``batch``."""
-        treedef, columns, paths = _flatten(batch)
-        lengths = {len(column) if column.ndim else None for column in columns}
-        if len(lengths) != 1 or None in lengths:
-            raise ValueError(f"insert_batch takes leaves stacked along a leading items axis of one length; got "
-                             f"shapes {', '.join(f'{path}: {c.shape}' for path, c in zip(paths, columns))}")
-        n = lengths.pop()
-        priorities = self._check_priorities(priorities, n)
-        if n == 0:
-            return np.empty(0, np.int64)
-        self._check_insert_batch(n)
-        return self._insert_rows(n, treedef, columns, paths, priorities, timeout)
+        rows = rows_of_batch(batch)
+        return self._insert(rows, len(rows[0].index), priorities, timeout)
 
-    def _insert_rows(self, n: int, treedef: Any, rows: list[np.ndarray], paths: list[str],
-                     priorities: np.ndarray | None, timeout: float | None) -> np.ndarray:
-        with self._cond:
-            self._wait(lambda: self._can_insert(n), timeout, "insert_waits", lambda: self._insert_blocked(n))
-            keys = np.arange(self._next_key, self._next_key + n, dtype=np.int64)
-            slots = keys % self.max_size
-            self._columns.write(slots, treedef, rows, paths)
-            overflow = max(0, self._size() + n - self.max_size)  # only tables that evict get here
-            self._first_key += overflow
-            self._counts["evictions"] += overflow
-            self._next_key += n
-            self._counts["inserts"] += n
-            self._on_insert(slots, priorities)
-            self._cond.notify_all()
+    def _insert(self, rows: list[_Rows], n: int, priorities: Any, timeout: float | None) -> np.ndarray:
+        return insert_into([self], rows, n, [priorities], timeout)[0]
+
+    def _prepare(self, rows: list[_Rows], n: int, priorities: Any) -> np.ndarray | None:
+        """Checks a batch before anything is stored; returns its priorities (None: the default)."""
+        if priorities is not None:
+            priorities = check_priorities(priorities)
+            if priorities.shape != (n,):
+                raise ValueError(f"got {priorities.shape} priorities for {n} items; pass one per item")
+        if n > self.max_size:
+            raise ValueError(f"a batch of {n} items exceeds {self!r}'s max_size; insert fewer items per call")
+        if n > self.rate_limiter.max_insert_batch:
+            raise ValueError(f"a batch of {n} inserts can never be admitted at once under {self.rate_limiter!r}: "
+                             f"its window leaves room for at most {self.rate_limiter.max_insert_batch}; insert "
+                             "fewer items per call or widen error_buffer")
+        for group in rows:
+            self._items.check(group)
+        return priorities
+
+    def _commit(self, rows: list[_Rows], n: int, priorities: np.ndarray | None) -> np.ndarray:
+        """Stores an admitted batch (the lock held); returns its keys in the batch's order."""
+        overflow = self._size + n - self.max_size
+        if overflow > 0:  # the remover: oldest first
+            self._remove(self._order.take(overflow, self._live), "evictions")
+        slots = self._free.pop(n)
+        keys = self._slot_key[slots] + self.max_size
+        self._slot_key[slots] = keys
+        for group in rows:
+            self._items.write(slots[group.index], group)
+        self._live[slots] = True
+        self._times[slots] = 0
+        self._priorities[slots] = self._default_priority() if priorities is None else priorities
+        self._order.push(slots, self._live)
+        self._size += n
+        self._draws_left += self.max_times_sampled * n
+        self._counts["inserts"] += n
+        self._since_reset["inserts"] += n
+        self._on_insert(slots)
+        self._cond.notify_all()
         return keys
 
+    # --- sampling --------------------------------------------------------------------------------
+
     def sample(self, batch_size: int, timeout: float | None = None) -> Sample:
-        """Returns ``batch_size`` items stacked; blocks while the table cannot provide them."""
-        if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        """Returns ``batch_size`` draws stacked; blocks while the table cannot provide them."""
+        batch_size = _check_count("batch_size", batch_size, 1)
         if batch_size > MAX_SAMPLE_ITEMS:
             raise ValueError(f"a sample of {batch_size} items is more than one call may take ({MAX_SAMPLE_ITEMS}); "
                              "sample fewer items per call")
-        self._check_batch_size(batch_size)
+        oversized = batch_size > self.rate_limiter.max_sample_batch
+        if oversized and self.max_times_sampled:
+            raise ValueError(f"batch_size {batch_size} can never be sampled at once under {self.rate_limiter!r}, "
+                             f"and {self!r} removes what it samples, so it cannot be served piece by piece either; "
+                             f"sample at most {self.rate_limiter.max_sample_batch} items per call")
         with self._cond:
             self._check_sample_bytes(batch_size)
-            self._wait(lambda: self._can_sample(batch_size), timeout, "sample_waits",
-                       lambda: self._sample_blocked(batch_size))
-            self._check_sample_bytes(batch_size)  # the first insert may have come meanwhile
-            keys, probabilities = self._draw(batch_size)
-            data = self._columns.read(keys % self.max_size)
-            self._counts["samples"] += batch_size
+            if oversized:
+                self._reserve(batch_size, timeout)
+            else:
+                self._wait(lambda: self._can_sample(batch_size), timeout, "sample_waits",
+                           lambda: self._sample_blocked(batch_size))
+            try:
+                self._check_sample_bytes(batch_size)  # the first insert may have come meanwhile
+                return self._draw(batch_size)
+            finally:
+                if oversized:
+                    self._reserved -= batch_size
+
+    def _reserve(self, n: int, timeout: float | None) -> None:
+        """Takes the limiter's allowance as it comes until it holds n (see the module doc)."""
+        got = 0
+
+        def ready() -> bool:
+            nonlocal got
+            grant = min(n - got, self.rate_limiter.sample_allowance(**self._limiter_counts()))
+            if grant > 0:
+                got += int(grant)
+                self._reserved += int(grant)
+                self._cond.notify_all()
+            return got == n
+
+        try:
+            self._wait(ready, timeout, "sample_waits",
+                       lambda: f"{self._sample_blocked(n)}; {got} of the {n} had been granted")
+        except BaseException:
+            self._reserved -= got
             self._cond.notify_all()
-        return Sample(keys, data, probabilities)
+            raise
+
+    def _draw(self, n: int) -> Sample:
+        """n draws, sampled items counted (and removed at ``max_times_sampled``), with their info."""
+        size = self._size
+        parts: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]] = []
+        count, expired = 0, []
+        while count < n:  # more than one round only when a random draw passes an item's limit
+            slots, probabilities = self._select(n - count)
+            rank, distinct, counts = _occurrences(slots)
+            times = self._times[slots] + rank + 1
+            if self.max_times_sampled:
+                kept = times <= self.max_times_sampled
+                if not kept.all():
+                    slots, times = slots[kept], times[kept]
+                    probabilities = None if probabilities is None else probabilities[kept]
+                    counts = np.minimum(counts, self.max_times_sampled - self._times[distinct])
+            self._times[distinct] += counts
+            parts.append((slots, probabilities, times))
+            count += len(slots)
+            if self.max_times_sampled:
+                self._draws_left -= len(slots)
+                expired.append(slots[times == self.max_times_sampled])  # in draw order: slots, and keys, cycle
+                self._remove(expired[-1], "expirations", keep_items=True)
+        slots = np.concatenate([p[0] for p in parts])
+        keys = self._slot_key[slots]
+        data = self._items.read(slots)
+        for gone in expired:  # read first: no insert can reuse their slots while the lock is held
+            self._items.release(gone)
+        probabilities = None if parts[0][1] is None else np.concatenate([p[1] for p in parts])
+        info = SampleInfo(self._priorities[slots], np.concatenate([p[2] for p in parts]).astype(np.int32), size)
+        self._counts["samples"] += n
+        self._since_reset["samples"] += n
+        self._cond.notify_all()
+        return Sample(keys, data, probabilities, info)
+
+    def _repeat_in_order(self, candidates: np.ndarray, n: int) -> np.ndarray:
+        """An ordered selector's n draws: each candidate in turn, as often as it may still be sampled."""
+        if not self.max_times_sampled:
+            return np.repeat(candidates[:1], n)
+        return np.repeat(candidates, self.max_times_sampled - self._times[candidates])[:n]
+
+    # --- removing and priorities -----------------------------------------------------------------
+
+    def delete(self, keys: Any) -> int:
+        """Removes the items with these keys; keys of items already gone are skipped. Returns how many
+        were removed."""
+        with self._cond:
+            self._check_open()
+            slots = np.unique(self._live_slots(keys)[0])
+            self._remove(slots, "deletes")
+            return len(slots)
+
+    def reset(self) -> None:
+        """Removes every item and zeroes the rate limiter's counts, as Reverb's ``reset`` does."""
+        with self._cond:
+            self._check_open()
+            slots = np.flatnonzero(self._live)
+            self._counts["deletes"] += len(slots)
+            self._empty()
+            self._on_reset()
+            self._since_reset = dict(inserts=0, samples=0)
+            self._cond.notify_all()
+
+    def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> None:
+        """Sets priorities by key; keys of items gone are skipped (counted as stale_priority_updates)."""
+        priorities = check_priorities(priorities)
+        if np.ndim(keys) != 1 or np.shape(keys) != priorities.shape:
+            raise ValueError(f"keys and priorities must be 1-D and the same length, got {np.shape(keys)} and "
+                             f"{priorities.shape}")
+        with self._cond:
+            self._check_open()
+            slots, live = self._live_slots(keys)
+            self._counts["stale_priority_updates"] += int(np.count_nonzero(~live))
+            slots, values = last_write_wins(slots, priorities[live])
+            self._priorities[slots] = values
+            self._on_priorities(slots)
+            self._cond.notify_all()
+
+    def _live_slots(self, keys: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The slots of the keys that name live items, and which of ``keys`` those were."""
+        keys = np.asarray(keys)
+        if keys.size and not np.issubdtype(keys.dtype, np.integer):
+            raise TypeError(f"keys must be integers (from Sample.keys), got dtype {keys.dtype}")
+        keys = keys.astype(np.int64).ravel()
+        slots = keys % self.max_size
+        live = (keys >= 0) & self._live[slots] & (self._slot_key[slots] == keys)
+        return slots[live], live
+
+    def _remove(self, slots: np.ndarray, counter: str, keep_items: bool = False) -> None:
+        """Frees the slots; ``keep_items`` leaves their rows to be read and released by the caller."""
+        if not len(slots):
+            return
+        if not keep_items:
+            self._items.release(slots)
+        self._live[slots] = False
+        if self.max_times_sampled:
+            self._draws_left -= int((self.max_times_sampled - self._times[slots]).sum())
+        self._free.push(slots)
+        self._size -= len(slots)
+        self._counts[counter] += len(slots)
+        self._on_remove(slots)
+        self._cond.notify_all()
+
+    # --- queries ---------------------------------------------------------------------------------
+
+    def can_sample(self, n: int = 1) -> bool:
+        """Whether a sample of n would proceed now (Reverb's ``Table.can_sample``)."""
+        with self._cond:
+            return self._can_sample(n)
+
+    def can_insert(self, n: int = 1) -> bool:
+        """Whether an insert of n would proceed now (Reverb's ``Table.can_insert``)."""
+        with self._cond:
+            return self._can_insert(n)
 
     def size(self) -> int:
         with self._cond:
-            return self._size()
+            return self._size
 
     def stats(self) -> dict[str, int | bool]:
-        """Counters since creation (``samples`` counts items, ``*_waits`` calls that had to block)."""
+        """Counters since creation (``samples`` counts draws, ``*_waits`` calls that had to block;
+        removals: ``evictions`` by the remover, ``expirations`` at max_times_sampled, ``deletes``)."""
         with self._cond:
-            return dict(self._counts, size=self._size(), max_size=self.max_size, closed=self._closed)
+            return dict(self._counts, size=self._size, max_size=self.max_size, closed=self._closed)
+
+    def info(self) -> dict[str, Any]:
+        """What Reverb's ``Table.info`` tells: sizes, limits, the limiter's view and the counters."""
+        with self._cond:
+            counts = self._limiter_counts()
+            return dict(kind=type(self).__name__, max_size=self.max_size, current_size=self._size,
+                        max_times_sampled=self.max_times_sampled, rate_limiter=repr(self.rate_limiter),
+                        limiter_inserts=counts["inserts"], limiter_samples=counts["samples"],
+                        signature=None if self.signature is None else _describe(self._items.fixed[0]),
+                        **self._counts)
 
     def close(self) -> None:
         """Wakes every waiter with TableClosedError and refuses later inserts, samples and updates."""
@@ -272,12 +734,27 @@ class _Table:
             self._closed = True
             self._cond.notify_all()
 
+    def share_lock(self, *others: "_Table") -> None:
+        """Makes ``others`` use this table's lock, so ``insert_into`` can wait on them all at once.
+        Only for tables not yet in use (a waiter on the old lock would never be woken)."""
+        for other in others:
+            if other.stats()["inserts"] or other.stats()["samples"]:
+                raise ValueError(f"{other!r} is in use; share locks before the first call")
+            other._cond = self._cond
+
+    # --- snapshots -------------------------------------------------------------------------------
+
     def state(self) -> dict[str, Any]:
-        """A snapshot of plain arrays and ints: items (stacked, oldest first), keys, counters, RNG."""
+        """A snapshot of plain arrays and ints: live items in insertion order (per signature, with
+        their positions), their keys, times sampled and priorities, the slots' key history and free
+        order (so no key is given twice after a restore), counters, RNG and the selector's state."""
         with self._cond:
-            slots = np.arange(self._first_key, self._next_key) % self.max_size
-            return dict(first_key=self._first_key, next_key=self._next_key, items=self._columns.read(slots),
-                        counters=dict(self._counts), **self._extra_state(slots))
+            slots = self._order.ordered(self._live)
+            groups = [{"index": index, "items": items} for index, items in self._items.by_group(slots)]
+            return dict(keys=self._slot_key[slots], times_sampled=self._times[slots],
+                        priorities=self._priorities[slots], groups=groups, slot_keys=self._slot_key.copy(),
+                        free=self._free.ordered(), counters=dict(self._counts),
+                        since_reset=dict(self._since_reset), rng=_rng_state(self._rng), **self._extra_state(slots))
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Replaces the contents with a ``state()`` snapshot taken from a table built the same way.
@@ -285,25 +762,78 @@ class _Table:
         Container types must survive the checkpoint (a tuple restored as a list is a different
         structure for later inserts): restore with a target, or rebuild them before loading.
         """
-        first, next_key = int(state["first_key"]), int(state["next_key"])
-        if not 0 <= next_key - first <= self.max_size:
-            raise ValueError(f"state holds {next_key - first} items but max_size is {self.max_size}")
-        slots = np.arange(first, next_key) % self.max_size
-        columns = _Columns(self.max_size)
-        if state["items"] is not None:
-            columns.write(slots, *_flatten(state["items"]))
-        counts = {name: int(state["counters"][name]) for name in self._counts}
+        keys = np.asarray(state["keys"], np.int64)
+        slot_keys = np.asarray(state["slot_keys"], np.int64)
+        if slot_keys.shape != (self.max_size,) or len(keys) > self.max_size:
+            raise ValueError(f"state is of a table of {len(slot_keys)} slots holding {len(keys)} items; this one "
+                             f"has max_size {self.max_size}")
+        slots = keys % self.max_size
+        if not np.array_equal(slot_keys[slots], keys):
+            raise ValueError("state's keys do not match its slots' keys; it is corrupt")
+        groups = [(np.asarray(group["index"], np.int64), group["items"]) for group in state["groups"]]
+        rows = [(index, rows_of_batch(items)[0]) for index, items in groups]
         with self._cond:
             self._check_open()
+            self._empty()
+            self._on_reset()
+            for index, group in rows:
+                self._items.check(group)
+                self._items.write(slots[index], group)
+            self._slot_key = slot_keys.copy()
+            self._live[slots] = True
+            self._times[slots] = np.asarray(state["times_sampled"], np.int64)
+            self._priorities[slots] = check_priorities(state["priorities"])
+            self._free.load(np.asarray(state["free"], np.int64))
+            self._order.push(slots, self._live)
+            self._size = len(slots)
+            if self.max_times_sampled:
+                self._draws_left = int((self.max_times_sampled - self._times[slots]).sum())
+            self._counts = {name: int(state["counters"].get(name, 0)) for name in self._counts}
+            self._since_reset = {name: int(state["since_reset"][name]) for name in self._since_reset}
+            self._rng = _rng_from_state(state["rng"])
+            self._on_insert(slots)
             self._load_extra_state(state, slots)
-            self._columns, self._first_key, self._next_key, self._counts = columns, first, next_key, counts
             self._cond.notify_all()
 
-    def _size(self) -> int:
-        return self._next_key - self._first_key
+    # --- waiting ---------------------------------------------------------------------------------
+
+    def _limiter_counts(self) -> dict[str, int]:
+        return dict(size=self._size, inserts=self._since_reset["inserts"],
+                    samples=self._since_reset["samples"] + self._reserved)
+
+    def _can_insert(self, n: int) -> bool:
+        return self.rate_limiter.can_insert(n, **self._limiter_counts())
+
+    def _can_sample(self, n: int) -> bool:
+        if self.max_times_sampled and self._draws_left < n:
+            return False
+        return self._size > 0 and self.rate_limiter.can_sample(n, **self._limiter_counts())
+
+    def _insert_blocked(self, n: int) -> str:
+        if isinstance(self.rate_limiter, Queue):
+            room = self.max_size - self._size
+            state = f"full ({self.max_size} items)" if room == 0 else f"short of room ({room} free, {n} to insert)"
+            return (f"{type(self).__name__} is {state} and no sampler took any; "
+                    "sample faster, raise max_size, or pass a longer timeout")
+        return (f"insert of {n} blocked by {self.rate_limiter!r}: samplers are behind ({self._limiter_counts()}); "
+                "sample more, widen error_buffer, or pass a longer timeout")
+
+    def _sample_blocked(self, n: int) -> str:
+        if isinstance(self.rate_limiter, Queue):
+            return (f"{type(self).__name__} holds {self._size} of the {n} items asked for; "
+                    "insert more, ask for fewer, or pass a longer timeout")
+        if self._size < self.rate_limiter.min_size:
+            return (f"{type(self).__name__} holds {self._size} items and {self.rate_limiter!r} waits for "
+                    f"{self.rate_limiter.min_size}; insert more or pass a longer timeout")
+        if self.max_times_sampled and self._draws_left < n:
+            return (f"{type(self).__name__}'s items may be sampled {self._draws_left} more times in all "
+                    f"(max_times_sampled={self.max_times_sampled}), fewer than the {n} asked for; insert more, "
+                    "ask for fewer, or pass a longer timeout")
+        return (f"sample of {n} blocked by {self.rate_limiter!r}: inserters are behind "
+                f"({self._limiter_counts()}); insert more, widen error_buffer, or pass a longer timeout")
 
     def _check_sample_bytes(self, batch_size: int) -> None:
-        row = self._columns.row_bytes()
+        row = self._items.row_bytes()
         if batch_size * row > MAX_SAMPLE_BYTES:
             raise ValueError(f"a sample of {batch_size} items of {row} bytes ({batch_size * row} bytes) is more than "
                              f"one call may return ({MAX_SAMPLE_BYTES} bytes); sample fewer items per call")
@@ -326,16 +856,24 @@ class _Table:
             raise TimeoutError(f"{blocked()} (gave up after {timeout} s)")
         self._check_open()
 
-    def _check_priorities(self, priorities: Sequence[float] | None, n: int) -> np.ndarray | None:
-        if priorities is not None:
-            raise ValueError(f"{type(self).__name__} has no priorities; pass priority=None or use Prioritized")
-        return None
+    # --- what a selector may add -----------------------------------------------------------------
 
-    def _check_insert_batch(self, n: int) -> None:
-        if n > self.max_size:
-            raise ValueError(f"a batch of {n} items exceeds {self!r}'s max_size; insert fewer items per call")
+    def _select(self, n: int) -> tuple[np.ndarray, np.ndarray | None]:
+        raise NotImplementedError
 
-    def _on_insert(self, slots: np.ndarray, priorities: np.ndarray | None) -> None:
+    def _default_priority(self) -> float:
+        return 1.0
+
+    def _on_insert(self, slots: np.ndarray) -> None:
+        pass
+
+    def _on_remove(self, slots: np.ndarray) -> None:
+        pass
+
+    def _on_priorities(self, slots: np.ndarray) -> None:
+        pass
+
+    def _on_reset(self) -> None:
         pass
 
     def _extra_state(self, slots: np.ndarray) -> dict[str, Any]:
@@ -344,128 +882,72 @@ class _Table:
     def _load_extra_state(self, state: dict[str, Any], slots: np.ndarray) -> None:
         pass
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(max_size={self.max_size}, rate_limiter={self.rate_limiter!r})"
+
+
+def insert_into(tables: Sequence[_Table], rows: list[_Rows], n: int, priorities: Sequence[Any],
+                timeout: float | None) -> list[np.ndarray]:
+    """Stores one batch in every table of ``tables`` (which share a lock, see ``share_lock``),
+    atomically: it waits until every table admits the batch, then stores it in all of them.
+    ``priorities`` holds one entry per table. Returns each table's keys."""
+    lock = tables[0]._cond
+    if any(table._cond is not lock for table in tables):
+        raise ValueError("an insert into several tables needs tables that share a lock (table.share_lock(...))")
+    with lock:
+        prepared = [table._prepare(rows, n, p) for table, p in zip(tables, priorities, strict=True)]
+        if n == 0:
+            return [np.empty(0, np.int64) for _ in tables]
+
+        def blocked() -> str:
+            return next(t._insert_blocked(n) for t in tables if not t._can_insert(n))
+
+        tables[0]._wait(lambda: any(t._closed for t in tables) or all(t._can_insert(n) for t in tables),
+                        timeout, "insert_waits", blocked)
+        for table in tables:
+            table._check_open()
+        return [table._commit(rows, n, p) for table, p in zip(tables, prepared)]
+
 
 class Fifo(_Table):
-    """An on-policy queue: ``sample(n)`` waits for exactly n items and removes them, oldest first.
+    """Oldest first. By default Reverb's queue: ``sample(n)`` waits for n items and removes them
+    (``max_times_sampled=1``), and inserts wait while it is full, so slow learners push back on
+    actors. Pass another ``rate_limiter`` and ``max_times_sampled`` for Reverb's Fifo selector
+    in a sampled table."""
 
-    Inserts wait while the queue is full, so slow learners push back on actors. A batch larger
-    than ``max_size`` is refused at once: the sampler would wait for items the inserters could
-    never add.
-    """
+    def __init__(self, max_size: int, rate_limiter: RateLimiter | None = None, *, max_times_sampled: int = 1,
+                 signature: Any = None) -> None:
+        super().__init__(max_size, Queue(max_size) if rate_limiter is None else rate_limiter,
+                         max_times_sampled=max_times_sampled, signature=signature)
 
     def __repr__(self) -> str:
-        return f"Fifo(max_size={self.max_size})"
+        if isinstance(self.rate_limiter, Queue) and self.max_times_sampled == 1:
+            return f"Fifo(max_size={self.max_size})"
+        return super().__repr__()
 
-    def _can_insert(self, n: int) -> bool:
-        return self._size() + n <= self.max_size
-
-    def _can_sample(self, batch_size: int) -> bool:
-        return self._size() >= batch_size
-
-    def _check_batch_size(self, batch_size: int) -> None:
-        if batch_size > self.max_size:
-            raise ValueError(f"batch_size {batch_size} exceeds Fifo max_size {self.max_size}; "
-                             "a Fifo sample removes items, so it can never be satisfied")
-
-    def _draw(self, batch_size: int) -> tuple[np.ndarray, None]:
-        keys = np.arange(self._first_key, self._first_key + batch_size, dtype=np.int64)
-        self._first_key += batch_size
-        return keys, None
-
-    def _insert_blocked(self, n: int) -> str:
-        room = self.max_size - self._size()
-        state = f"full ({self.max_size} items)" if room == 0 else f"short of room ({room} free, {n} to insert)"
-        return (f"Fifo is {state} and no sampler took any; "
-                "sample faster, raise max_size, or pass a longer timeout")
-
-    def _sample_blocked(self, batch_size: int) -> str:
-        return (f"Fifo holds {self._size()} of the {batch_size} items asked for; "
-                "insert more, ask for fewer, or pass a longer timeout")
+    def _select(self, n: int) -> tuple[np.ndarray, None]:
+        return self._repeat_in_order(self._order.take(n if self.max_times_sampled else 1, self._live), n), None
 
 
-def _rng_state(rng: np.random.Generator) -> np.ndarray:
-    """PCG64's 128-bit state as uint64 words, since checkpoints hold no Python big ints."""
-    state = rng.bit_generator.state
-    mask = (1 << 64) - 1
-    pcg, inc = state["state"]["state"], state["state"]["inc"]
-    return np.array([pcg >> 64, pcg & mask, inc >> 64, inc & mask, state["has_uint32"], state["uinteger"]],
-                    dtype=np.uint64)
+class Lifo(_Table):
+    """Newest first (Reverb's Lifo selector); ``Table.stack(n)`` makes it a stack."""
+
+    def _select(self, n: int) -> tuple[np.ndarray, None]:
+        candidates = self._order.take(n if self.max_times_sampled else 1, self._live, newest=True)
+        return self._repeat_in_order(candidates, n), None
 
 
-def _rng_from_state(words: np.ndarray) -> np.random.Generator:
-    w = [int(x) for x in np.asarray(words, dtype=np.uint64)]
-    bit_generator = np.random.PCG64()
-    bit_generator.state = {"bit_generator": "PCG64", "has_uint32": w[4], "uinteger": w[5],
-                           "state": {"state": w[0] << 64 | w[1], "inc": w[2] << 64 | w[3]}}
-    return np.random.Generator(bit_generator)
-
-
-class _SampledTable(_Table):
-    """Samples with replacement, evicts the oldest item when full, and waits on a rate limiter.
+class Uniform(_Table):
+    """Every live item is equally likely; ``probabilities`` is ``1 / size`` for each draw.
 
     ``rate_limiter`` defaults to ``MinSize(1)``; ``seed`` fixes the sampling stream.
     """
 
-    def __init__(self, max_size: int, rate_limiter: RateLimiter | None = None, seed: int | None = None) -> None:
-        super().__init__(max_size)
-        self.rate_limiter = MinSize(1) if rate_limiter is None else rate_limiter
-        if self.rate_limiter.min_size > self.max_size:
-            raise ValueError(f"{self.rate_limiter!r} waits for {self.rate_limiter.min_size} items but "
-                             f"max_size is {self.max_size}, so samplers would wait forever")
-        self._rng = np.random.Generator(np.random.PCG64(seed))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(max_size={self.max_size}, rate_limiter={self.rate_limiter!r})"
-
-    def _counters(self) -> dict[str, int]:
-        return dict(size=self._size(), inserts=self._counts["inserts"], samples=self._counts["samples"])
-
-    def _can_insert(self, n: int) -> bool:
-        return self.rate_limiter.can_insert(n, **self._counters())
-
-    def _check_insert_batch(self, n: int) -> None:
-        super()._check_insert_batch(n)
-        limiter = self.rate_limiter
-        spi = limiter.samples_per_insert
-        if n * spi > limiter.max_diff - limiter.min_diff - max(1.0, spi):
-            raise ValueError(f"a batch of {n} inserts can never be admitted at once under {limiter!r}: its window "
-                             f"max_diff - min_diff = {limiter.max_diff - limiter.min_diff} leaves room for at most "
-                             f"{int((limiter.max_diff - limiter.min_diff - max(1.0, spi)) // spi)}; insert fewer "
-                             "items per call or widen error_buffer")
-
-    def _can_sample(self, batch_size: int) -> bool:
-        return self.rate_limiter.can_sample(batch_size, **self._counters())
-
-    def _check_batch_size(self, batch_size: int) -> None:
-        self.rate_limiter.check_sample_batch(batch_size)
-
-    def _insert_blocked(self, n: int) -> str:
-        return (f"insert of {n} blocked by {self.rate_limiter!r}: samplers are behind ({self._counters()}); "
-                "sample more, widen error_buffer, or pass a longer timeout")
-
-    def _sample_blocked(self, batch_size: int) -> str:
-        if self._size() < self.rate_limiter.min_size:
-            return (f"{type(self).__name__} holds {self._size()} items and {self.rate_limiter!r} waits for "
-                    f"{self.rate_limiter.min_size}; insert more or pass a longer timeout")
-        return (f"sample of {batch_size} blocked by {self.rate_limiter!r}: inserters are behind "
-                f"({self._counters()}); insert more, widen error_buffer, or pass a longer timeout")
-
-    def _extra_state(self, slots: np.ndarray) -> dict[str, Any]:
-        return {"rng": _rng_state(self._rng)}
-
-    def _load_extra_state(self, state: dict[str, Any], slots: np.ndarray) -> None:
-        self._rng = _rng_from_state(state["rng"])
+    def _select(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._order.uniform(n, self._live, self._size, self._rng), np.full(n, 1.0 / self._size)
 
 
-class Uniform(_SampledTable):
-    """Every live item is equally likely; ``probabilities`` is ``1 / size`` for each draw."""
-
-    def _draw(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-        keys = self._first_key + self._rng.integers(0, self._size(), batch_size, dtype=np.int64)
-        return keys, np.full(batch_size, 1.0 / self._size())
-
-
-class Prioritized(_SampledTable):
+class Prioritized(_Table):
     """Draws key k with probability p_k**priority_exponent / sum_j p_j**priority_exponent.
 
     ``insert(item)`` without a priority gives the largest priority set so far (1.0 before any is
@@ -473,70 +955,87 @@ class Prioritized(_SampledTable):
     """
 
     def __init__(self, max_size: int, priority_exponent: float = 0.6, rate_limiter: RateLimiter | None = None,
-                 seed: int | None = None) -> None:
-        super().__init__(max_size, rate_limiter, seed)
+                 seed: int | None = None, *, max_times_sampled: int = 0, signature: Any = None) -> None:
         if not (np.isfinite(priority_exponent) and priority_exponent >= 0):
             raise ValueError(f"priority_exponent must be finite and >= 0, got {priority_exponent!r}")
         self.priority_exponent = float(priority_exponent)
-        self._tree = SumTree(self.max_size)  # holds p**exponent by slot
-        self._priorities = np.zeros(self.max_size)  # raw p by slot, for snapshots
+        super().__init__(max_size, rate_limiter, seed, max_times_sampled=max_times_sampled, signature=signature)
+        self._on_reset()
+
+    def _on_reset(self) -> None:
+        self._tree = SumTree(self.max_size)  # holds p**exponent by slot, 0 for free slots
         self._max_priority = 0.0
-        self._counts["stale_priority_updates"] = 0
 
-    def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> None:
-        """Sets priorities by key; keys already evicted are skipped (counted as stale_priority_updates)."""
-        keys = np.asarray(keys)
-        priorities = check_priorities(priorities)
-        if keys.ndim != 1 or keys.shape != priorities.shape:
-            raise ValueError(f"keys and priorities must be 1-D and the same length, got {keys.shape} and "
-                             f"{priorities.shape}")
-        if keys.size and not np.issubdtype(keys.dtype, np.integer):
-            raise TypeError(f"keys must be integers (from Sample.keys), got dtype {keys.dtype}")
-        with self._cond:
-            self._check_open()
-            live = (keys >= self._first_key) & (keys < self._next_key)
-            self._counts["stale_priority_updates"] += int(np.count_nonzero(~live))
-            self._set(*last_write_wins(keys[live].astype(np.int64) % self.max_size, priorities[live]))
+    def _default_priority(self) -> float:
+        return self._max_priority if self._max_priority > 0 else 1.0
 
-    def _check_priorities(self, priorities: Sequence[float] | None, n: int) -> np.ndarray | None:
-        if priorities is None:
-            return None
-        priorities = check_priorities(priorities)
-        if priorities.shape != (n,):
-            raise ValueError(f"got {priorities.shape} priorities for {n} items; pass one per item")
-        return priorities
+    def _on_insert(self, slots: np.ndarray) -> None:
+        self._on_priorities(slots)
 
-    def _on_insert(self, slots: np.ndarray, priorities: np.ndarray | None) -> None:
-        if priorities is None:
-            priorities = np.full(len(slots), self._max_priority if self._max_priority > 0 else 1.0)
-        self._set(slots, priorities)
-
-    def _set(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        """Slots must be unique (NumPy gives no order to repeated fancy writes)."""
+    def _on_priorities(self, slots: np.ndarray) -> None:
         if slots.size:
-            self._tree.set(slots, priorities**self.priority_exponent)
-            self._priorities[slots] = priorities
-            self._max_priority = max(self._max_priority, float(priorities.max()))
+            self._tree.set(slots, self._priorities[slots] ** self.priority_exponent)
+            self._max_priority = max(self._max_priority, float(self._priorities[slots].max()))
 
-    def _draw(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-        slots = self._tree.sample(self._rng.random(batch_size))
-        keys = self._first_key + (slots - self._first_key) % self.max_size
-        return keys, self._tree.get(slots) / self._tree.total()
+    def _on_remove(self, slots: np.ndarray) -> None:
+        self._tree.set(slots, 0.0)
+
+    def _select(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        slots = self._tree.sample(self._rng.random(n))
+        return slots, self._tree.get(slots) / self._tree.total()
 
     def _extra_state(self, slots: np.ndarray) -> dict[str, Any]:
-        return dict(super()._extra_state(slots), priorities=self._priorities[slots],
-                    max_priority=self._max_priority)
+        return dict(max_priority=self._max_priority)
 
     def _load_extra_state(self, state: dict[str, Any], slots: np.ndarray) -> None:
-        priorities = check_priorities(state["priorities"])
-        if priorities.shape != slots.shape:
-            raise ValueError(f"state has {priorities.shape} priorities for {len(slots)} items")
-        super()._load_extra_state(state, slots)
-        self._tree, self._priorities = SumTree(self.max_size), np.zeros(self.max_size)
-        self._max_priority = 0.0
-        self._set(slots, priorities)
         self._max_priority = float(state["max_priority"])
 
 
+class MaxHeap(_Table):
+    """The item of highest priority (Reverb's MaxHeap selector); of equal priorities, the one
+    inserted or updated least recently. Each draw scans the live priorities (O(size))."""
+
+    _sign = -1.0  # ranks by sign * priority, ascending
+
+    def __init__(self, max_size: int, rate_limiter: RateLimiter | None = None, *, max_times_sampled: int = 0,
+                 signature: Any = None) -> None:
+        super().__init__(max_size, rate_limiter, max_times_sampled=max_times_sampled, signature=signature)
+        self._on_reset()
+
+    def _on_reset(self) -> None:
+        self._stamps = np.zeros(self.max_size, np.int64)  # when each slot was last inserted or updated
+        self._clock = 0
+
+    def _on_insert(self, slots: np.ndarray) -> None:
+        self._on_priorities(slots)
+
+    def _on_priorities(self, slots: np.ndarray) -> None:
+        self._stamps[slots] = self._clock + np.arange(len(slots))
+        self._clock += len(slots)
+
+    def _select(self, n: int) -> tuple[np.ndarray, None]:
+        live = np.flatnonzero(self._live)
+        rank = self._sign * self._priorities[live]
+        wanted = n if self.max_times_sampled else 1
+        if wanted < len(live):  # only the best `wanted` priorities (and their ties) need ordering
+            threshold = np.partition(rank, wanted - 1)[wanted - 1]
+            live, rank = live[rank <= threshold], rank[rank <= threshold]
+        return self._repeat_in_order(live[np.lexsort((self._stamps[live], rank))], n), None
+
+    def _extra_state(self, slots: np.ndarray) -> dict[str, Any]:
+        return dict(stamps=self._stamps[slots], clock=self._clock)
+
+    def _load_extra_state(self, state: dict[str, Any], slots: np.ndarray) -> None:
+        self._stamps[slots] = np.asarray(state["stamps"], np.int64)
+        self._clock = int(state["clock"])
+
+
+class MinHeap(MaxHeap):
+    """The item of lowest priority (Reverb's MinHeap selector); ties as in ``MaxHeap``."""
+
+    _sign = 1.0
+
+
 Table = _Table
-"""The base class of every table, for ``isinstance`` checks and type hints."""
+"""The base class of every table, for ``isinstance`` checks, type hints, and ``Table.queue`` /
+``Table.stack``."""

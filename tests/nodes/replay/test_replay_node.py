@@ -136,11 +136,11 @@ def test_concurrent_writers_over_rpc_lose_nothing_and_a_fifo_delivers_each_item_
     assert restore_latest(tmp_path, handle.node_name, restored) == step + 1  # shutdown saved once more
     assert restored["fifo"].size() == 0
     uniform = restored["uniform"].state()
-    assert (uniform["first_key"], uniform["next_key"]) == (total - 40, total)
-    assert rn.ids(uniform["items"]) == [acked["uniform"][k] for k in range(total - 40, total)]
+    assert uniform["keys"].tolist() == list(range(total - 40, total))
+    assert rn.ids(uniform["groups"][0]["items"]) == [acked["uniform"][k] for k in range(total - 40, total)]
     prio = restored["prio"].state()
-    assert rn.ids(prio["items"]) == [acked["prio"][k] for k in range(total)]
-    assert isinstance(prio["items"]["step"], rn.Step)
+    assert rn.ids(prio["groups"][0]["items"]) == [acked["prio"][k] for k in range(total)]
+    assert isinstance(prio["groups"][0]["items"]["step"], rn.Step)
     for key, priority in last_priority.items():
         assert prio["priorities"][key] == priority
 
@@ -219,8 +219,8 @@ def test_the_node_answers_try_again_within_a_slice_and_helpers_wait_the_full_tim
 
         with pytest.raises(KeyError, match="nope.* in this replay node; its tables: default"):
             replay.size("nope")
-        with pytest.raises(TypeError, match="only Prioritized tables have priorities"):
-            replay.update_priorities([0], [1.0])
+        replay.update_priorities([0], [1.0])  # every table keeps priorities, as in Reverb; a gone key is skipped
+        assert raw.stats()["default"]["stale_priority_updates"] == 1
         with pytest.raises(RuntimeError, match="does not checkpoint"):
             replay.checkpoint()
         with pytest.raises(ValueError, match="exceeds Fifo"):
@@ -339,15 +339,15 @@ def test_checkpoint_round_trip_keeps_structure_dtypes_and_empty_tables(tmp_path)
     checkpointer.close()
     for name in tables:
         assert restored[name].stats() == tables[name].stats(), name
-    item = restored["odd"].state()["items"]
+    item = restored["odd"].state()["groups"][0]["items"]
     assert item["bf"].dtype == ml_dtypes.bfloat16 and item["empty"].shape == (4, 0, 3)
     assert isinstance(item["pair"], tuple) and isinstance(item["pair"][1], list) and isinstance(item["step"], rn.Step)
     a, b = tables["odd"].sample(5), restored["odd"].sample(5)  # the RNG and priorities came back too
     np.testing.assert_array_equal(a.keys, b.keys)
     np.testing.assert_array_equal(a.probabilities, b.probabilities)
-    assert restored["drained"].insert(odd) == tables["drained"].insert(odd) == 1  # structure kept though empty
+    assert restored["drained"].insert(odd) == tables["drained"].insert(odd) == 1  # keys go on: none reused
     arrays, meta = to_checkpoint({"t": Fifo(2).state()}, {"t": "Fifo"})
-    assert from_checkpoint(arrays, meta)[0]["t"]["items"] is None
+    assert from_checkpoint(arrays, meta)[0]["t"]["groups"] == []
 
 
 def test_a_changed_table_kind_is_refused_at_restore(tmp_path):
@@ -392,8 +392,9 @@ def test_insert_many_is_atomic_and_refuses_batches_that_could_never_fit():
     np.testing.assert_array_equal(queue.insert_many([rn.chunk(0, 3), rn.chunk(0, 4)], timeout=5), [3, 4])
     with pytest.raises(ValueError, match="a batch of 5 items exceeds"):
         queue.insert_many([rn.chunk(0, 0)] * 5)
-    with pytest.raises(ValueError, match=r"items\[1\]: item\['step'\]\[0\] has shape \(3,\)"):
-        Uniform(8).insert_many([rn.chunk(0, 0), {"id": np.zeros(2, np.int64), "step": rn.Step(np.zeros(3), 0.0)}])
+    with pytest.raises(ValueError, match=r"item\['step'\]\[0\] has shape \(3,\) float64 but the table's signature"):
+        Uniform(8, signature=rn.chunk(0, 0)).insert_many(
+            [rn.chunk(0, 0), {"id": np.zeros(2, np.int64), "step": rn.Step(np.zeros(3), 0.0)}])
     with pytest.raises(ValueError, match="can never be admitted at once"):
         Uniform(100, rate_limiter=SampleToInsertRatio(1.0, 10, 5.0)).insert_many([rn.chunk(0, 0)] * 10)
     with pytest.raises(ValueError, match=r"got \(2,\) priorities for 3 items"):
@@ -415,7 +416,8 @@ def test_insert_batch_stores_stacked_items_as_insert_many_stores_them(tmp_path):
     np.testing.assert_array_equal(by_batch.insert_batch(stacked(chunks), priorities=[1, 2, 3, 4, 5]), range(5))
     expected, got = by_items.state(), by_batch.state()
     np.testing.assert_array_equal(got["priorities"], expected["priorities"])
-    assert rn.ids(got["items"]) == rn.ids(expected["items"]) and isinstance(got["items"]["step"], rn.Step)
+    got_items, expected_items = got["groups"][0]["items"], expected["groups"][0]["items"]
+    assert rn.ids(got_items) == rn.ids(expected_items) and isinstance(got_items["step"], rn.Step)
     with pytest.raises(ValueError, match="leading items axis of one length"):
         by_batch.insert_batch({"a": np.zeros(3), "b": np.zeros(4)})
     with pytest.raises(ValueError, match="a batch of 5 items exceeds"):
@@ -433,5 +435,5 @@ def test_insert_batch_stores_stacked_items_as_insert_many_stores_them(tmp_path):
     uniform = Uniform(4)
     uniform.insert_many([rn.chunk(0, s) for s in range(3)])
     uniform.insert_many([rn.chunk(0, s) for s in range(3, 6)])  # evicts the two oldest in one go
-    assert (uniform.state()["first_key"], uniform.stats()["evictions"]) == (2, 2)
-    assert rn.ids(uniform.state()["items"]) == [(0, s) for s in range(2, 6)]
+    assert (uniform.state()["keys"].tolist(), uniform.stats()["evictions"]) == ([2, 3, 4, 5], 2)
+    assert rn.ids(uniform.state()["groups"][0]["items"]) == [(0, s) for s in range(2, 6)]

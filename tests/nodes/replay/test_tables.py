@@ -80,7 +80,8 @@ def test_fifo_sample_waits_for_exactly_batch_size_items():
 
 def test_fifo_refuses_a_batch_it_could_never_fill_instead_of_hanging():
     queue = Fifo(max_size=64)
-    with pytest.raises(ValueError, match="batch_size 100 exceeds Fifo max_size 64; a Fifo sample removes"):
+    with pytest.raises(ValueError, match=r"batch_size 100 can never be sampled at once under Queue\(64\), and "
+                                         r"Fifo\(max_size=64\) removes what it samples"):
         queue.sample(100)
 
 
@@ -147,10 +148,9 @@ def test_concurrent_inserts_samples_and_updates_keep_every_item_intact(kind, max
     total = writers * per_writer
     assert sorted(acknowledged) == list(range(total))
     state, stats = table.state(), table.stats()
-    assert (state["first_key"], state["next_key"]) == (max(0, total - max_size), total)  # the newest survive
-    keys = np.arange(state["first_key"], state["next_key"])
-    np.testing.assert_array_equal(state["items"]["id"], [acknowledged[k] for k in keys.tolist()])
-    assert stats["evictions"] == state["first_key"] and stats["samples"] > 0
+    np.testing.assert_array_equal(state["keys"], np.arange(max(0, total - max_size), total))  # the newest survive
+    np.testing.assert_array_equal(state["groups"][0]["items"]["id"], [acknowledged[k] for k in state["keys"].tolist()])
+    assert stats["evictions"] == max(0, total - max_size) and stats["samples"] > 0
 
 
 def test_full_tables_evict_the_oldest_items_first():
@@ -226,9 +226,7 @@ def test_rate_limited_inserters_and_samplers_never_deadlock():
     assert limiter.min_diff <= diff <= limiter.max_diff
 
 
-def test_rate_limiter_refuses_batches_and_sizes_that_could_only_hang():
-    with pytest.raises(ValueError, match="can never be sampled at once"):
-        Uniform(100, rate_limiter=SampleToInsertRatio(1.0, 10, 5.0)).sample(20)
+def test_rate_limiter_refuses_sizes_that_could_only_hang():
     with pytest.raises(ValueError, match=r"MinSize\(10\) waits for 10 items but max_size is 5"):
         Prioritized(5, rate_limiter=MinSize(10))
 
@@ -260,13 +258,14 @@ def test_state_round_trip_gives_an_identical_table(kind):
     restored = TABLES[kind]()
     restored.load_state(state)
     assert restored.stats() == table.stats()
-    assert table.insert(item(2, 0)) == restored.insert(item(2, 0)) == state["next_key"]
+    next_key = 9 if kind != "fifo" else 6
+    assert table.insert(item(2, 0)) == restored.insert(item(2, 0)) == next_key
     for _ in range(2):
         a, b = table.sample(2), restored.sample(2)
         np.testing.assert_array_equal(a.keys, b.keys)
         np.testing.assert_array_equal(a.data["step"].obs, b.data["step"].obs)
         np.testing.assert_array_equal(a.probabilities, b.probabilities)
-    assert state["next_key"] == (9 if kind != "fifo" else 6)  # the snapshot did not move with the table
+    assert state["keys"][-1] == next_key - 1  # the snapshot did not move with the table
 
 
 @pytest.mark.parametrize("kind", TABLES)
@@ -285,7 +284,7 @@ def test_close_wakes_blocked_waiters_and_keeps_state_readable(kind):
     assert len(outcomes) == 2 and "is closed" in outcomes[0]
     with pytest.raises(TableClosedError):
         table.insert(item(0, 0))
-    assert table.stats()["closed"] and table.state()["next_key"] == 0
+    assert table.stats()["closed"] and len(table.state()["keys"]) == 0
 
 
 def test_close_wakes_a_blocked_inserter():
@@ -296,25 +295,37 @@ def test_close_wakes_a_blocked_inserter():
         queue.insert(item(0, 1))
 
 
-def test_items_that_differ_from_the_first_are_refused_naming_both_structures():
-    table = Uniform(4)
+def test_items_may_differ_unless_a_signature_is_given_which_they_must_match():
+    table = Uniform(4, seed=0)  # Reverb: without a signature, every item has its own structure
     table.insert(item(0, 0))
-    with pytest.raises(ValueError, match=r"item structure \{'id': \*\} differs from the table's "
+    table.insert({"id": np.array([0, 1])})
+    table.insert_many([{"id": np.array([0, 2, 2])}, item(0, 3)])
+    assert table.size() == 4
+    mixed = table.sample(64)
+    assert isinstance(mixed.data, list) and len(mixed.data) == 64  # signatures differ: one item each
+    for key, drawn in zip(mixed.keys.tolist(), mixed.data):
+        assert drawn["id"][-1] == key or (key == 2 and drawn["id"].shape == (3,))
+
+    signature = {"id": np.zeros(2, np.int64), "step": Step(np.zeros((2, 3), np.float32), np.zeros((), np.float64))}
+    table = Uniform(4, signature=signature)
+    table.insert(item(0, 0))
+    with pytest.raises(ValueError, match=r"item structure \{'id': \*\} differs from the table's signature "
                                          r"\{'id': \*, 'step': Step\(\*, \*\)\}"):
         table.insert({"id": np.array([0, 0])})
-    with pytest.raises(ValueError, match=r"item\['step'\]\[0\] has shape \(2, 4\) float32 but the table stores "
-                                         r"\(2, 3\) float32"):
+    with pytest.raises(ValueError, match=r"item\['step'\]\[0\] has shape \(2, 4\) float32 but the table's signature "
+                                         r"says \(2, 3\) float32"):
         table.insert({"id": np.array([0, 0]), "step": Step(np.zeros((2, 4), np.float32), 0.0)})
     with pytest.raises(TypeError, match=r"item\['id'\] is a NoneType, not a numeric array"):
         table.insert({"id": None, "step": Step(np.zeros((2, 3), np.float32), 0.0)})
-    assert table.size() == 1
+    with pytest.raises(TypeError, match=r"signature item\['a'\] is a object, not a numeric array"):
+        Uniform(4, signature={"a": object()})
+    assert Uniform(4, signature=item(0, 0)).insert(item(0, 1)) == 0  # an example item is a signature too
+    assert table.size() == 1 and table.info()["signature"] == "{'id': *, 'step': Step(*, *)}"
 
 
 def test_bad_arguments_are_refused_with_clear_errors():
     with pytest.raises(ValueError, match=r"priority must be finite and >= 0, got -1.0"):
         Prioritized(4).insert(item(0, 0), priority=-1.0)
-    with pytest.raises(ValueError, match="Uniform has no priorities"):
-        Uniform(4).insert(item(0, 0), priority=1.0)
     with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
         Fifo(4).sample(0)
     with pytest.raises(ValueError, match="timeout must be None or >= 0"):
