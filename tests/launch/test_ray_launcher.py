@@ -124,7 +124,8 @@ def test_jd_stop_in_a_node_stops_the_program_and_its_callers_reach_its_server(cl
         counter = program.add_node(jd.CourierNode(nodes.Counter))
     with program.group("stopper"):
         program.add_node(jd.PyNode(nodes.stop_after, 0.5))
-    running = jd.launch(program, launcher="ray", run_dir=str(tmp_path), echo=False)
+    running = jd.launch(program, launcher="ray", run_dir=str(tmp_path), echo=False, bind_host="node")
+    assert running.addresses[counter.node_name].startswith(ray.util.get_node_ip_address() + ":")  # the Ray node's IP
     assert running.client(counter, timeout=30).increment() == 1  # from outside, with the launch's token
     assert running.wait(timeout=60)
     assert "jd.stop() was called in node 'stopper/0'" in running.stop_reason

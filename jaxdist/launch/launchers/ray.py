@@ -89,7 +89,7 @@ def launch(
     `ray.init()`'s default ($RAY_ADDRESS, or a new local cluster). A connection this launcher
     made is closed at the stop. `num_hosts`: the hosts `placement` spreads over (default: the
     per_host group's size, else the cluster's node count). `bind_host`: what servers bind
-    (default 127.0.0.1 when the whole cluster is this machine, else each Ray node's IP).
+    ("node": each Ray node's IP; default: 127.0.0.1 when the whole cluster is this machine, else "node").
     """
     ray = _import_ray()
     preflight.check_program(program)
@@ -102,16 +102,19 @@ def launch(
         ray.init(address=address, log_to_driver=echo)
     try:
         layout = _layout(program, placement, num_hosts or _default_hosts(program, placement, ray), resources)
+        distributed = _distributed_group(layout.plan, distributed) if layout.plan else None
+        host = _bind_host(ray, bind_host)
         group = _placement_group(ray, layout, start_timeout)
     except BaseException:
         if owns_connection:
             ray.shutdown()
         raise
     running = _RayRunning(program, run_dir, token or preflight.new_token(), grace, ray, group, owns_connection)
-    running.start(
-        layout, resources, policies, _bind_host(ray, bind_host), distributed,
-        (echo, interrupt_after, start_timeout),
-    )
+    try:
+        running.start(layout, resources, policies, host, distributed, (echo, interrupt_after, start_timeout))
+    except BaseException:
+        running.stop()  # the actors made so far, and the placement group
+        raise
     return running
 
 
@@ -198,7 +201,7 @@ def _bind_host(ray: Any, bind_host: str | None) -> str:
     if bind_host is not None:
         return bind_host
     addresses = {node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")}
-    if len(addresses) <= 1:
+    if addresses <= {ray.util.get_node_ip_address()}:  # not so through Ray Client from elsewhere
         return LOOPBACK
     print(f"[launcher] the Ray cluster spans {len(addresses)} machines: nodes serve on their node's IP, and courier "
           f"runs without TLS between them (the token and parameters cross the network in cleartext)", flush=True)
@@ -259,13 +262,13 @@ class _RayRunning(Running):
                         distributed: str | None) -> dict[str, dict[str, Any]]:
         """Each unit's resources; a per_host group's nodes get the jax.distributed variables."""
         plain = {name: resources for name in self._units}
-        group = _distributed_group(layout.plan, distributed) if layout.plan else None
-        if group is None:
+        if distributed is None:
             return plain
-        first = next(unit for unit in self._units.values() if unit.label == group and layout.bundle_of[unit.name] == 0)
+        first = next(unit for unit in self._units.values()
+                     if unit.label == distributed and layout.bundle_of[unit.name] == 0)
         plan = dataclasses.replace(layout.plan, coordinator=self._ray.get(first.actor.free_address.remote()))
-        return {name: _with_distributed_env(resources, plan, group, layout.bundle_of[name])
-                if unit.label == group else resources for name, unit in self._units.items()}
+        return {name: _with_distributed_env(resources, plan, distributed, layout.bundle_of[name])
+                if unit.label == distributed else resources for name, unit in self._units.items()}
 
     def _each(self, method: str, timeout: float, arguments: Any) -> dict[str, Any] | None:
         """`method` called on every unit's actor at once: their answers by unit, or None when one
