@@ -257,3 +257,20 @@ def test_a_units_actor_that_dies_fails_the_program_naming_it_and_its_node_proces
     assert "its Ray actor died" in raised.value.details
     node_process.wait(timeout=30)  # the node's process, its supervisor gone, stops by itself
     wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
+
+
+def test_the_stop_stops_nodes_that_stop_first_while_the_others_still_serve(cluster, tmp_path):
+    program = jd.Program("phased-stop")
+    with program.group("counter"):
+        counter = program.add_node(jd.CourierNode(nodes.Counter))
+    report = tmp_path / "calls-after-stop"
+    with program.group("learner"):
+        program.add_node(jd.CourierNode(nodes.FinishesWithItsPeer, counter, str(report), 1.0))
+    running = jd.launch(program, launcher="ray", run_dir=str(tmp_path / "run"), echo=False, interrupt_after=0.2)
+    wait_until(lambda: report.exists() and report.read_text() == "running", "the learner running")
+    running.stop()
+    # The learner called the counter for a second after the stop, uninterrupted, before the
+    # counter was told to stop.
+    assert int(report.read_text()) >= 10
+    assert {status["state"] for status in running.status().values()} == {"stopped"}
+    wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
