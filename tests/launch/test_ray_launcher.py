@@ -274,3 +274,24 @@ def test_the_stop_stops_nodes_that_stop_first_while_the_others_still_serve(clust
     assert int(report.read_text()) >= 10
     assert {status["state"] for status in running.status().values()} == {"stopped"}
     wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
+
+
+def test_a_threads_colocation_is_one_actor_and_a_processes_colocation_one_bundle(cluster, tmp_path):
+    program = jd.Program("colocated")
+    with program.group("threads"):
+        in_threads = program.add_node(jd.ColocationNode([
+            jd.CourierNode(ray_nodes.Reporter), jd.CourierNode(ray_nodes.Reporter)], mode="threads"))
+    with program.group("processes"):
+        in_processes = program.add_node(jd.ColocationNode([
+            jd.CourierNode(ray_nodes.Reporter), jd.CourierNode(ray_nodes.Reporter)], mode="processes"))
+    running = jd.launch(program, launcher="ray", run_dir=str(tmp_path), echo=False)
+    try:
+        threads_pids = [running.client(handle, timeout=30).pid() for handle in in_threads]
+        processes_pids = [running.client(handle, timeout=30).pid() for handle in in_processes]
+        assert threads_pids[0] == threads_pids[1]  # one process, one actor
+        assert processes_pids[0] != processes_pids[1]
+        assert ray_node_of(processes_pids[0]) == ray_node_of(processes_pids[1])  # one bundle: one Ray node
+        assert sorted(running.status()) == ["processes/0/0", "processes/0/1", "threads/0"]
+    finally:
+        running.stop()
+    wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
