@@ -295,3 +295,19 @@ def test_a_threads_colocation_is_one_actor_and_a_processes_colocation_one_bundle
     finally:
         running.stop()
     wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
+
+
+def test_sigterm_to_the_script_is_the_ordered_stop_and_it_exits_0(cluster, tmp_path):
+    script = subprocess.Popen(
+        [sys.executable, os.path.join(REPO, "tests", "support", "ray_script.py"), cluster.address, str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "tests", "support")))
+    try:
+        assert script.stdout.readline() == "running\n"
+        script.send_signal(signal.SIGTERM)
+        out, err = script.communicate(timeout=60)
+    finally:
+        script.kill()
+    assert script.returncode == 0, err
+    assert "stopped: the launcher got SIGTERM" in out
+    wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
