@@ -176,8 +176,9 @@ def rows_of_items(items: Sequence[Any]) -> list[_Rows]:
 class _Group:
     """One signature's columns, indexed by slot."""
 
-    def __init__(self, treedef: Any, shapes: Sequence[tuple[tuple[int, ...], np.dtype]], capacity: int) -> None:
-        self.treedef = treedef
+    def __init__(self, signature: tuple, capacity: int) -> None:
+        self.signature = signature
+        self.treedef, shapes = signature
         self.arrays = [np.empty((capacity, *shape), np.dtype(dtype)) for shape, dtype in shapes]
         self.row_bytes = sum(array[0].nbytes for array in self.arrays) if capacity else 0
         self.count = 0
@@ -223,17 +224,26 @@ class _Items:
         group.count += len(slots)
 
     def release(self, slots: np.ndarray) -> None:
+        if len(self.groups) == 1:  # the common case, without a per-call np.unique
+            gid = next(iter(self.groups))
+            self._drop(gid, len(slots))
+            return
         gids, counts = np.unique(self.group_of_slot[slots], return_counts=True)
         for gid, count in zip(gids.tolist(), counts.tolist()):
-            group = self.groups[gid]
-            group.count -= count
-            if group.count == 0 and self._signature(gid) != self.fixed:  # its arrays go with it
-                del self.groups[gid], self._ids[self._signature(gid)]
+            self._drop(gid, count)
+
+    def _drop(self, gid: int, count: int) -> None:
+        group = self.groups[gid]
+        group.count -= count
+        if group.count == 0 and group.signature != self.fixed:  # its arrays go with it
+            del self.groups[gid], self._ids[group.signature]
 
     def read(self, slots: np.ndarray) -> Any:
         """Stacked when the slots share a signature, else a list of single items."""
         if not slots.size:
             return None
+        if len(self.groups) == 1:
+            return next(iter(self.groups.values())).read(slots)
         gids = self.group_of_slot[slots]
         if gids.min() == gids.max():
             return self.groups[int(gids[0])].read(slots)
@@ -254,11 +264,8 @@ class _Items:
         if gid is None:
             gid, self._next_id = self._next_id, self._next_id + 1
             self._ids[signature] = gid
-            self.groups[gid] = _Group(signature[0], signature[1], self.capacity)
+            self.groups[gid] = _Group(signature, self.capacity)
         return gid
-
-    def _signature(self, gid: int) -> tuple:
-        return next(sig for sig, i in self._ids.items() if i == gid)
 
 
 class _FreeSlots:
@@ -318,8 +325,11 @@ class _Order:
     def take(self, n: int, live: np.ndarray, newest: bool = False) -> np.ndarray:
         """Up to n live slots, oldest (or newest) first, scanning chunks that double in size."""
         self._trim(live, newest)
+        start = self._tail - 1 if newest else self._head
+        if n == 1 and self._head < self._tail:  # the trimmed end is live (an eviction, a stack's pop)
+            return self._ring[[start % len(self._ring)]]
         found: list[np.ndarray] = []
-        count, chunk, start = 0, max(64, 2 * n), self._tail - 1 if newest else self._head
+        count, chunk = 0, max(8, 2 * n)
         while count < n:
             positions = self._chunk(start, chunk, newest)
             if not len(positions):
@@ -332,6 +342,17 @@ class _Order:
 
     def _trim(self, live: np.ndarray, newest: bool) -> None:
         """Forgets the stale entries at one end, so the next look there starts at a live one."""
+        for _ in range(8):  # usually that end is live, or a few entries from it: scalar looks
+            if self._head == self._tail:
+                return
+            end = self._tail - 1 if newest else self._head
+            slot = self._ring[end % len(self._ring)]
+            if live[slot] and self._pos[slot] == end:
+                return
+            if newest:
+                self._tail -= 1
+            else:
+                self._head += 1
         chunk = 64
         while self._head < self._tail:
             positions = self._chunk(self._tail - 1 if newest else self._head, chunk, newest)
@@ -354,6 +375,8 @@ class _Order:
         """n live slots drawn uniformly with replacement (rejecting stale entries)."""
         if self.span() > 2 * size:
             self.compact(live)
+        if self.span() == size:  # no stale entry in between: every position is a live slot
+            return self._ring[(self._head + rng.integers(0, size, n, dtype=np.int64)) % len(self._ring)]
         drawn: list[np.ndarray] = []
         count = 0
         while count < n:
@@ -375,6 +398,8 @@ def _occurrences(slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     starts = np.empty(len(slots), bool)
     starts[:1] = True
     np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    if starts.all():  # no repeats: the usual case for a small batch from a large table
+        return np.zeros(len(slots), np.int64), slots, np.ones(len(slots), np.int64)
     index = np.arange(len(slots))
     rank = np.empty(len(slots), np.int64)
     rank[order] = index - np.maximum.accumulate(np.where(starts, index, 0))
@@ -527,8 +552,8 @@ class _Table:
     def _commit(self, rows: list[_Rows], n: int, priorities: np.ndarray | None) -> np.ndarray:
         """Stores an admitted batch (the lock held); returns its keys in the batch's order."""
         overflow = self._size + n - self.max_size
-        if overflow > 0:  # the remover: oldest first
-            self._remove(self._order.take(overflow, self._live), "evictions")
+        evicted = self._order.take(overflow, self._live) if overflow > 0 else np.empty(0, np.int64)
+        self._remove(evicted, "evictions", hook=False)  # the remover: oldest first
         slots = self._free.pop(n)
         keys = self._slot_key[slots] + self.max_size
         self._slot_key[slots] = keys
@@ -542,7 +567,7 @@ class _Table:
         self._draws_left += self.max_times_sampled * n
         self._counts["inserts"] += n
         self._since_reset["inserts"] += n
-        self._on_insert(slots)
+        self._on_insert(slots, evicted)
         self._cond.notify_all()
         return keys
 
@@ -597,36 +622,41 @@ class _Table:
     def _draw(self, n: int) -> Sample:
         """n draws, sampled items counted (and removed at ``max_times_sampled``), with their info."""
         size = self._size
-        parts: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]] = []
-        count, expired = 0, []
-        while count < n:  # more than one round only when a random draw passes an item's limit
-            slots, probabilities = self._select(n - count)
-            rank, distinct, counts = _occurrences(slots)
-            times = self._times[slots] + rank + 1
-            if self.max_times_sampled:
-                kept = times <= self.max_times_sampled
-                if not kept.all():
-                    slots, times = slots[kept], times[kept]
-                    probabilities = None if probabilities is None else probabilities[kept]
-                    counts = np.minimum(counts, self.max_times_sampled - self._times[distinct])
-            self._times[distinct] += counts
-            parts.append((slots, probabilities, times))
-            count += len(slots)
-            if self.max_times_sampled:
-                self._draws_left -= len(slots)
-                expired.append(slots[times == self.max_times_sampled])  # in draw order: slots, and keys, cycle
-                self._remove(expired[-1], "expirations", keep_items=True)
-        slots = np.concatenate([p[0] for p in parts])
+        slots, probabilities, times, expired = self._draw_round(n)
+        if len(slots) < n:  # random draws passed an item's limit: the rest are drawn again
+            parts = [(slots, probabilities, times)]
+            while sum(len(part[0]) for part in parts) < n:
+                *part, gone = self._draw_round(n - sum(len(part[0]) for part in parts))
+                parts.append(tuple(part))
+                expired = np.concatenate([expired, gone])
+            slots, probabilities, times = (None if part[0] is None else np.concatenate(part) for part in zip(*parts))
         keys = self._slot_key[slots]
         data = self._items.read(slots)
-        for gone in expired:  # read first: no insert can reuse their slots while the lock is held
-            self._items.release(gone)
-        probabilities = None if parts[0][1] is None else np.concatenate([p[1] for p in parts])
-        info = SampleInfo(self._priorities[slots], np.concatenate([p[2] for p in parts]).astype(np.int32), size)
+        self._items.release(expired)  # after the read: no insert can reuse their slots while the lock is held
+        info = SampleInfo(self._priorities[slots], times.astype(np.int32), size)
         self._counts["samples"] += n
         self._since_reset["samples"] += n
         self._cond.notify_all()
         return Sample(keys, data, probabilities, info)
+
+    def _draw_round(self, n: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
+        """Up to n draws (fewer only when a random draw passes an item's ``max_times_sampled``): the
+        slots, their probabilities, each draw's times sampled, and the slots that expired (their rows
+        still to be released)."""
+        slots, probabilities = self._select(n)
+        rank, distinct, counts = _occurrences(slots)
+        times = self._times[slots] + rank + 1
+        limit = self.max_times_sampled
+        if limit and times.max() > limit:
+            kept = times <= limit
+            slots, times = slots[kept], times[kept]
+            probabilities = None if probabilities is None else probabilities[kept]
+            counts = np.minimum(counts, limit - self._times[distinct])
+        self._times[distinct] += counts
+        expired = slots[times == limit] if limit else np.empty(0, np.int64)  # in draw order: slots, keys cycle
+        self._draws_left -= len(slots) if limit else 0
+        self._remove(expired, "expirations", keep_items=True)
+        return slots, probabilities, times, expired
 
     def _repeat_in_order(self, candidates: np.ndarray, n: int) -> np.ndarray:
         """An ordered selector's n draws: each candidate in turn, as often as it may still be sampled."""
@@ -681,8 +711,9 @@ class _Table:
         live = (keys >= 0) & self._live[slots] & (self._slot_key[slots] == keys)
         return slots[live], live
 
-    def _remove(self, slots: np.ndarray, counter: str, keep_items: bool = False) -> None:
-        """Frees the slots; ``keep_items`` leaves their rows to be read and released by the caller."""
+    def _remove(self, slots: np.ndarray, counter: str, keep_items: bool = False, hook: bool = True) -> None:
+        """Frees the slots; ``keep_items`` leaves their rows to be read and released by the caller,
+        ``hook=False`` the selector's bookkeeping to the ``_on_insert`` that follows."""
         if not len(slots):
             return
         if not keep_items:
@@ -693,7 +724,8 @@ class _Table:
         self._free.push(slots)
         self._size -= len(slots)
         self._counts[counter] += len(slots)
-        self._on_remove(slots)
+        if hook:
+            self._on_remove(slots)
         self._cond.notify_all()
 
     # --- queries ---------------------------------------------------------------------------------
@@ -791,7 +823,7 @@ class _Table:
             self._counts = {name: int(state["counters"].get(name, 0)) for name in self._counts}
             self._since_reset = {name: int(state["since_reset"][name]) for name in self._since_reset}
             self._rng = _rng_from_state(state["rng"])
-            self._on_insert(slots)
+            self._on_insert(slots, np.empty(0, np.int64))
             self._load_extra_state(state, slots)
             self._cond.notify_all()
 
@@ -864,8 +896,9 @@ class _Table:
     def _default_priority(self) -> float:
         return 1.0
 
-    def _on_insert(self, slots: np.ndarray) -> None:
-        pass
+    def _on_insert(self, slots: np.ndarray, evicted: np.ndarray) -> None:
+        """New items in ``slots``; ``evicted``: the slots the remover freed for them (not yet told)."""
+        self._on_remove(evicted)
 
     def _on_remove(self, slots: np.ndarray) -> None:
         pass
@@ -969,12 +1002,18 @@ class Prioritized(_Table):
     def _default_priority(self) -> float:
         return self._max_priority if self._max_priority > 0 else 1.0
 
-    def _on_insert(self, slots: np.ndarray) -> None:
-        self._on_priorities(slots)
+    def _on_insert(self, slots: np.ndarray, evicted: np.ndarray) -> None:
+        """One tree update for both (a full table's new items mostly take the evicted slots)."""
+        weights = self._priorities[slots] ** self.priority_exponent
+        self._tree.set(np.concatenate([evicted, slots]), np.concatenate([np.zeros(len(evicted)), weights]))
+        self._note_max(slots)
 
     def _on_priorities(self, slots: np.ndarray) -> None:
+        self._tree.set(slots, self._priorities[slots] ** self.priority_exponent)
+        self._note_max(slots)
+
+    def _note_max(self, slots: np.ndarray) -> None:
         if slots.size:
-            self._tree.set(slots, self._priorities[slots] ** self.priority_exponent)
             self._max_priority = max(self._max_priority, float(self._priorities[slots].max()))
 
     def _on_remove(self, slots: np.ndarray) -> None:
@@ -1006,7 +1045,7 @@ class MaxHeap(_Table):
         self._stamps = np.zeros(self.max_size, np.int64)  # when each slot was last inserted or updated
         self._clock = 0
 
-    def _on_insert(self, slots: np.ndarray) -> None:
+    def _on_insert(self, slots: np.ndarray, evicted: np.ndarray) -> None:
         self._on_priorities(slots)
 
     def _on_priorities(self, slots: np.ndarray) -> None:
