@@ -90,7 +90,7 @@ class TableCheckpointer:
                 raise ValueError(f"checkpoint step {step} in {self.directory} holds table {name!r} as a "
                                  f"{kinds[name]}, but the node now builds a {type(table).__name__}; use another "
                                  "run_dir or table name")
-            table.load_state(state)
+            table.load_state(_upgraded(state, table) if "next_key" in state else state)
         return step
 
     def close(self) -> None:
@@ -120,22 +120,44 @@ def to_checkpoint(states: dict[str, dict[str, Any]], kinds: dict[str, str]) -> t
 
 def from_checkpoint(arrays: dict, meta: dict) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """The inverse of ``to_checkpoint``: table snapshots ready for ``load_state``, and their kinds."""
-    if meta.get("format") != _FORMAT:
-        raise ValueError(f"replay checkpoint format {meta.get('format')!r} is not {_FORMAT} (written by another "
-                         "version of jaxdist); restore it with that version, or start from an empty replay in a "
-                         "new run_dir")
+    if meta.get("format") not in (1, _FORMAT):
+        raise ValueError(f"replay checkpoint format {meta.get('format')!r} is not one this jaxdist reads (1, "
+                         f"{_FORMAT}); restore it with the jaxdist that wrote it, or start afresh in a new run_dir")
     states, kinds = {}, {}
     for name, entry in meta["tables"].items():
         tree = arrays.get(entry["group"], {})
         state: dict[str, Any] = dict(entry["values"])
         for key, spec in entry["arrays"].items():
             state[key] = _load_array(spec, tree)
-        state["groups"] = []
-        for group in entry["groups"]:
-            index = _load_array(group["index"], tree)
-            state["groups"].append({"index": index, "items": _load_items(group["items"], tree, len(index))})
+        if meta["format"] == 1:  # live keys [first, next), one signature; made whole by _upgraded
+            first, state["next_key"] = (int(k) for k in tree["keys"])
+            state["keys"] = np.arange(first, state["next_key"], dtype=np.int64)
+            count = len(state["keys"])
+            state["groups"] = [] if entry["items"] is None else [
+                {"index": np.arange(count), "items": _load_items(entry["items"], tree, count)}]
+        else:
+            state["groups"] = []
+            for group in entry["groups"]:
+                index = _load_array(group["index"], tree)
+                state["groups"].append({"index": index, "items": _load_items(group["items"], tree, len(index))})
         states[name], kinds[name] = state, entry["kind"]
     return states, kinds
+
+
+def _upgraded(state: dict[str, Any], table: Any) -> dict[str, Any]:
+    """A format-1 snapshot (written before tables had deletes) as ``load_state`` takes it now: its
+    keys were consecutive, key k in slot ``k % max_size``, nothing sampled was counted."""
+    size, keys, next_key = table.max_size, state["keys"], state["next_key"]
+    fresh = table.state()
+    slots = np.arange(size)
+    upgraded = dict(fresh, priorities=np.ones(len(keys)))
+    upgraded.update((k, v) for k, v in state.items() if k not in ("next_key", "counters"))
+    upgraded.update(counters=dict(fresh["counters"], **state["counters"]),
+                    since_reset={"inserts": state["counters"]["inserts"], "samples": state["counters"]["samples"]},
+                    slot_keys=next_key - 1 - (next_key - 1 - slots) % size,  # the newest key each slot held
+                    free=np.arange(next_key, next_key - len(keys) + size) % size,  # in the order they come next
+                    times_sampled=np.zeros(len(keys), np.int64))
+    return upgraded
 
 
 def _save_array(name: str, array: np.ndarray, tree: dict[str, np.ndarray]) -> dict[str, Any]:

@@ -223,3 +223,26 @@ def test_the_node_serves_sample_info_deletes_resets_queries_and_multi_table_inse
         replay.close()
     finally:
         running.stop()
+
+
+def test_a_checkpoint_written_before_deletes_existed_still_restores():
+    """Format 1 (keys [first, next), key k in slot k % max_size) is read and upgraded, so a run
+    resumed with this version keeps its replay."""
+    from jaxdist.nodes.replay.checkpointing import _save_items, _upgraded, from_checkpoint
+
+    tree = {"keys": np.array([2, 6]), "priorities": np.arange(3.0, 7.0)}  # Prioritized(4) after 6 inserts
+    items = _save_items({"i": np.arange(2, 6)}, tree, "")
+    counters = dict(inserts=6, samples=0, evictions=2, insert_waits=0, sample_waits=0, timeouts=0,
+                    stale_priority_updates=0)
+    meta = {"format": 1, "tables": {"p": {
+        "group": "t0", "kind": "Prioritized", "items": items, "values": {"counters": counters, "max_priority": 6.0},
+        "arrays": {"priorities": {"name": "priorities", "shape": [4], "dtype": "<f8"}}}}}
+    state = from_checkpoint({"t0": tree}, meta)[0]["p"]
+    table = Prioritized(4, priority_exponent=1.0, seed=0)
+    table.load_state(_upgraded(state, table))
+    assert table.state()["keys"].tolist() == [2, 3, 4, 5] and table.stats()["evictions"] == 2
+    np.testing.assert_allclose(table.sample(1000).info.priorities.mean(), (9 + 16 + 25 + 36) / 18, rtol=0.05)
+    assert table.insert(value(6)) == 6  # keys go on where they were, evicting key 2
+    assert 2 not in table.sample(200).keys
+    with pytest.raises(ValueError, match="format 9 is not one this jaxdist reads"):
+        from_checkpoint({}, {"format": 9, "tables": {}})
