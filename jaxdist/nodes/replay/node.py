@@ -61,7 +61,7 @@ import numpy as np
 from jaxdist import courier
 from jaxdist.launch.restart import Restart
 from jaxdist.nodes.replay.client import BUSY, DEFAULT_TABLE, MAX_SERVER_WAIT, NOT_READY
-from jaxdist.nodes.replay.tables import (Table, TableSpec, insert_into, rows_of_batch, rows_of_item,
+from jaxdist.nodes.replay.tables import (Table, TableSpec, insert_rows_into, rows_of_batch, rows_of_item,
                                          rows_of_items)
 from jaxdist.program import AddressTable, Executable, Handle, Node, NodeContext
 
@@ -279,7 +279,7 @@ class _ReplayService:
         if not names or len(set(names)) != len(names):
             raise ValueError(f"table must name a table or list distinct tables, got {table!r}")
         targets = [self._table(name) for name in names]
-        keys = self._bounded(names[0], lambda wait: insert_into(targets, rows, n, priorities, wait), timeout)
+        keys = self._bounded(names[0], lambda wait: insert_rows_into(targets, rows, n, priorities, wait), timeout)
         self._inserted(n * len(names))
         keys = [k.tolist() for k in keys] if as_lists else keys
         return keys[0] if isinstance(table, str) else dict(zip(names, keys))

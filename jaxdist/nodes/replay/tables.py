@@ -21,7 +21,7 @@ given twice, so a stale key (of an item removed since) is recognised and skipped
 is removed out of insertion order, keys are the consecutive ints 0, 1, 2, ...
 
 ``insert_many`` / ``insert_batch`` store a batch atomically (all of it, once admitted, or none);
-``insert_into`` stores one batch in several tables that share a lock, atomically.
+``insert_into`` stores one item in several tables that share a lock, atomically.
 
 A sample of more than the rate limiter's window (of a table that does not remove what it
 samples) is served as inserts arrive: the sampler takes the limiter's allowance as it comes,
@@ -531,7 +531,7 @@ class _Table:
         return self._insert(rows, len(rows[0].index), priorities, timeout)
 
     def _insert(self, rows: list[_Rows], n: int, priorities: Any, timeout: float | None) -> np.ndarray:
-        return insert_into([self], rows, n, [priorities], timeout)[0]
+        return insert_rows_into([self], rows, n, [priorities], timeout)[0]
 
     def _prepare(self, rows: list[_Rows], n: int, priorities: Any) -> np.ndarray | None:
         """Checks a batch before anything is stored; returns its priorities (None: the default)."""
@@ -919,11 +919,22 @@ class _Table:
         return f"{type(self).__name__}(max_size={self.max_size}, rate_limiter={self.rate_limiter!r})"
 
 
-def insert_into(tables: Sequence[_Table], rows: list[_Rows], n: int, priorities: Sequence[Any],
-                timeout: float | None) -> list[np.ndarray]:
-    """Stores one batch in every table of ``tables`` (which share a lock, see ``share_lock``),
-    atomically: it waits until every table admits the batch, then stores it in all of them.
-    ``priorities`` holds one entry per table. Returns each table's keys."""
+def insert_into(tables: Sequence[_Table], item: Any, priorities: Sequence[float | None] | None = None,
+                timeout: float | None = None) -> list[int]:
+    """Reverb's ``client.insert(data, priorities={table: p, ...})``: stores ``item`` in every one of
+    ``tables`` (which share a lock, see ``share_lock``) or, until all admit it, in none. One
+    priority per table (None: that table's default). Returns the item's key in each table."""
+    priorities = [None] * len(tables) if priorities is None else list(priorities)
+    if len(priorities) != len(tables):
+        raise ValueError(f"got {len(priorities)} priorities for {len(tables)} tables; pass one per table (or None)")
+    wrapped = [None if p is None else [p] for p in priorities]
+    return [int(keys[0]) for keys in insert_rows_into(tables, rows_of_item(item), 1, wrapped, timeout)]
+
+
+def insert_rows_into(tables: Sequence[_Table], rows: list[_Rows], n: int, priorities: Sequence[Any],
+                     timeout: float | None) -> list[np.ndarray]:
+    """``insert_into`` for a batch of n items already grouped by signature (``rows_of_*``), with
+    one priorities entry (None, or n values) per table. Returns each table's keys."""
     lock = tables[0]._cond
     if any(table._cond is not lock for table in tables):
         raise ValueError("an insert into several tables needs tables that share a lock (table.share_lock(...))")

@@ -5,6 +5,7 @@ inserts into several tables at once, samples larger than the limiter's window, c
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -13,7 +14,6 @@ import jaxdist as jd
 from jaxdist.nodes.replay import (Fifo, Lifo, MaxHeap, MinHeap, MinSize, Prioritized, ReplayClient, ReplayNode,
                                   SampleToInsertRatio, Table, Uniform, insert_into)
 from jaxdist.nodes.replay.checkpointing import TableCheckpointer
-from jaxdist.nodes.replay.tables import rows_of_item
 from waiting import wait_until
 
 
@@ -130,16 +130,17 @@ def shared(*tables):
 
 def test_one_insert_goes_into_several_tables_atomically():
     queue, uniform = shared(Fifo(1), Uniform(8, seed=0))
-    first = insert_into([queue, uniform], rows_of_item(value(0)), 1, [None, [2.0]], timeout=None)
-    assert [k.tolist() for k in first] == [[0], [0]]
+    assert insert_into([queue, uniform], value(0), priorities=[None, 2.0]) == [0, 0]
     with pytest.raises(TimeoutError, match=r"Fifo is full \(1 items\)"):
-        insert_into([queue, uniform], rows_of_item(value(1)), 1, [None, None], timeout=0.01)
+        insert_into([queue, uniform], value(1), timeout=0.01)
     assert uniform.size() == 1  # the full queue held the insert back from both
     threading.Timer(0.05, lambda: queue.sample(1)).start()
-    insert_into([queue, uniform], rows_of_item(value(1)), 1, [None, None], timeout=10)
+    assert insert_into([queue, uniform], value(1), timeout=10) == [1, 1]
     assert (queue.size(), uniform.size()) == (1, 2)
     with pytest.raises(ValueError, match="share a lock"):
-        insert_into([Fifo(2), Fifo(2)], rows_of_item(value(0)), 1, [None, None], timeout=0)
+        insert_into([Fifo(2), Fifo(2)], value(0))
+    with pytest.raises(ValueError, match="got 1 priorities for 2 tables"):
+        insert_into([queue, uniform], value(2), priorities=[1.0])
 
 
 def test_a_sample_larger_than_the_window_is_served_as_inserts_arrive():
@@ -246,3 +247,25 @@ def test_a_checkpoint_written_before_deletes_existed_still_restores():
     assert 2 not in table.sample(200).keys
     with pytest.raises(ValueError, match="format 9 is not one this jaxdist reads"):
         from_checkpoint({}, {"format": 9, "tables": {}})
+
+
+def test_the_node_serves_a_sample_larger_than_the_window_across_its_wait_slices(tmp_path):
+    limiter = SampleToInsertRatio(samples_per_insert=1.0, min_size=1, error_buffer=2.0)  # window [-1, 3]
+    program = jd.Program("oversized")
+    handle = program.add_node(ReplayNode(Uniform(100, rate_limiter=limiter, seed=0), max_wait=0.1))
+    running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False)
+    try:
+        replay = ReplayClient(jd.courier.Client(running.addresses[handle.node_name], token=running.token))
+        replay.insert(value(0))
+        sample = replay.futures.sample(30, timeout=60)
+        inserted = 1
+        while not sample.done() and inserted < 100:  # paced: the sample spans many 0.1 s slices
+            replay.insert(value(inserted), timeout=30)
+            inserted += 1
+            time.sleep(0.01)
+        assert len(sample.result(30)["keys"]) == 30 and inserted < 100
+        stats = replay.stats()["default"]
+        assert stats["not_ready_answers"] > 0 and -1 <= stats["inserts"] - stats["samples"] <= 3
+        replay.close()
+    finally:
+        running.stop()
