@@ -180,7 +180,7 @@ class _Group:
         self.signature = signature
         self.treedef, shapes = signature
         self.arrays = [np.empty((capacity, *shape), np.dtype(dtype)) for shape, dtype in shapes]
-        self.row_bytes = sum(array[0].nbytes for array in self.arrays) if capacity else 0
+        self.row_bytes = sum(array[0].nbytes for array in self.arrays)
         self.count = 0
 
     def read(self, slots: np.ndarray) -> Any:
@@ -233,10 +233,16 @@ class _Items:
             self._drop(gid, count)
 
     def _drop(self, gid: int, count: int) -> None:
-        group = self.groups[gid]
-        group.count -= count
-        if group.count == 0 and group.signature != self.fixed:  # its arrays go with it
-            del self.groups[gid], self._ids[group.signature]
+        """An emptied group keeps its arrays while it is the only one (a queue drained and refilled
+        reuses its pages); beside others it goes, its arrays with it."""
+        self.groups[gid].count -= count
+        if len(self.groups) > 1:
+            self._forget_empty()
+
+    def _forget_empty(self) -> None:
+        for gid, group in list(self.groups.items()):
+            if group.count == 0 and group.signature != self.fixed:
+                del self.groups[gid], self._ids[group.signature]
 
     def read(self, slots: np.ndarray) -> Any:
         """Stacked when the slots share a signature, else a list of single items."""
@@ -262,6 +268,7 @@ class _Items:
     def _group(self, signature: tuple) -> int:
         gid = self._ids.get(signature)
         if gid is None:
+            self._forget_empty()
             gid, self._next_id = self._next_id, self._next_id + 1
             self._ids[signature] = gid
             self.groups[gid] = _Group(signature, self.capacity)
