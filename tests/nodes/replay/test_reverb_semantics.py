@@ -269,3 +269,16 @@ def test_the_node_serves_a_sample_larger_than_the_window_across_its_wait_slices(
         replay.close()
     finally:
         running.stop()
+
+
+def test_a_drained_queue_keeps_its_storage_and_a_replaced_signature_frees_it():
+    queue = Fifo(4)
+    queue.insert_many([value(0), value(1)])
+    storage = queue._items.groups[0].arrays[0]
+    queue.sample(2)  # empty: a learner drains an on-policy queue at every batch
+    queue.insert(value(2))
+    assert queue._items.groups[0].arrays[0] is storage  # refilled in place, no fresh allocation
+    table = Uniform(2)
+    table.insert(value(0))
+    table.insert_many([{"j": np.zeros(3)}, {"j": np.ones(3)}])  # evicts the last item of the first signature
+    assert len(table._items.groups) == 1  # the first signature's columns went with its last item
