@@ -311,3 +311,26 @@ def test_sigterm_to_the_script_is_the_ordered_stop_and_it_exits_0(cluster, tmp_p
     assert script.returncode == 0, err
     assert "stopped: the launcher got SIGTERM" in out
     wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
+
+
+def test_a_units_actor_that_dies_comes_back_by_its_restart_policy_on_its_addresses(cluster, tmp_path):
+    program = jd.Program("actor-restarts")
+    with program.group("service"):
+        service = program.add_node(jd.CourierNode(nodes.Counter))
+    with program.group("other"):
+        program.add_node(jd.CourierNode(nodes.Counter))
+    running = jd.launch(program, launcher="ray", run_dir=str(tmp_path), echo=False,
+                        restart={"service": jd.Restart(max_restarts=1, backoff=0.1)})
+    addresses = dict(running.addresses)
+    client = running.client(service, timeout=60)
+    assert client.increment() == 1
+    os.kill(psutil.Process(client.pid()).ppid(), signal.SIGKILL)  # the unit's actor
+    wait_until(lambda: running.status()["service/0"]["restarts"] == 1, "the actor's restart")
+    wait_until(lambda: running.status()["service/0"]["state"] == "running", "the unit running again")
+    assert "its Ray actor died" in running.status()["service/0"]["last_restart_cause"]
+    assert running.addresses == addresses
+    assert client.increment() == 1  # a new process, reached by the client made before, on the same address
+    os.kill(psutil.Process(client.pid()).ppid(), signal.SIGKILL)  # past the policy: the program fails
+    with pytest.raises(jd.NodeFailedError, match="more than its restart limit allows"):
+        running.wait(timeout=60)
+    wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)

@@ -20,7 +20,8 @@ learner restores its checkpoint), and stops its whole tree. This launcher adds t
   Ray node of host 0).
 - `jd.stop()` in a node, a unit that fails past its policy, or the end of the work stops the
   program from here, in order: nodes that stop first (learners), then the rest; then the actors
-  and the placement group go. A unit whose actor dies (its Ray node lost) fails the program.
+  and the placement group go. A unit whose actor dies (killed, or its Ray node lost) is, by its
+  restart policy, given a new actor on its bundle, where it binds its old addresses again.
 
 What travels through Ray: each actor's constructor arguments, which Ray pickles: the program
 (pickled by this launcher as `processes` pickles a node for its child: classes by reference,
@@ -30,6 +31,7 @@ found by importing the launching script on the Ray node), the launch's token and
 from __future__ import annotations
 
 import dataclasses
+import functools
 import multiprocessing
 import multiprocessing.spawn
 import os
@@ -37,17 +39,17 @@ import pickle
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from jaxdist.launch import placement as placement_module
-from jaxdist.launch import preflight, sigterm
+from jaxdist.launch import preflight, sigterm, worker
 from jaxdist.launch.launchers import processes
 from jaxdist.launch.launchers.multihost import AUTO, _distributed_group, _with_distributed_env
 from jaxdist.launch.placement import Placement
-from jaxdist.launch.restart import Restart
+from jaxdist.launch.restart import NEVER, Restart
 from jaxdist.launch.restart import policies as restart_policies
-from jaxdist.launch.running import FAILED, FINISHED, RUNNING, STARTING, STOPPED, WORK_DONE, Running
+from jaxdist.launch.running import FAILED, FINISHED, RUNNING, STARTING, STOPPED, WORK_DONE, NodeStatus, Running
 from jaxdist.program import AddressTable, Node, Program
 
 RAY_OPTIONS = {
@@ -216,8 +218,13 @@ class _Unit:
     name: str
     label: str
     node: Node
+    policy: Restart
     actor: Any = None
     lost: bool = False
+    make_actor: Callable[[], Any] | None = None
+    bind_arguments: tuple = ()
+    actor_restarts: int = 0
+    """Its actor's deaths brought back so far (its node's own crashes are counted in the actor)."""
 
 
 class _RayRunning(Running):
@@ -230,8 +237,9 @@ class _RayRunning(Running):
         self._ray = ray
         self._group = group
         self._owns_connection = owns_connection
-        self._units = {unit.name: _Unit(unit.name, label, unit) for label, unit in program.units()}
+        self._units = {unit.name: _Unit(unit.name, label, unit, NEVER) for label, unit in program.units()}
         self._watcher: threading.Thread | None = None
+        self._actors_lock = threading.Lock()  # no actor is made once the stop took the list to kill
 
     def start(self, layout: _Layout, resources: dict[str, dict[str, Any]], policies: dict[str, Restart],
               bind_host: str, distributed: str | None, spawn_options: tuple[bool, float, float]) -> None:
@@ -242,12 +250,16 @@ class _RayRunning(Running):
         payload, main = pickle.dumps(self._program), _main_preparation()
         for unit in self._units.values():
             strategy = PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=layout.bundle_of[unit.name])
-            unit.actor = actor_class.options(
+            unit.policy = policies[unit.name]
+            unit.make_actor = functools.partial(actor_class.options(
                 scheduling_strategy=strategy, max_concurrency=4, **_actor_options(resources.get(unit.label, {})),
-            ).remote(payload, main, unit.name, self.run_dir, self.token, policies, self._grace, bind_host)
+            ).remote, payload, main, unit.name, self.run_dir, self.token, policies, self._grace, bind_host)
+            unit.actor = unit.make_actor()
         unit_resources = self._unit_resources(layout, resources, distributed)
+        for unit in self._units.values():
+            unit.bind_arguments = (unit_resources[unit.name], *spawn_options)
         timeout = spawn_options[2]
-        bound = self._each("bind", timeout, lambda unit: (unit_resources[unit.name], *spawn_options))
+        bound = self._each("bind", timeout, lambda unit: unit.bind_arguments)
         if bound is None:
             return
         for report in bound.values():
@@ -306,18 +318,54 @@ class _RayRunning(Running):
             try:
                 reports[unit.name] = self._ray.get(call)
             except self._ray.exceptions.RayError as error:
-                unit.lost = True
-                self.node_failed(unit.name, f"its Ray actor died (its Ray node lost, or the actor killed):\n{error}")
+                self._actor_died(unit, error)
         with self._lock:  # every node's state first: whether all work is done depends on them all
             unsettled = [name for name in reports if self._statuses[name].state not in (FINISHED, FAILED, STOPPED)]
             for name in unsettled:
                 status, local = self._statuses[name], reports[name]["status"]
-                for field in ("has_run", "pid", "exitcode", "restarts", "last_restart_cause"):
-                    setattr(status, field, local[field])
+                status.has_run, status.pid, status.exitcode = local["has_run"], local["pid"], local["exitcode"]
+                status.restarts = local["restarts"] + self._units[name].actor_restarts
+                status.last_restart_cause = local["last_restart_cause"] or status.last_restart_cause
                 if local["state"] in (STARTING, RUNNING):
                     status.state = local["state"]
         for name in unsettled:
             self._act_on(name, reports[name])
+
+    def _actor_died(self, unit: _Unit, error: Exception) -> None:
+        """A unit's actor died: made again on its bundle, by the unit's restart policy, where its
+        node binds its old addresses again; past the policy, the program fails."""
+        unit.lost = True
+        cause = f"its Ray actor died (its Ray node lost, or the actor killed):\n{error}"
+        if unit.actor_restarts >= unit.policy.max_restarts:
+            if unit.actor_restarts:
+                cause = f"its Ray actor died {unit.actor_restarts + 1} times, more than its restart limit allows; last: {cause}"
+            self.node_failed(unit.name, cause)
+            return
+        delay = unit.policy.delay(unit.actor_restarts)
+        unit.actor_restarts += 1
+        self.node_restarting(unit.name, cause, None)
+        print(f"[launcher] restarting {unit.name}'s Ray actor ({unit.actor_restarts} of {unit.policy.max_restarts}) "
+              f"in {delay:.1f} s; {cause.splitlines()[0]}", flush=True)
+        threading.Thread(target=self._restart_actor, args=(unit, delay), name=f"jaxdist-ray-restart-{unit.name}",
+                         daemon=True).start()
+
+    def _restart_actor(self, unit: _Unit, delay: float) -> None:
+        if self._stop_requested.wait(delay):
+            return
+        with self._actors_lock:
+            if self._stop_requested.is_set():
+                return
+            _quietly(self._ray.kill, unit.actor, no_restart=True)
+            unit.actor, unit.lost = unit.make_actor(), False
+        try:
+            for method, arguments in (("bind", (*unit.bind_arguments, dict(self.addresses))),
+                                      ("construct", (dict(self.addresses),))):
+                answer = self._ray.get(getattr(unit.actor, method).remote(*arguments))
+                if answer.get("error"):
+                    self.node_failed(unit.name, answer["error"], answer.get("exitcode"))
+                    return
+        except self._ray.exceptions.RayError:
+            pass  # died again: the watcher sees it, and the policy decides
 
     def _act_on(self, name: str, report: dict[str, Any]) -> None:
         local = report["status"]
@@ -335,7 +383,8 @@ class _RayRunning(Running):
         (stop, SIGTERM, grace, SIGKILL of its tree); then the actors and the placement group."""
         from ray.util import remove_placement_group
 
-        units = [unit for unit in self._units.values() if unit.actor is not None]
+        with self._actors_lock:
+            units = [unit for unit in self._units.values() if unit.actor is not None]
         if not self._ray.is_initialized():  # Ray was shut down under the program: nothing to reach
             units = []  # (and a call now would start a new local Ray instance)
         first = [unit for unit in units if unit.node.stops_first()]
@@ -409,14 +458,19 @@ class UnitActor:
             return f"{self._bind_host}:{probe.getsockname()[1]}"
 
     def bind(self, resources: dict[str, dict[str, Any]], echo: bool, interrupt_after: float,
-             start_timeout: float) -> dict[str, Any]:
-        """Start the unit's process; returns its servers' addresses once bound (or its failure)."""
+             start_timeout: float, addresses: AddressTable | None = None) -> dict[str, Any]:
+        """Start the unit's process; returns its servers' addresses once bound (or its failure).
+        `addresses`: the program's table, when this actor stands in for one that died: the
+        unit binds its old addresses again (once its old process let them go)."""
         running = self._running = _HeldRunning(self._program, self._run_dir, self._token, resources,
                                                self._policies, self._grace)
         running.fix_addresses([self._name], {}, None)
         unit = next(unit for _, unit in self._program.units() if unit.name == self._name)
         placeholders = {name: f"{self._bind_host}:0" for name in placement_module.serving_names(unit)}
-        running.addresses.update(placeholders)  # what its servers bind: this host, any port
+        if addresses:
+            placeholders = {}
+            _wait_until_free([addresses[name] for name in placement_module.serving_names(unit) if name in addresses])
+        running.addresses.update(addresses or placeholders)  # what its servers bind: this host, any port
         threading.Thread(target=running.start, args=(echo, interrupt_after, start_timeout),
                          name="jaxdist-ray-unit", daemon=True).start()
         running.wait_held_or_started()
@@ -433,7 +487,7 @@ class UnitActor:
     def report(self) -> dict[str, Any]:
         running = self._running
         if running is None:
-            return {"status": {"state": "starting"}, "asked_stop": None}
+            return {"status": dataclasses.asdict(NodeStatus()), "asked_stop": None}
         return {"status": running.status()[self._name], "asked_stop": running.asked_stop}
 
     def stop(self) -> None:
@@ -461,6 +515,22 @@ def _import_main(preparation: dict[str, Any]) -> None:
         multiprocessing.spawn.prepare(preparation)
     finally:
         process._inheriting = False  # type: ignore[attr-defined]
+
+
+def _wait_until_free(addresses: list[str], timeout: float = worker.ORPHAN_GRACE + 5) -> None:
+    """Returns once every address can be bound (as gRPC binds: SO_REUSEADDR), or after
+    `timeout`: a dead actor's node process lets its ports go as it stops, by itself."""
+    deadline = time.monotonic() + timeout
+    for address in addresses:
+        host, port = address.rsplit(":", 1)
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind((host, int(port)))
+                    break
+                except OSError:
+                    time.sleep(0.1)
 
 
 def _resolve_bind_host(bind_host: str) -> str:
