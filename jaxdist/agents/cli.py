@@ -49,13 +49,14 @@ class RunOptions:
     base_port: int | None = None
     """multihost: first port of host 0's range."""
     tls_dir: str | None = None
-    """multihost: certificates from python -m jaxdist.certs DIR --hosts ... for mutual TLS between hosts."""
+    """multihost, ray: certificates from python -m jaxdist.certs DIR --hosts ... for mutual TLS between hosts."""
     ray_address: str | None = None
     """ray: the cluster ('auto', 'ray://head:10001'; default: $RAY_ADDRESS, else a new local one)."""
 
     def launch_options(self) -> dict[str, Any] | None:
         if self.launcher == "ray":
-            return {"address": self.ray_address} if self.ray_address else None
+            options = {"address": self.ray_address, "tls_dir": self.tls_dir}
+            return {name: value for name, value in options.items() if value is not None} or None
         if self.launcher != "multihost":
             return None
         names = ("hosts", "host_index", "coordinator", "base_port", "tls_dir")

@@ -73,7 +73,8 @@ def launch(program: Program, launcher: str = "processes", **options: Any) -> Run
         for each node's actor. placement, distributed: as under ``"multihost"``, a host being a
         bundle of one placement group on its own Ray node; num_hosts: how many (default: the
         per_host group's size, else the cluster's nodes). bind_host: what servers bind (default
-        127.0.0.1 when the cluster is this machine, else "node": each Ray node's IP).
+        127.0.0.1 when the cluster is this machine, else "node": each Ray node's IP). tls_dir:
+        as under ``"multihost"``, with a certificate per Ray node's IP.
 
     A script that launches `processes`, `multihost` or `ray` needs the ``if __name__ == "__main__":``
     guard: node processes import the script's main module again.

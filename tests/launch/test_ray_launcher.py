@@ -19,7 +19,9 @@ import jaxdist as jd
 import launch_nodes as nodes
 import learner_nodes as ln
 import ray_nodes
+from jaxdist import courier
 from jaxdist.checkpoint import checkpoint_dir
+from jaxdist.courier import tls
 from jaxdist.nodes.learner import Learner
 from jaxdist.nodes.replay import Fifo, ReplayClient, ReplayNode
 from jaxdist.launch.running import WORK_DONE
@@ -334,3 +336,33 @@ def test_a_units_actor_that_dies_comes_back_by_its_restart_policy_on_its_address
     with pytest.raises(jd.NodeFailedError, match="more than its restart limit allows"):
         running.wait(timeout=60)
     wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
+
+
+def test_with_tls_dir_nodes_talk_mutual_tls_and_refuse_plaintext(cluster, tmp_path, monkeypatch):
+    node_ip = ray.util.get_node_ip_address()
+    tls_dir = str(tmp_path / "certs")
+    subprocess.run([sys.executable, "-m", "jaxdist.certs", tls_dir, "--hosts", node_ip], check=True, timeout=60,
+                   capture_output=True)
+    for variable in (tls.TLS_DIR_ENV, tls.TLS_NAME_ENV):  # the launcher sets them here, for its own clients
+        monkeypatch.setenv(variable, "")
+    program = jd.Program("tls")
+    with program.group("counter"):
+        counter = program.add_node(jd.CourierNode(nodes.Counter))
+    with program.group("caller"):
+        program.add_node(jd.PyNode(nodes.call_counter, counter, 3))
+    with program.group("waiter"):  # keeps the program up once the caller is done
+        program.add_node(jd.CourierNode(nodes.UntilStopped))
+    running = jd.launch(program, launcher="ray", run_dir=str(tmp_path / "run"), echo=False, bind_host="node",
+                        tls_dir=tls_dir)
+    try:
+        assert running.addresses[counter.node_name].startswith(node_ip + ":")
+        wait_until(lambda: running.status()["caller/0"]["state"] == "finished", "the caller's calls over TLS")
+        assert running.client(counter, timeout=30).increment() == 5  # this process's client: TLS too
+        address = running.addresses[counter.node_name]
+        monkeypatch.setenv(tls.TLS_DIR_ENV, "")  # a client without credentials
+        with courier.Client(address, token=running.token, timeout=3, wait_for_ready=False) as plain:
+            with pytest.raises(courier.UnavailableError):
+                plain.increment()
+    finally:
+        running.stop()
+    assert "counter at 4" in (tmp_path / "run" / "logs" / "caller-0.log").read_text()

@@ -45,7 +45,8 @@ from typing import Any
 from jaxdist.launch import placement as placement_module
 from jaxdist.launch import preflight, sigterm, worker
 from jaxdist.launch.launchers import processes
-from jaxdist.launch.launchers.multihost import AUTO, _distributed_group, _with_distributed_env
+from jaxdist.courier import tls
+from jaxdist.launch.launchers.multihost import AUTO, _distributed_group, _use_tls, _with_distributed_env
 from jaxdist.launch.placement import Placement
 from jaxdist.launch.restart import NEVER, Restart
 from jaxdist.launch.restart import policies as restart_policies
@@ -83,6 +84,7 @@ def launch(
     echo: bool = True,
     start_timeout: float = 300.0,
     bind_host: str | None = None,
+    tls_dir: str | None = None,
 ) -> Running:
     """Start `program` on a Ray cluster; returns once every node runs (or one failed: see `wait`).
 
@@ -92,6 +94,9 @@ def launch(
     made is closed at the stop. `num_hosts`: the hosts `placement` spreads over (default: the
     per_host group's size, else the cluster's node count). `bind_host`: what servers bind
     ("node": each Ray node's IP; default: 127.0.0.1 when the whole cluster is this machine, else "node").
+    `tls_dir`: certificates from `python -m jaxdist.certs DIR --hosts <each Ray node's IP>,...`
+    where every Ray node reads them (default: $JAXDIST_TLS_DIR): every courier server and client
+    of the run then uses mutual TLS, each under the name of its host's IP (127.0.0.1 on loopback).
     """
     ray = _import_ray()
     preflight.check_program(program)
@@ -105,7 +110,10 @@ def launch(
     try:
         layout = _layout(program, placement, num_hosts or _default_hosts(program, placement, ray), resources)
         distributed = _distributed_group(layout.plan, distributed) if layout.plan else None
-        host = _bind_host(ray, bind_host)
+        tls_dir = os.path.abspath(tls_dir) if (tls_dir := tls_dir or os.environ.get(tls.TLS_DIR_ENV)) else None
+        host = _bind_host(ray, bind_host, tls_dir)
+        if tls_dir:  # this process's own certificate, for its clients (the monitor's, `Running.client`)
+            _use_tls(tls_dir, [host if host != NODE_IP else ray.util.get_node_ip_address()], 0)
         group = _placement_group(ray, layout, start_timeout)
     except BaseException:
         if owns_connection:
@@ -113,7 +121,7 @@ def launch(
         raise
     running = _RayRunning(program, run_dir, token or preflight.new_token(), grace, ray, group, owns_connection)
     try:
-        running.start(layout, resources, policies, host, distributed, (echo, interrupt_after, start_timeout))
+        running.start(layout, resources, policies, (host, tls_dir), distributed, (echo, interrupt_after, start_timeout))
     except BaseException:
         running.stop()  # the actors made so far, and the placement group
         raise
@@ -198,15 +206,20 @@ def _placement_group(ray: Any, layout: _Layout, timeout: float) -> Any:
     return group
 
 
-def _bind_host(ray: Any, bind_host: str | None) -> str:
-    """Loopback when every Ray node is this machine, else each node's own IP (said once)."""
+def _bind_host(ray: Any, bind_host: str | None, tls_dir: str | None) -> str:
+    """Loopback when every Ray node is this machine, else each node's own IP (said once, without TLS)."""
+    if bind_host in ("0.0.0.0", "::", ""):
+        raise ValueError(f"bind_host={bind_host!r}: under the ray launcher a server's bind address is also the one its "
+                         f"peers dial; use 'node' (each Ray node's IP), 127.0.0.1, or leave it out")
     if bind_host is not None:
         return bind_host
     addresses = {node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")}
     if addresses <= {ray.util.get_node_ip_address()}:  # not so through Ray Client from elsewhere
         return LOOPBACK
-    print(f"[launcher] the Ray cluster spans {len(addresses)} machines: nodes serve on their node's IP, and courier "
-          f"runs without TLS between them (the token and parameters cross the network in cleartext)", flush=True)
+    if not tls_dir:
+        print(f"[launcher] courier runs without TLS between the Ray cluster's {len(addresses)} machines: the token, "
+              f"parameters and stops cross the network in cleartext. For mutual TLS run `python -m jaxdist.certs DIR "
+              f"--hosts {','.join(sorted(addresses))}` where every node reads DIR and launch with tls_dir=DIR", flush=True)
     return NODE_IP
 
 
@@ -242,7 +255,8 @@ class _RayRunning(Running):
         self._actors_lock = threading.Lock()  # no actor is made once the stop took the list to kill
 
     def start(self, layout: _Layout, resources: dict[str, dict[str, Any]], policies: dict[str, Restart],
-              bind_host: str, distributed: str | None, spawn_options: tuple[bool, float, float]) -> None:
+              serving: tuple[str, str | None], distributed: str | None, spawn_options: tuple[bool, float, float]) -> None:
+        """`serving`: (the bind host, the TLS directory or None)."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         sigterm.watch(self)
@@ -253,7 +267,7 @@ class _RayRunning(Running):
             unit.policy = policies[unit.name]
             unit.make_actor = functools.partial(actor_class.options(
                 scheduling_strategy=strategy, max_concurrency=4, **_actor_options(resources.get(unit.label, {})),
-            ).remote, payload, main, unit.name, self.run_dir, self.token, policies, self._grace, bind_host)
+            ).remote, payload, main, unit.name, self.run_dir, self.token, policies, self._grace, *serving)
             unit.actor = unit.make_actor()
         unit_resources = self._unit_resources(layout, resources, distributed)
         for unit in self._units.values():
@@ -442,13 +456,15 @@ class UnitActor:
     child process of the actor, held between bind and construct until every actor has bound."""
 
     def __init__(self, payload: bytes, main: dict[str, Any], name: str, run_dir: str, token: str,
-                 policies: dict[str, Restart], grace: float, bind_host: str) -> None:
+                 policies: dict[str, Restart], grace: float, bind_host: str, tls_dir: str | None) -> None:
         _import_main(main)
         program = pickle.loads(payload)
         self._name = name
         self._run_dir, self._token, self._policies, self._grace = run_dir, token, policies, grace
         self._program = program
         self._bind_host = _resolve_bind_host(bind_host)
+        if tls_dir:  # this host's certificate, for the node's process (it inherits the environment)
+            _use_tls(tls_dir, [self._bind_host], 0)
         self._running: _HeldRunning | None = None
 
     def free_address(self) -> str:
