@@ -3,12 +3,17 @@
 Every call carries a deadline and waits for the server to be ready, so a client may be made
 before its server starts and survives the server restarting on the same address: reconnection
 backoff is capped at one second instead of gRPC's 120 s.
+
+A client that sends or receives a message over `wire.SHARED_MEMORY_THRESHOLD` asks its server,
+once, whether they share a host's memory; if so, such messages go both ways through shared
+memory from then on (`courier.shared_memory`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import secrets
 import threading
 import time
 from concurrent import futures
@@ -16,7 +21,7 @@ from typing import Any, Callable, NoReturn
 
 import grpc
 
-from jaxdist.courier import codec, wire
+from jaxdist.courier import codec, shared_memory, wire
 from jaxdist.courier import local as local_module
 from jaxdist.courier import tls as tls_module
 from jaxdist.courier.tls import TLS
@@ -35,6 +40,7 @@ from jaxdist.courier.errors import (
 
 DEFAULT_TIMEOUT = 30.0
 _BUSY_PAUSES = (0.05, 0.1, 0.2, 0.5, 1.0)  # between tries of an upload refused as busy; then 1 s each
+_SHARED_EXPIRY_WITHOUT_DEADLINE = 3600.0  # seconds a call without a deadline gives its server to read it
 
 _RECONNECT_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -57,17 +63,20 @@ class Client:
         inline_limit: int = wire.DEFAULT_INLINE_LIMIT,
         tls: TLS | None = None,
         local: bool = False,
+        shared_memory_bytes: int = wire.DEFAULT_SHARED_MEMORY_BYTES,
     ) -> None:
         """`tls`: mutual TLS (default: the environment's, see `jaxdist.courier.tls`; without it,
         plaintext). The address's host must be one the server's certificate names. `local`:
         when a server of this process serves `address`, call it directly, with the wire's
-        semantics but no RPC (see `jaxdist.courier.local`); launchers give colocated nodes these."""
+        semantics but no RPC (see `jaxdist.courier.local`); launchers give colocated nodes these.
+        `shared_memory_bytes`: what this client's segments for large requests may hold; 0 keeps
+        every message on the socket."""
         self.address = address
         self._options = _CallOptions(timeout, wait_for_ready)
         here = local and local_module.serving(address) is not None
         self._connection = (local_module.LocalConnection(address, token) if here else
                             _Connection(address, token, max_message_bytes, inline_limit,
-                                        tls or tls_module.from_environment()))
+                                        tls or tls_module.from_environment(), shared_memory_bytes))
         self.futures = _FutureMethods(self)
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
@@ -160,7 +169,7 @@ class _Connection:
     """One gRPC channel and the encoding, staging and error translation around it."""
 
     def __init__(self, address: str, token: str | None, max_message_bytes: int, inline_limit: int,
-                 tls: TLS | None) -> None:
+                 tls: TLS | None, shared_memory_bytes: int) -> None:
         self._address = address
         self._metadata = ((wire.TOKEN_KEY, token),) if token is not None else None
         self._max_message_bytes = max_message_bytes
@@ -173,10 +182,16 @@ class _Connection:
         self._download = self._channel.unary_stream(wire.path(wire.DOWNLOAD))
         self._background: futures.ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._shared_memory_bytes = shared_memory_bytes
+        self._probe = _PENDING if shared_memory_bytes > 0 and shared_memory.available() else _DONE
+        self._shared: shared_memory.Pool | None = None
 
     def call(self, name: str, args: tuple, kwargs: dict, options: _CallOptions) -> Any:
         deadline = _Deadline(options.timeout)
-        request = self._request(name, _encode_call(args, kwargs), deadline, options)
+        parts = _encode_call(args, kwargs)
+        if self._probe is _PENDING and codec.frame_size(parts) > wire.SHARED_MEMORY_THRESHOLD:
+            self._probe_shared_memory(options, deadline)
+        request = self._request(name, parts, deadline, options)
         try:
             response = self._stub(name)(
                 request, timeout=deadline.remaining(), metadata=self._metadata, wait_for_ready=options.wait_for_ready
@@ -186,13 +201,16 @@ class _Connection:
         return self._result(name, response, deadline)
 
     def call_future(self, name: str, args: tuple, kwargs: dict, options: _CallOptions) -> futures.Future:
-        parts = _encode_call(args, kwargs)
-        if codec.frame_size(parts) > self._inline_limit:
-            return self._executor().submit(self.call, name, args, kwargs, options)
         deadline = _Deadline(options.timeout)
+        parts = _encode_call(args, kwargs)
+        if self._probe is _PENDING and codec.frame_size(parts) > wire.SHARED_MEMORY_THRESHOLD:
+            self._executor().submit(self._probe_shared_memory, options, _Deadline(options.timeout))
+        request = self._frame_in_place(parts, deadline)
+        if request is None:  # it needs an upload first, which blocks
+            return self._executor().submit(self.call, name, args, kwargs, options)
         outcome: futures.Future = futures.Future()
         call = self._stub(name).future(
-            self._request(name, parts, deadline, options),
+            request,
             timeout=deadline.remaining(),
             metadata=self._metadata,
             wait_for_ready=options.wait_for_ready,
@@ -215,6 +233,8 @@ class _Connection:
         self._channel.close()
         if self._background is not None:
             self._background.shutdown(wait=False)
+        if self._shared is not None:
+            self._shared.close()
 
     def _stub(self, name: str) -> grpc.UnaryUnaryMultiCallable:
         stub = self._unary.get(name)
@@ -229,12 +249,55 @@ class _Connection:
             return self._background
 
     def _request(self, name: str, parts: list, deadline: "_Deadline", options: _CallOptions) -> bytes:
+        frame = self._frame_in_place(parts, deadline)
+        if frame is not None:
+            return frame
+        size = codec.frame_size(parts)
+        return wire.staged_frame(self._upload_parts(name, parts, size, deadline, options), size)
+
+    def _frame_in_place(self, parts: list, deadline: "_Deadline") -> bytes | None:
+        """The request as the unary call carries it, or None when it must be uploaded first."""
         if len(parts) == 1 and len(parts[0]) <= self._inline_limit:
             return wire.INLINE + parts[0]
         size = codec.frame_size(parts)
+        if size > wire.SHARED_MEMORY_THRESHOLD and self._shared is not None:
+            remaining = deadline.remaining()
+            frame = self._shared.send(parts, size, _SHARED_EXPIRY_WITHOUT_DEADLINE if remaining is None else remaining)
+            if frame is not None:
+                return frame
         if size <= self._inline_limit:
             return b"".join([wire.INLINE, *parts])
-        return wire.staged_frame(self._upload_parts(name, parts, size, deadline, options), size)
+        return None
+
+    def _probe_shared_memory(self, options: _CallOptions, deadline: "_Deadline") -> None:
+        """Ask the server, once, whether it reads what this process writes in shared memory;
+        if it does, large messages go that way from now on. A server that cannot be reached
+        is asked again at the next call."""
+        with self._lock:
+            if self._probe is not _PENDING:
+                return
+            self._probe = _PROBING
+        nonce = secrets.token_bytes(16)
+        segment = shared_memory.probe_segment(nonce)
+        outcome = _PENDING
+        try:
+            request = wire.INLINE + codec.encode([segment, len(nonce), shared_memory.pid_namespace()])
+            response = self._stub(wire.SHARED_MEMORY_PROBE)(
+                request, timeout=deadline.remaining(), metadata=self._metadata, wait_for_ready=options.wait_for_ready)
+            answer = self._result(wire.SHARED_MEMORY_PROBE, response, deadline)
+            if answer == nonce:
+                self._shared = shared_memory.Pool(self._shared_memory_bytes)
+                self._metadata = (self._metadata or ()) + ((wire.SHARED_MEMORY_KEY, "1"),)
+            outcome = _DONE
+        except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.UNIMPLEMENTED:  # a courier without shared memory
+                outcome = _DONE
+        except CourierError:
+            outcome = _DONE
+        finally:
+            shared_memory.discard(segment)
+            with self._lock:
+                self._probe = outcome
 
     def _upload_parts(self, name: str, parts: list, size: int, deadline: "_Deadline", options: _CallOptions) -> bytes:
         """The id of the upload; one refused for lack of room is tried again within the deadline."""
@@ -272,6 +335,9 @@ class _Connection:
     def _result(self, name: str, response: bytes, deadline: "_Deadline") -> Any:
         frame = memoryview(response)
         kind = frame[:1]
+        if self._probe is _PENDING and (kind == wire.STAGED or len(frame) > wire.SHARED_MEMORY_THRESHOLD):
+            self._executor().submit(self._probe_shared_memory, _CallOptions(DEFAULT_TIMEOUT, True),
+                                    _Deadline(DEFAULT_TIMEOUT))
         try:
             if kind == wire.INLINE:
                 return codec.decode(frame[1:])
@@ -279,6 +345,9 @@ class _Connection:
                 error = rebuild_exception(codec.decode(frame[1:]), name, self._address)
             elif kind == wire.STAGED:
                 return codec.decode(self._fetch(name, frame, deadline))
+            elif kind == wire.SHARED:
+                self._check_size(name, wire.parse_shared(frame)[2])
+                return codec.decode(shared_memory.READER.claim(frame))
             else:
                 raise ValueError(f"unknown frame kind {bytes(kind)!r}")
         except ValueError as exc:  # CodecError is a ValueError
@@ -287,17 +356,20 @@ class _Connection:
 
     def _fetch(self, name: str, frame: memoryview, deadline: "_Deadline") -> bytearray:
         blob_id, size = wire.parse_staged(frame)
-        if size > self._max_message_bytes:
-            raise MessageTooLargeError(
-                f"{name} on {self._address} answered with {size} bytes, over this client's "
-                f"max_message_bytes={self._max_message_bytes}; raise Client(max_message_bytes=...)"
-            )
+        self._check_size(name, size)
         try:
             return wire.assemble(
                 self._download(blob_id, timeout=deadline.remaining(), metadata=self._metadata), size
             )
         except grpc.RpcError as error:
             raise self._translate(error, name, deadline.timeout) from None
+
+    def _check_size(self, name: str, size: int) -> None:
+        if size > self._max_message_bytes:
+            raise MessageTooLargeError(
+                f"{name} on {self._address} answered with {size} bytes, over this client's "
+                f"max_message_bytes={self._max_message_bytes}; raise Client(max_message_bytes=...)"
+            )
 
     def _translate(self, error: grpc.RpcError, name: str, timeout: float | None) -> Exception:
         code, details = error.code(), error.details()
@@ -332,6 +404,9 @@ class _Connection:
             return " (this is not a courier server)"
         except CourierError:
             return ""
+
+
+_PENDING, _PROBING, _DONE = "pending", "probing", "done"  # a connection's shared-memory probe
 
 
 def _private(name: str) -> AttributeError:

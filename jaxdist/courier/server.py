@@ -13,6 +13,10 @@ upload), calls in flight at `max_concurrent_calls`, uploads at `max_uploads` at 
 `max_staged_bytes` held; a transfer whose peer stalls for `chunk_timeout` seconds is cut off,
 and a staged payload nobody claims is dropped after `staging_ttl`. Idle connections are pinged
 and closed, and a connection that never completes its handshake is dropped.
+
+A client on the same host (it proves so once, see `jaxdist.courier.shared_memory`) sends and
+receives messages over `wire.SHARED_MEMORY_THRESHOLD` through shared memory; the server's own
+segments, for answers, hold at most `shared_memory_bytes`.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any, NoReturn
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from jaxdist.courier import codec, local, staging, wire
+from jaxdist.courier import codec, local, shared_memory, staging, wire
 from jaxdist.courier import tls as tls_module
 from jaxdist.courier.tls import TLS
 from jaxdist.courier.errors import UnavailableError, describe_exception
@@ -66,10 +70,12 @@ class Server:
         staging_ttl: float = 60.0,
         chunk_timeout: float = 10.0,
         tls: TLS | None = None,
+        shared_memory_bytes: int = wire.DEFAULT_SHARED_MEMORY_BYTES,
     ) -> None:
         """`max_uploads` defaults to a quarter of the threads (at least one), so uploads in
         progress always leave threads for calls. `tls`: mutual TLS (default: the environment's,
-        see `jaxdist.courier.tls`; without it, plaintext)."""
+        see `jaxdist.courier.tls`; without it, plaintext). `shared_memory_bytes`: 0 keeps every
+        message on the socket, even from a client on this host."""
         if thread_pool_size < 1:
             raise ValueError(f"thread_pool_size must be >= 1, got {thread_pool_size}")
         if token == "":
@@ -80,7 +86,11 @@ class Server:
         self._max_uploads = max(1, thread_pool_size // 4) if max_uploads is None else max_uploads
         self._upload_slots = threading.BoundedSemaphore(self._max_uploads)
         self._staging = staging.StagingArea(staging_ttl, max_staged_bytes)
-        self._janitor = staging.Janitor(self._staging, chunk_timeout, period=min(chunk_timeout, staging_ttl) / 4)
+        self._staging_ttl = staging_ttl
+        self._shares_memory = shared_memory_bytes > 0 and shared_memory.available()
+        self._shared = shared_memory.Pool(shared_memory_bytes) if self._shares_memory else None
+        self._janitor = staging.Janitor(self._staging, chunk_timeout, period=min(chunk_timeout, staging_ttl) / 4,
+                                        chore=_forget_dead_segments if self._shares_memory else None)
         self.token = token
         self._methods: dict[str, Callable[..., Any]] = {}
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
@@ -123,6 +133,8 @@ class Server:
     def start(self) -> "Server":
         """Begin serving (the port is bound already); returns the server, once started."""
         if not self._started:
+            if self._shares_memory:
+                shared_memory.sweep()
             self._grpc.start()
             self._janitor.start()
             self._started = True
@@ -137,6 +149,8 @@ class Server:
         self._janitor.stop()
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._staging.clear()
+        if self._shared is not None:
+            self._shared.close()
 
     # Calls from this process (jaxdist.courier.local) ------------------------------------------
 
@@ -194,6 +208,8 @@ class Server:
             handler = grpc.unary_stream_rpc_method_handler(self._download)
         elif name == wire.LIST_METHODS:
             handler = grpc.unary_unary_rpc_method_handler(self._list_methods)
+        elif name == wire.SHARED_MEMORY_PROBE:
+            handler = grpc.unary_unary_rpc_method_handler(self._probe_shared_memory)
         else:
             handler = grpc.unary_unary_rpc_method_handler(functools.partial(self._call, name))
         self._handlers[details.method] = handler
@@ -213,9 +229,20 @@ class Server:
         if len(parts) == 1 and len(parts[0]) <= self._inline_limit:
             return wire.INLINE + parts[0]
         size = codec.frame_size(parts)
+        if size > wire.SHARED_MEMORY_THRESHOLD and self._shared is not None:
+            frame = self._share(parts, size, context)
+            if frame is not None:
+                return frame
         if size <= self._inline_limit:
             return b"".join([wire.INLINE, *parts])
         return wire.staged_frame(self._staging.put(parts), size)
+
+    def _share(self, parts: list, size: int, context: grpc.ServicerContext) -> bytes | None:
+        """The answer through shared memory, when the caller said it shares this host's."""
+        if (wire.SHARED_MEMORY_KEY, "1") not in context.invocation_metadata():
+            return None
+        remaining = context.time_remaining()
+        return self._shared.send(parts, size, self._staging_ttl if remaining is None else remaining)
 
     def _resolve(self, name: str, context: grpc.ServicerContext) -> Callable[..., Any]:
         """The method, once the object is attached (waiting for it within the deadline)."""
@@ -233,7 +260,7 @@ class Server:
         self, name: str, request: bytes, context: grpc.ServicerContext
     ) -> tuple[list[Any], dict[str, Any]]:
         try:
-            call = codec.decode(self._request_frame(request))
+            call = codec.decode(self._request_frame(request, context))
             if not (
                 type(call) is list
                 and len(call) == 2
@@ -246,7 +273,7 @@ class Server:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request to {name}: {exc}")
         return call[0], call[1]
 
-    def _request_frame(self, request: bytes) -> memoryview:
+    def _request_frame(self, request: bytes, context: grpc.ServicerContext) -> memoryview:
         """The codec frame a request carries inline, or the upload it refers to."""
         frame = memoryview(request)
         kind = frame[:1]
@@ -258,13 +285,30 @@ class Server:
             if not isinstance(staged, bytearray):
                 raise ValueError("it names an upload this server does not hold (expired?)")
             return memoryview(staged)
+        if kind == wire.SHARED and self._shares_memory:
+            _, _, size = wire.parse_shared(frame)
+            self._check_size(size, context)
+            return memoryview(shared_memory.READER.claim(frame))
         raise ValueError(f"unknown frame kind {bytes(kind)!r}")
 
     def _list_methods(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         return wire.INLINE + codec.encode(self.methods)
 
+    def _probe_shared_memory(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        """What the caller's probe segment holds, or None: the caller then knows whether it may
+        use shared memory with this server."""
+        answer = None
+        try:
+            name, size, namespace = codec.decode(memoryview(request)[1:])
+            if self._shares_memory and namespace == shared_memory.pid_namespace() and 0 < size <= 64:
+                answer = shared_memory.read_probe(name, size)
+        except (ValueError, TypeError, OSError):  # not on this host, or not a probe
+            pass
+        return wire.INLINE + codec.encode(answer)
+
     def _upload(self, chunks: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
         size = self._announced_size(context)
+        self._check_size(size, context)
         if not self._upload_slots.acquire(blocking=False):
             _refuse_busy(context, f"this server takes at most {self._max_uploads} uploads at once")
         try:
@@ -285,11 +329,15 @@ class Server:
             size = int(metadata.get(wire.SIZE_KEY, ""))
         except ValueError:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"an upload must announce its size in '{wire.SIZE_KEY}'")
-        for limit, name in ((self._max_message_bytes, "max_message_bytes"), (self._max_staged_bytes, "max_staged_bytes")):
-            if not 0 <= size <= limit:
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                              f"a message of {size} bytes exceeds this server's {name}={limit}")
+        if size > self._max_staged_bytes:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"a message of {size} bytes exceeds this server's max_staged_bytes={self._max_staged_bytes}")
         return size
+
+    def _check_size(self, size: int, context: grpc.ServicerContext) -> None:
+        if not 0 <= size <= self._max_message_bytes:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"a message of {size} bytes exceeds this server's max_message_bytes={self._max_message_bytes}")
 
     def _download(self, blob_id: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
         parts = self._staging.take(bytes(blob_id))
@@ -374,7 +422,12 @@ def _refuse_token(requests: Iterator[bytes], context: grpc.ServicerContext) -> N
 
 
 _REFUSE_TOKEN = grpc.stream_unary_rpc_method_handler(_refuse_token)
-_INTERNAL = frozenset({wire.UPLOAD, wire.DOWNLOAD, wire.LIST_METHODS})
+_INTERNAL = frozenset({wire.UPLOAD, wire.DOWNLOAD, wire.LIST_METHODS, wire.SHARED_MEMORY_PROBE})
+
+
+def _forget_dead_segments() -> None:
+    shared_memory.sweep()
+    shared_memory.READER.forget_unlinked()
 
 
 def _unknown_method_message(name: str, methods: list[str]) -> str:

@@ -100,10 +100,13 @@ class StagingArea:
 class Janitor:
     """Cuts off transfers whose peer has sent or read nothing for `chunk_timeout` seconds, and
     drops staged payloads nobody claimed in time: a stalled peer holds a thread for seconds, not
-    for ever, and an abandoned payload holds memory no longer than its time to live."""
+    for ever, and an abandoned payload holds memory no longer than its time to live. `chore`:
+    anything else the server tidies on the same beat."""
 
-    def __init__(self, staging: StagingArea, chunk_timeout: float, period: float) -> None:
+    def __init__(self, staging: StagingArea, chunk_timeout: float, period: float,
+                 chore: Callable[[], None] | None = None) -> None:
         self._staging, self._chunk_timeout, self._period = staging, chunk_timeout, period
+        self._chore = chore
         self._active: dict[object, list] = {}  # key -> [context, time of the last chunk]
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -138,3 +141,5 @@ class Janitor:
                 stalled = [context for context, last in self._active.values() if last < cutoff]
             for context in stalled:
                 context.cancel()
+            if self._chore is not None:
+                self._chore()

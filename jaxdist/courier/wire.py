@@ -16,9 +16,11 @@ SERVICE = "jaxdist.Courier"
 LIST_METHODS = "_methods"
 UPLOAD = "_upload"
 DOWNLOAD = "_download"
+SHARED_MEMORY_PROBE = "_shared_memory"
 
 TOKEN_KEY = "jaxdist-token"
 SIZE_KEY = "jaxdist-size"
+SHARED_MEMORY_KEY = "jaxdist-shared-memory"  # "1" from a caller that may be answered in shared memory
 BUSY_KEY = "jaxdist-busy"  # trailing metadata of a RESOURCE_EXHAUSTED that a later retry may pass
 GRPC_CONCURRENCY_LIMIT = "Concurrent RPC limit exceeded!"  # gRPC's own details for maximum_concurrent_rpcs
 
@@ -26,12 +28,17 @@ GRPC_CONCURRENCY_LIMIT = "Concurrent RPC limit exceeded!"  # gRPC's own details 
 INLINE = b"\x00"  # a codec frame
 STAGED = b"\x01"  # a reference to a payload moved by _upload/_download: id + size
 ERROR = b"\x02"  # a codec frame describing a remote exception
+SHARED = b"\x03"  # a reference to a payload in a shared-memory segment: generation + size + name
 
 CHUNK_BYTES = 1 << 20
 DEFAULT_INLINE_LIMIT = 8 << 20
 DEFAULT_MAX_MESSAGE_BYTES = 4 << 30
+SHARED_MEMORY_THRESHOLD = 1 << 20  # larger messages between processes of one host skip the socket
+DEFAULT_SHARED_MEMORY_BYTES = 1 << 30  # per client and per server: segments kept for reuse
 
 _STAGED_FORMAT = struct.Struct("<16sQ")
+_SHARED_FORMAT = struct.Struct("<QQ")
+_MAX_SHARED_NAME = 64
 
 
 def path(method: str) -> str:
@@ -63,6 +70,19 @@ def parse_staged(frame: memoryview) -> tuple[bytes, int]:
         raise ValueError(f"a staged reference is {1 + _STAGED_FORMAT.size} bytes, got {len(frame)}")
     blob_id, size = _STAGED_FORMAT.unpack(frame[1:])
     return blob_id, size
+
+
+def shared_frame(name: str, generation: int, size: int) -> bytes:
+    return SHARED + _SHARED_FORMAT.pack(generation, size) + name.encode("ascii")
+
+
+def parse_shared(frame: memoryview) -> tuple[str, int, int]:
+    """(segment name, generation, size) of a SHARED frame; ValueError when it is not one."""
+    if not 1 + _SHARED_FORMAT.size < len(frame) <= 1 + _SHARED_FORMAT.size + _MAX_SHARED_NAME:
+        raise ValueError(f"a shared-memory reference is at most {1 + _SHARED_FORMAT.size + _MAX_SHARED_NAME} "
+                         f"bytes, got {len(frame)}")
+    generation, size = _SHARED_FORMAT.unpack(frame[1:1 + _SHARED_FORMAT.size])
+    return bytes(frame[1 + _SHARED_FORMAT.size:]).decode("ascii", "replace"), generation, size
 
 
 def as_bytes_view(part: bytes | bytearray | memoryview) -> memoryview:

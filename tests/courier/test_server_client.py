@@ -335,8 +335,7 @@ def test_large_arrays_round_trip_both_ways(client, size_mb):
     np.testing.assert_array_equal(echoed["params"], array)
 
 
-def test_256mb_array_round_trip_keeps_memory_near_payload_size():
-    """Each side holds about one copy of the payload beyond what it already had, not four."""
+def _echo_memory_growth(path: str) -> dict:
     import json
     import os
     import subprocess
@@ -346,12 +345,18 @@ def test_256mb_array_round_trip_keeps_memory_near_payload_size():
     server = subprocess.Popen([sys.executable, probe, "server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         address = server.stdout.readline().strip()
-        out = subprocess.run([sys.executable, probe, "client", address, "256"], capture_output=True, text=True, timeout=120)
+        out = subprocess.run([sys.executable, probe, "client", address, "256", path], capture_output=True, text=True,
+                             timeout=120)
         assert out.returncode == 0, out.stderr
-        growth = json.loads(out.stdout)
+        return json.loads(out.stdout)
     finally:
         server.stdin.close()
         server.wait(timeout=30)
+
+
+def test_256mb_array_round_trip_keeps_memory_near_payload_size():
+    """Each side holds about one copy of the payload beyond what it already had, not four."""
+    growth = _echo_memory_growth("socket")
     # About one copy a side: typically 1.1x the payload; a second copy would be 2x. The margin
     # absorbs chunks gRPC buffers ahead when the machine is busy (1.29x seen once in a full run).
     assert growth["client_mb"] < 1.5 * 256, growth  # the result: one payload, plus chunks
@@ -432,3 +437,13 @@ def test_a_server_given_a_port_taken_for_a_moment_binds_it_once_free(service):
         assert courier.Client(server.address, timeout=10).add(1) == 2
     finally:
         server.stop(grace=0)
+
+
+def test_256mb_round_trip_through_shared_memory_adds_one_segment_each_way():
+    """Through shared memory the payload is in two segments (request and answer, each sized
+    within 12.5% of it) and in neither process's private memory: the server decodes views of
+    the request's segment and the client views of the answer's."""
+    growth = _echo_memory_growth("shared")
+    assert growth["shm_mb"] < 2 * 1.13 * 256, growth
+    assert growth["client_anon_mb"] < 0.25 * 256, growth
+    assert growth["server_anon_mb"] < 0.25 * 256, growth

@@ -218,7 +218,8 @@ def test_uploads_beyond_max_uploads_are_refused_as_busy_and_a_client_waits_for_r
             with pytest.raises(grpc.RpcError) as raised:
                 upload(channel, b"y" * 10)
             assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            client = courier.Client(server.address, token=TOKEN, timeout=10, inline_limit=1 << 20)
+            client = courier.Client(server.address, token=TOKEN, timeout=10, inline_limit=1 << 20,
+                                    shared_memory_bytes=0)  # the socket path: uploads
             big = np.ones(2 << 20, np.uint8)
             with pytest.raises(courier.ServerBusyError, match="2 uploads at once"):
                 client.with_timeout(0.5).add(big, 0)
@@ -248,7 +249,8 @@ def test_staged_bytes_are_bounded_by_max_staged_bytes():
             with pytest.raises(grpc.RpcError):  # claiming it: not a call, but the bytes are taken
                 channel.unary_unary(wire.path("add"))(wire.staged_frame(first, 2 << 20), metadata=AUTH, timeout=10)
             upload(channel, bytes(2 << 20))
-        client = courier.Client(server.address, token=TOKEN, timeout=10, inline_limit=1 << 20)
+        client = courier.Client(server.address, token=TOKEN, timeout=10, inline_limit=1 << 20,
+                                shared_memory_bytes=0)  # the socket path: uploads
         with pytest.raises(courier.MessageTooLargeError, match="max_staged_bytes"):
             client.add(np.ones(4 << 20, np.uint8), 0)
     finally:

@@ -1,0 +1,298 @@
+"""Same-host bulk transfer: a large message is written into shared memory and only its name
+travels over gRPC.
+
+On this machine (gVisor) fresh memory costs about 1 ms per MB to fault in, which is why a
+segment per message would buy little: the sender keeps a `Pool` of segments that it reuses, and
+the receiver maps each segment once (`Reader`) and decodes the message as views into it -- no
+copy on that side, and the callee may keep what it was given, because the sender writes into a
+segment again only once the receiver has let go of every view (a finalizer on the message's
+buffer says so in the segment's header).
+
+Each segment's 64-byte header holds int64 words, written by one side each:
+
+    SENT      sender:   the generation of the message in it now
+    CLAIMED   receiver: the generation it mapped
+    RELEASED  receiver: the generation whose views are all gone
+    EXPIRY    sender:   monotonic ns by which the receiver must claim it, or never will
+    HOLDER    receiver: its pid, written as it claims
+
+A segment is free for the sender when RELEASED == SENT, or when the message was never claimed
+and its expiry passed (the call was abandoned), or when the process holding it has died.
+
+Nothing leaks after a crash: segments are named ``jaxdist-<creator pid>-<random>``; a dying
+sender's are unlinked by whoever `sweep`s next (servers do at start and periodically, and pools
+when they grow), and a dying receiver's are reused by their sender once it sees the peer gone.
+The token still guards it all: a peer learns of shared memory only through a courier call,
+and segments are created 0600 (only this user's processes can open them).
+
+Linux only (``/dev/shm``); elsewhere `available()` is False and messages take the socket.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import secrets
+import sys
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+
+from jaxdist.courier import wire
+
+DIRECTORY = "/dev/shm"
+PREFIX = "jaxdist-"
+HEADER_BYTES = 64
+SENT, CLAIMED, RELEASED, EXPIRY, HOLDER = range(5)
+MIN_SEGMENT_BYTES = 1 << 20
+RECLAIM_MARGIN_NS = 5_000_000_000  # after the expiry, before an unclaimed segment is reused
+_NAME = re.compile(rf"{PREFIX}(\d+)-[0-9a-f]{{16}}")
+_MAPPINGS_KEPT = 256
+
+
+def available() -> bool:
+    return sys.platform.startswith("linux") and os.path.isdir(DIRECTORY)
+
+
+def pid_namespace() -> str:
+    """Which pid namespace this process is in: pids name the peer holding a segment, so two
+    processes share memory only when their pids mean the same processes."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def _path(name: str) -> str:
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"{name!r} is not a courier shared-memory segment")
+    return os.path.join(DIRECTORY, name)
+
+
+def _unlink(name: str) -> None:
+    try:
+        os.unlink(_path(name))
+    except FileNotFoundError:
+        pass
+
+
+def sweep() -> None:
+    """Unlink the segments whose creator has died (a SIGKILLed node's)."""
+    try:
+        names = os.listdir(DIRECTORY)
+    except OSError:
+        return
+    for name in names:
+        match = _NAME.fullmatch(name)
+        if match and not _alive(int(match.group(1))):
+            _unlink(name)
+
+
+def _header(memory: mmap.mmap) -> np.ndarray:
+    return np.ndarray((HOLDER + 1,), np.int64, buffer=memory)
+
+
+class _Segment:
+    __slots__ = ("name", "capacity", "memory", "header")
+
+    def __init__(self, capacity: int) -> None:
+        self.name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+        self.capacity = capacity
+        descriptor = os.open(_path(self.name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.posix_fallocate(descriptor, 0, HEADER_BYTES + capacity)  # ENOSPC now, not SIGBUS later
+            self.memory = mmap.mmap(descriptor, HEADER_BYTES + capacity)
+        except OSError:
+            _unlink(self.name)
+            raise
+        finally:
+            os.close(descriptor)
+        self.header = _header(self.memory)
+
+    def is_free(self, now_ns: int) -> bool:
+        sent, claimed, released, expiry, holder = self.header.tolist()
+        if released == sent:
+            return True
+        if claimed != sent:
+            return now_ns > expiry + RECLAIM_MARGIN_NS
+        return not _alive(holder)
+
+    def close(self) -> None:
+        _unlink(self.name)
+        self.header = None
+        try:
+            self.memory.close()
+        except BufferError:  # a view of ours still exists; the mapping goes with it
+            pass
+
+
+class Pool:
+    """The sender's segments, reused once the receiver has let go. At most `max_bytes` in all;
+    a message that finds no room goes by the socket instead."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._segments: list[_Segment] = []
+        self._lock = threading.Lock()
+        _POOLS.add(self)
+
+    def send(self, parts: Sequence[bytes | memoryview], size: int, expires_in: float) -> bytes | None:
+        """Write the frame `parts` (of `size` bytes) into a segment, for a receiver that claims
+        it within `expires_in` seconds; its reference, or None when there is no room."""
+        segment = self._acquire(size, time.monotonic_ns() + int(expires_in * 1e9))
+        if segment is None:
+            return None
+        try:
+            offset = HEADER_BYTES
+            for part in parts:
+                view = wire.as_bytes_view(part)
+                segment.memory[offset:offset + len(view)] = view
+                offset += len(view)
+        except BaseException:
+            segment.header[RELEASED] = segment.header[SENT]
+            raise
+        return wire.shared_frame(segment.name, int(segment.header[SENT]), size)
+
+    def close(self) -> None:
+        with self._lock:
+            segments, self._segments = self._segments, []
+        for segment in segments:
+            segment.close()
+
+    def _acquire(self, size: int, expiry_ns: int) -> _Segment | None:
+        now = time.monotonic_ns()
+        with self._lock:
+            fitting = [s for s in self._segments if s.capacity >= size and s.is_free(now)]
+            segment = min(fitting, key=lambda s: s.capacity) if fitting else self._grow(size, now)
+            if segment is None:
+                return None
+            segment.header[EXPIRY] = expiry_ns
+            segment.header[SENT] = segment.header[SENT] + 1  # busy from here: RELEASED != SENT
+            return segment
+
+    def _grow(self, size: int, now: int) -> _Segment | None:
+        granule = max(MIN_SEGMENT_BYTES, (1 << (size.bit_length() - 1)) // 8)  # 12.5% spare at most
+        capacity = -(-size // granule) * granule
+        if capacity > self._max_bytes:
+            return None
+        held = sum(s.capacity for s in self._segments)
+        for idle in sorted((s for s in self._segments if s.is_free(now)), key=lambda s: s.capacity):
+            if held + capacity <= self._max_bytes:
+                break
+            self._segments.remove(idle)
+            idle.close()
+            held -= idle.capacity
+        if held + capacity > self._max_bytes:
+            return None
+        sweep()
+        try:
+            segment = _Segment(capacity)
+        except OSError:  # /dev/shm full or missing: the socket still works
+            return None
+        self._segments.append(segment)
+        return segment
+
+
+class Reader:
+    """The receiver's side: segments mapped once, messages handed out as views into them."""
+
+    def __init__(self) -> None:
+        self._mappings: OrderedDict[str, mmap.mmap] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def claim(self, frame: memoryview) -> np.ndarray:
+        """The message a shared frame names, as a uint8 array; the segment is released to its
+        sender when the array and every view of it are gone. ValueError when the frame names no
+        segment of ours or a message no longer there."""
+        name, generation, size = wire.parse_shared(frame)
+        mapping = self._mapping(name)
+        if size > len(mapping) - HEADER_BYTES:
+            raise ValueError(f"segment {name} holds {len(mapping) - HEADER_BYTES} bytes, not {size}")
+        header = _header(mapping)
+        if int(header[SENT]) != generation:
+            raise ValueError(f"segment {name} no longer holds that message")
+        if time.monotonic_ns() > int(header[EXPIRY]):
+            raise ValueError(f"the message in segment {name} expired before it was read")
+        header[HOLDER] = os.getpid()
+        header[CLAIMED] = generation
+        message = np.frombuffer(mapping, np.uint8, size, HEADER_BYTES)
+        weakref.finalize(message, header.__setitem__, RELEASED, generation)
+        return message
+
+    def forget_unlinked(self) -> None:
+        """Drop the mappings of segments their sender has unlinked (it closed or died), so
+        their memory goes once the views still using it are gone."""
+        with self._lock:
+            for name in [name for name in self._mappings if not os.path.exists(os.path.join(DIRECTORY, name))]:
+                del self._mappings[name]
+
+    def _mapping(self, name: str) -> mmap.mmap:
+        with self._lock:
+            mapping = self._mappings.get(name)
+            if mapping is not None:
+                self._mappings.move_to_end(name)
+                return mapping
+        try:
+            descriptor = os.open(_path(name), os.O_RDWR)
+        except FileNotFoundError:
+            raise ValueError(f"no shared-memory segment {name} on this host") from None
+        try:
+            mapping = mmap.mmap(descriptor, os.fstat(descriptor).st_size)
+        finally:
+            os.close(descriptor)
+        with self._lock:
+            self._mappings[name] = mapping
+            while len(self._mappings) > _MAPPINGS_KEPT:
+                self._mappings.popitem(last=False)
+        return mapping
+
+
+def probe_segment(nonce: bytes) -> str:
+    """A segment holding `nonce`, for a peer to read back: proof that it shares this host's
+    shared memory. The caller unlinks it (`discard`)."""
+    name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+    descriptor = os.open(_path(name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.write(descriptor, nonce)
+    finally:
+        os.close(descriptor)
+    return name
+
+
+def read_probe(name: str, size: int) -> bytes:
+    with open(_path(name), "rb") as segment:
+        return segment.read(size)
+
+
+def discard(name: str) -> None:
+    _unlink(name)
+
+
+READER = Reader()
+_POOLS: "weakref.WeakSet[Pool]" = weakref.WeakSet()
+
+
+def _close_pools() -> None:
+    for pool in list(_POOLS):
+        pool.close()
+
+
+if available():
+    import atexit
+
+    atexit.register(_close_pools)
