@@ -100,6 +100,12 @@ class Client:
         with somewhere else to go, such as a pool of evaluators."""
         return self._with(_CallOptions(self._options.timeout, False))
 
+    @property
+    def shares_memory(self) -> bool:
+        """Whether large messages to and from this server go through shared memory (known
+        after the first message over `wire.SHARED_MEMORY_THRESHOLD`)."""
+        return self._connection.shares_memory
+
     def methods(self) -> list[str]:
         """The method names the server serves."""
         return self._connection.list_methods(self._options)
@@ -217,6 +223,10 @@ class _Connection:
         )
         call.add_done_callback(lambda done: self._settle(outcome, done, name, deadline, options.timeout))
         return outcome
+
+    @property
+    def shares_memory(self) -> bool:
+        return self._shared is not None
 
     def list_methods(self, options: _CallOptions) -> list[str]:
         response = self.call_raw(wire.LIST_METHODS, options)

@@ -66,6 +66,8 @@ class LocalConnection:
     Closing it fails the calls still waiting, as closing a channel does (a stop's way to free
     callers blocked on a node that is going away)."""
 
+    shares_memory = False  # nothing crosses a process boundary
+
     def __init__(self, address: str, token: str | None) -> None:
         self._address, self._token = address, token
         self._lock = threading.Lock()
