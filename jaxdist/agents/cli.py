@@ -122,9 +122,12 @@ def main(agent: str, config_type: type[AgentConfig], presets: Presets, make_agen
         raise SystemExit(f"error: {error}") from None
     run_dir = run.run_dir or default_run_dir(built)
     prepare_run_dir(run_dir, agent, config, run)
+    launch_options = run.launch_options()
+    if run.launcher == "ray":  # groups go to hosts as under multihost, a host being a Ray node
+        launch_options = {**(launch_options or {}), "placement": built.topology().placement}
     summary = train(built, launcher=run.launcher, run_dir=run_dir, start_time=start_time,
                     compilation_cache=os.path.expanduser(run.compilation_cache) or None, echo=not run.quiet,
-                    track=run.track, launch_options=run.launch_options())
+                    track=run.track, launch_options=launch_options)
     report(summary, run_dir)
     return summary
 

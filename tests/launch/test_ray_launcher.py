@@ -366,3 +366,17 @@ def test_with_tls_dir_nodes_talk_mutual_tls_and_refuse_plaintext(cluster, tmp_pa
     finally:
         running.stop()
     assert "counter at 4" in (tmp_path / "run" / "logs" / "caller-0.log").read_text()
+
+
+def test_a_ppo_learner_spanning_two_ray_nodes_is_one_jax_distributed_learner_and_solves_cartpole(cluster, tmp_path):
+    done = subprocess.run(
+        [sys.executable, os.path.join(EXPERIMENTS, "ppo.py"), "--launcher", "ray", "--ray-address", cluster.address,
+         "--learner-hosts", "2", "--num-actors", "2", "--quiet", "--compilation-cache", "", "--run-dir", str(tmp_path),
+         "--stop-at-target"],
+        capture_output=True, text=True, timeout=400, env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "tests", "support")))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "reached evaluation return 475" in done.stdout, done.stdout
+    second = (tmp_path / "logs" / "learner-1.log").read_text()
+    assert "Rank 1 is connected to 1 peer ranks" in second  # the two learner processes' gloo group
+    assert "fresh start on 2 device(s)" in second  # one device per process, two in the group
+    wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
