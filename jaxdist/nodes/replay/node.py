@@ -14,8 +14,9 @@ Served methods: ``insert(item, priority=None, table="default", timeout=None) -> 
 ``info(table=...)``, ``size(table=...)``, ``stats()`` (per table) and ``checkpoint() -> step``.
 The inserts take a list of table names for ``table`` (and a ``{name: priorities}`` dict for
 the priorities, or one value for all): the batch goes into every one of them atomically, and
-the keys come back as ``{name: keys}``; the node's tables share one lock for this. Call them through ``ReplayClient`` (``client.py``), which
-turns the node's "try again" answers into waits as long as the caller asked for.
+the keys come back as ``{name: keys}``; the node's tables share one lock for this. Call them
+through ``ReplayClient`` (``client.py``), which turns the node's "try again" answers into waits
+as long as the caller asked for.
 
 Tables travel as specs. A program holds the table objects it was given only as their class and
 constructor arguments (``table.spec``): the node's process builds fresh tables from them (a live
@@ -143,7 +144,8 @@ def _spec_of(name: Any, table: Any) -> TableSpec:
     if not isinstance(name, str) or not name:
         raise ValueError(f"table names must be non-empty strings, got {name!r}")
     if not isinstance(table, Table):
-        raise TypeError(f"table {name!r} must be a replay table (Fifo, Lifo, Uniform, Prioritized, MaxHeap, MinHeap), got {table!r}")
+        raise TypeError(f"table {name!r} must be a replay table (Fifo, Lifo, Uniform, Prioritized, MaxHeap, "
+                        f"MinHeap), got {table!r}")
     stats = table.stats()
     if stats["inserts"] or stats["samples"] or stats["closed"]:
         raise ValueError(f"table {name!r} ({table!r}) has been used; a ReplayNode builds its tables afresh in its "
@@ -227,9 +229,9 @@ class _ReplayService:
                info: bool = False) -> dict[str, Any]:
         """``{"keys", "data", "probabilities"}``, and with ``info`` Reverb's sample info: ``"info":
         {"priorities", "times_sampled", "table_size"}`` (off by default: most learners need none of
-        it, and it costs 12 bytes a draw on the wire)."""
+        it, it costs 12 bytes a draw on the wire, and ranking repeated draws costs the table time)."""
         target = self._table(table)
-        sample = self._bounded(table, lambda wait: target.sample(batch_size, wait), timeout)
+        sample = self._bounded(table, lambda wait: target.sample(batch_size, wait, info), timeout)
         answer = {"keys": sample.keys, "data": sample.data, "probabilities": sample.probabilities}
         if info:
             answer["info"] = sample.info._asdict()

@@ -66,7 +66,7 @@ class Sample(NamedTuple):
     keys: np.ndarray  # int64, (batch_size,): pass back to update_priorities or delete
     data: Any  # the items' pytree, every leaf stacked along a new leading axis (a list if signatures differ)
     probabilities: np.ndarray | None  # each draw's chance, for importance weights; None for ordered selectors
-    info: SampleInfo
+    info: SampleInfo | None  # with sample(..., info=True)
 
 
 MAX_SAMPLE_ITEMS = 1 << 20
@@ -329,23 +329,31 @@ class _Order:
         slots, valid = self._at(np.arange(self._head, self._tail), live)
         return slots[valid]
 
-    def take(self, n: int, live: np.ndarray, newest: bool = False) -> np.ndarray:
-        """Up to n live slots, oldest (or newest) first, scanning chunks that double in size."""
+    def take(self, n: int, live: np.ndarray, newest: bool = False, consume: bool = False) -> np.ndarray:
+        """Up to n live slots, oldest (or newest) first, scanning chunks that double in size.
+        ``consume``: the caller removes them now, so that end moves past them (the remover)."""
         self._trim(live, newest)
         start = self._tail - 1 if newest else self._head
-        if n == 1 and self._head < self._tail:  # the trimmed end is live (an eviction, a stack's pop)
-            return self._ring[[start % len(self._ring)]]
         found: list[np.ndarray] = []
-        count, chunk = 0, max(8, 2 * n)
+        count, chunk, end = 0, max(8, 2 * n), start
         while count < n:
             positions = self._chunk(start, chunk, newest)
             if not len(positions):
                 break
             slots, valid = self._at(positions, live)
-            found.append(slots[valid][:n - count])
-            count += len(found[-1])
+            taken = np.flatnonzero(valid)[:n - count]
+            found.append(slots[taken])
+            count += len(taken)
+            end = int(positions[taken[-1]]) if len(taken) else end
             start, chunk = int(positions[-1]) + (-1 if newest else 1), 2 * chunk
-        return np.concatenate(found) if found else np.empty(0, np.int64)
+        if consume and count:
+            if newest:
+                self._tail = end
+            else:
+                self._head = end + 1
+        if not found:
+            return np.empty(0, np.int64)
+        return found[0] if len(found) == 1 else np.concatenate(found)
 
     def _trim(self, live: np.ndarray, newest: bool) -> None:
         """Forgets the stale entries at one end, so the next look there starts at a live one."""
@@ -380,6 +388,7 @@ class _Order:
 
     def uniform(self, n: int, live: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
         """n live slots drawn uniformly with replacement (rejecting stale entries)."""
+        self._trim(live, newest=False)  # what the remover just took leaves stale entries at the head
         if self.span() > 2 * size:
             self.compact(live)
         if self.span() == size:  # no stale entry in between: every position is a live slot
@@ -559,7 +568,7 @@ class _Table:
     def _commit(self, rows: list[_Rows], n: int, priorities: np.ndarray | None) -> np.ndarray:
         """Stores an admitted batch (the lock held); returns its keys in the batch's order."""
         overflow = self._size + n - self.max_size
-        evicted = self._order.take(overflow, self._live) if overflow > 0 else np.empty(0, np.int64)
+        evicted = self._order.take(overflow, self._live, consume=True) if overflow > 0 else np.empty(0, np.int64)
         self._remove(evicted, "evictions", hook=False)  # the remover: oldest first
         slots = self._free.pop(n)
         keys = self._slot_key[slots] + self.max_size
@@ -580,8 +589,10 @@ class _Table:
 
     # --- sampling --------------------------------------------------------------------------------
 
-    def sample(self, batch_size: int, timeout: float | None = None) -> Sample:
-        """Returns ``batch_size`` draws stacked; blocks while the table cannot provide them."""
+    def sample(self, batch_size: int, timeout: float | None = None, info: bool = False) -> Sample:
+        """Returns ``batch_size`` draws stacked; blocks while the table cannot provide them. With
+        ``info``, ``Sample.info`` holds each draw's priority and times sampled (else None: ranking
+        the repeats within a batch costs more than the rest of a small draw)."""
         batch_size = _check_count("batch_size", batch_size, 1)
         if batch_size > MAX_SAMPLE_ITEMS:
             raise ValueError(f"a sample of {batch_size} items is more than one call may take ({MAX_SAMPLE_ITEMS}); "
@@ -600,7 +611,7 @@ class _Table:
                            lambda: self._sample_blocked(batch_size))
             try:
                 self._check_sample_bytes(batch_size)  # the first insert may have come meanwhile
-                return self._draw(batch_size)
+                return self._draw(batch_size, info)
             finally:
                 if oversized:
                     self._reserved -= batch_size
@@ -616,7 +627,7 @@ class _Table:
                 got += int(grant)
                 self._reserved += int(grant)
                 self._cond.notify_all()
-            return got == n
+            return got == n and self._size > 0  # a delete or reset meanwhile may have emptied it
 
         try:
             self._wait(ready, timeout, "sample_waits",
@@ -626,31 +637,34 @@ class _Table:
             self._cond.notify_all()
             raise
 
-    def _draw(self, n: int) -> Sample:
+    def _draw(self, n: int, info: bool) -> Sample:
         """n draws, sampled items counted (and removed at ``max_times_sampled``), with their info."""
         size = self._size
-        slots, probabilities, times, expired = self._draw_round(n)
+        slots, probabilities, times, expired = self._draw_round(n, info)
         if len(slots) < n:  # random draws passed an item's limit: the rest are drawn again
             parts = [(slots, probabilities, times)]
             while sum(len(part[0]) for part in parts) < n:
-                *part, gone = self._draw_round(n - sum(len(part[0]) for part in parts))
+                *part, gone = self._draw_round(n - sum(len(part[0]) for part in parts), info)
                 parts.append(tuple(part))
                 expired = np.concatenate([expired, gone])
             slots, probabilities, times = (None if part[0] is None else np.concatenate(part) for part in zip(*parts))
         keys = self._slot_key[slots]
         data = self._items.read(slots)
         self._items.release(expired)  # after the read: no insert can reuse their slots while the lock is held
-        info = SampleInfo(self._priorities[slots], times.astype(np.int32), size)
+        described = SampleInfo(self._priorities[slots], times.astype(np.int32), size) if info else None
         self._counts["samples"] += n
         self._since_reset["samples"] += n
         self._cond.notify_all()
-        return Sample(keys, data, probabilities, info)
+        return Sample(keys, data, probabilities, described)
 
-    def _draw_round(self, n: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
+    def _draw_round(self, n: int, info: bool) -> tuple[np.ndarray, np.ndarray | None, Any, np.ndarray]:
         """Up to n draws (fewer only when a random draw passes an item's ``max_times_sampled``): the
-        slots, their probabilities, each draw's times sampled, and the slots that expired (their rows
-        still to be released)."""
+        slots, their probabilities, each draw's times sampled (with ``info`` or a limit, else None),
+        and the slots that expired (their rows still to be released)."""
         slots, probabilities = self._select(n)
+        if not info and not self.max_times_sampled:  # counting alone needs no ranks
+            np.add.at(self._times, slots, 1)
+            return slots, probabilities, None, np.empty(0, np.int64)
         rank, distinct, counts = _occurrences(slots)
         times = self._times[slots] + rank + 1
         limit = self.max_times_sampled

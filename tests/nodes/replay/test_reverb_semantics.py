@@ -28,14 +28,17 @@ def ids(sample) -> list[int]:
 def test_a_sample_carries_priority_probability_table_size_and_times_sampled():
     table = Prioritized(8, priority_exponent=1.0, seed=0)
     table.insert_many([value(0), value(1)], priorities=[1.0, 3.0])
-    sample = table.sample(400)
+    uncounted = table.sample(1)  # info only when asked for; the draw still counts
+    assert uncounted.info is None
+    sample = table.sample(400, info=True)
     info = sample.info
     assert info.table_size == 2 and info.times_sampled.dtype == np.int32
     np.testing.assert_array_equal(info.priorities, np.where(sample.keys == 1, 3.0, 1.0))
     np.testing.assert_allclose(sample.probabilities, np.where(sample.keys == 1, 0.75, 0.25))
     for key in (0, 1):  # each draw counts itself: 1, 2, 3, ... per item
-        np.testing.assert_array_equal(info.times_sampled[sample.keys == key], 1 + np.arange((sample.keys == key).sum()))
-    assert table.sample(1).info.times_sampled[0] > 1  # and the count goes on across calls
+        np.testing.assert_array_equal(info.times_sampled[sample.keys == key],
+                                      1 + np.arange((sample.keys == key).sum()) + (uncounted.keys[0] == key))
+    assert table.sample(1, info=True).info.times_sampled[0] > 100  # and the count goes on across calls
 
 
 def test_deleted_items_are_gone_and_their_keys_are_never_given_again():
@@ -91,7 +94,7 @@ def test_an_item_is_removed_once_sampled_max_times_sampled_times():
 
     ordered = Fifo(10, MinSize(1), max_times_sampled=2)  # Reverb's Fifo selector in a sampled table
     ordered.insert_many([value(i) for i in range(3)])
-    first = ordered.sample(3)
+    first = ordered.sample(3, info=True)
     assert ids(first) == [0, 0, 1] and first.info.times_sampled.tolist() == [1, 2, 1]
     assert ids(ordered.sample(3)) == [1, 2, 2] and ordered.size() == 0
 
@@ -192,7 +195,7 @@ def test_a_checkpoint_keeps_times_sampled_deletes_resets_and_selector_state(tmp_
         np.testing.assert_array_equal(a["keys"], b["keys"])
         np.testing.assert_array_equal(a["times_sampled"], b["times_sampled"])
         assert tables[name].insert(value(7)) == restored[name].insert(value(7))  # no deleted key comes back
-        first, second = tables[name].sample(2), restored[name].sample(2)
+        first, second = tables[name].sample(2, info=True), restored[name].sample(2, info=True)
         np.testing.assert_array_equal(first.keys, second.keys)
         np.testing.assert_array_equal(first.info.times_sampled, second.info.times_sampled)
 
@@ -242,7 +245,7 @@ def test_a_checkpoint_written_before_deletes_existed_still_restores():
     table = Prioritized(4, priority_exponent=1.0, seed=0)
     table.load_state(_upgraded(state, table))
     assert table.state()["keys"].tolist() == [2, 3, 4, 5] and table.stats()["evictions"] == 2
-    np.testing.assert_allclose(table.sample(1000).info.priorities.mean(), (9 + 16 + 25 + 36) / 18, rtol=0.05)
+    np.testing.assert_allclose(table.sample(1000, info=True).info.priorities.mean(), (9 + 16 + 25 + 36) / 18, rtol=0.05)
     assert table.insert(value(6)) == 6  # keys go on where they were, evicting key 2
     assert 2 not in table.sample(200).keys
     with pytest.raises(ValueError, match="format 9 is not one this jaxdist reads"):
