@@ -9,6 +9,8 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
+import functools
+import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,10 +23,23 @@ class Handle:
 
     Made from a node (``node.create_handle()``) it takes the node's name when the node is added,
     so two nodes colocated in one process can be wired to each other before either is added
-    (Launchpad's model: handles first, addresses at launch)."""
+    (Launchpad's model: handles first, addresses at launch). `with_options` gives a handle
+    whose client has other `courier.Client` options (a timeout for one caller's calls)."""
 
-    def __init__(self, node: "str | Node") -> None:
+    def __init__(self, node: "str | Node", **client_options: Any) -> None:
         self._node = node
+        self._client_options = client_options
+
+    def with_options(self, **client_options: Any) -> "Handle":
+        """This handle, its client made with these `courier.Client` options (timeout,
+        wait_for_ready, max_message_bytes, inline_limit, shared_memory_bytes) on top of its own."""
+        from jaxdist.courier import Client
+
+        allowed = sorted(set(inspect.signature(Client).parameters) - _SET_BY_LAUNCHER)
+        unknown = sorted(set(client_options) - set(allowed))
+        if unknown:
+            raise TypeError(f"unknown client options {unknown}; a handle's client takes: {', '.join(allowed)}")
+        return Handle(self._node, **{**self._client_options, **client_options})
 
     @property
     def node_name(self) -> str:
@@ -37,7 +52,7 @@ class Handle:
 
     def dereference(self, make_client: Callable[[str], Any]) -> Any:
         """The client the launcher makes for this handle's node, where the receiving node runs."""
-        return make_client(self.node_name)
+        return make_client(self.node_name, **self._client_options)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -51,7 +66,10 @@ class Handle:
         return f"Handle({self.node_name!r})"
 
     def __reduce__(self) -> tuple:
-        return (Handle, (self.node_name,))
+        return (functools.partial(Handle, **self._client_options), (self.node_name,))
+
+
+_SET_BY_LAUNCHER = frozenset({"address", "token", "tls", "local"})
 
 
 def _check_label(label: str) -> None:

@@ -1,5 +1,6 @@
 """Courier: msgpack over gRPC between nodes. Usable alone: `Server(obj).start()`, `Client(address)`."""
 
+from jaxdist.courier.batching import batched_handler
 from jaxdist.courier.client import Client
 from jaxdist.courier.codec import CodecError, register
 from jaxdist.courier.errors import (
@@ -28,5 +29,6 @@ __all__ = [
     "ServerBusyError",
     "UnavailableError",
     "UnknownMethodError",
+    "batched_handler",
     "register",
 ]

@@ -90,6 +90,10 @@ class Client:
         """`client.call("m", x)` is `client.m(x)`, for method names held in variables."""
         return self._connection.call(method, args, kwargs, self._options)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the served object itself (its ``__call__``)."""
+        return self._connection.call("__call__", args, kwargs, self._options)
+
     def with_timeout(self, timeout: float | None) -> "Client":
         """A client on the same connection whose calls have another deadline (None: none)."""
         return self._with(_CallOptions(timeout, self._options.wait_for_ready))
@@ -158,6 +162,10 @@ class _FutureMethods:
 
     def __init__(self, client: Client) -> None:
         self._client = client
+
+    def __call__(self, *args: Any, **kwargs: Any) -> futures.Future:
+        """A future of calling the served object itself."""
+        return self._client._connection.call_future("__call__", args, kwargs, self._client._options)
 
     def __getattr__(self, name: str) -> Callable[..., futures.Future]:
         if name.startswith("_"):
@@ -429,6 +437,8 @@ def _private(name: str) -> AttributeError:
 def _never_served(name: str) -> str:
     if name == "run":
         return " (run() is the node's own loop, never served)"
+    if name == "__call__":
+        return " (the server's object is not callable)"
     if name.startswith("_") and name not in (wire.UPLOAD, wire.DOWNLOAD, wire.LIST_METHODS):
         return " (names starting with '_' are never served)"
     return ""

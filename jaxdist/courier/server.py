@@ -53,7 +53,8 @@ REBIND_SECONDS = 5.0
 
 
 class Server:
-    """Serves `obj`'s public methods (names not starting with '_', except `run`)."""
+    """Serves `obj`'s public methods (names not starting with '_', except `run`), and the
+    object itself when it is callable (a client's ``client(x)`` calls ``obj(x)``)."""
 
     def __init__(
         self,
@@ -392,6 +393,8 @@ def public_methods(obj: Any) -> dict[str, Callable[..., Any]]:
         attribute = getattr(obj, name, None)
         if callable(attribute):
             methods[name] = attribute
+    if any("__call__" in vars(klass) for klass in type(obj).__mro__[:-1]):
+        methods["__call__"] = obj.__call__
     return methods
 
 

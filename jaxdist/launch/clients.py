@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from jaxdist import courier
 from jaxdist.program import AddressTable
@@ -17,12 +18,12 @@ class ClientPool:
         self._clients: list[courier.Client] = []
         self._lock = threading.Lock()
 
-    def __call__(self, node_name: str) -> courier.Client:
+    def __call__(self, node_name: str, **options: Any) -> courier.Client:
         address = self._addresses.get(node_name)
         if address is None:
             known = ", ".join(sorted(self._addresses)) or "(none)"
             raise KeyError(f"no node '{node_name}' serves in this program; serving nodes: {known}")
-        client = courier.Client(address, token=self._token, local=True)  # a colocated node: no RPC
+        client = courier.Client(address, token=self._token, local=True, **options)  # colocated: no RPC
         with self._lock:
             self._clients.append(client)
         return client

@@ -12,6 +12,8 @@ import dataclasses
 import threading
 from typing import Any, Callable
 
+from jaxdist.program import Handle
+
 STARTING, RUNNING, FINISHED, FAILED, STOPPED = "starting", "running", "finished", "failed", "stopped"
 
 
@@ -156,10 +158,14 @@ class Running(abc.ABC):
     def client(self, handle: Any, **options: Any) -> Any:
         """A courier client of a serving node from outside the program (a test's body, a
         notebook): its handle (what `add_node` returned) or its name, with the launch's token;
-        `options` go to `courier.Client` (``timeout=...``)."""
+        `options` go to `courier.Client` (``timeout=...``), over the handle's own."""
+        if isinstance(handle, str):
+            handle = Handle(handle)
+        return handle.dereference(lambda name, **own: self._client_of(name, **{**own, **options}))
+
+    def _client_of(self, name: str, **options: Any) -> Any:
         from jaxdist import courier
 
-        name = handle if isinstance(handle, str) else handle.node_name
         if name not in self.addresses:
             raise KeyError(f"no node '{name}' serves in program '{self.program_name}'; serving nodes: "
                            f"{', '.join(sorted(self.addresses)) or '(none)'}")

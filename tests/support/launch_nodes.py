@@ -284,3 +284,22 @@ class RunFails:
 
     def run(self) -> None:
         raise RuntimeError("run() was called although it was disabled")
+
+
+class Sleeper:
+    def sleep(self, seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+
+class CallsWithItsTimeout:
+    """Reports how a call through its handle, which carries its own client options, ends."""
+
+    def __init__(self, sleeper) -> None:
+        self._sleeper = sleeper
+
+    def outcome(self, seconds: float) -> str:
+        try:
+            return f"answered {self._sleeper.sleep(seconds)}"
+        except Exception as exc:  # the deadline is the point
+            return type(exc).__name__
