@@ -20,8 +20,10 @@ learner restores its checkpoint), and stops its whole tree. This launcher adds t
   Ray node of host 0).
 - `jd.stop()` in a node, a unit that fails past its policy, or the end of the work stops the
   program from here, in order: nodes that stop first (learners), then the rest; then the actors
-  and the placement group go. A unit whose actor dies (killed, or its Ray node lost) is, by its
-  restart policy, given a new actor on its bundle, where it binds its old addresses again.
+  and the placement group go. A unit whose actor dies (killed, out of memory) is, by its restart
+  policy, given a new actor on its bundle, where it binds its old addresses again.
+- Servers bind 127.0.0.1 when the cluster is this machine, else their Ray node's IP, with mutual
+  TLS when given `tls_dir` (a certificate per Ray node's IP).
 
 What travels through Ray: each actor's constructor arguments, which Ray pickles: the program
 (pickled by this launcher as `processes` pickles a node for its child: classes by reference,
@@ -42,10 +44,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from jaxdist.courier import tls
 from jaxdist.launch import placement as placement_module
 from jaxdist.launch import preflight, sigterm, worker
 from jaxdist.launch.launchers import processes
-from jaxdist.courier import tls
 from jaxdist.launch.launchers.multihost import AUTO, _distributed_group, _use_tls, _with_distributed_env
 from jaxdist.launch.placement import Placement
 from jaxdist.launch.restart import NEVER, Restart
@@ -64,6 +66,8 @@ POLL_INTERVAL = 0.2
 """Seconds between the launcher's looks at its actors (their nodes' states, stops they ask for)."""
 BUNDLE_FLOOR = {"CPU": 0.01}
 """A placement group bundle may not be empty: what a bundle of nodes that ask for nothing holds."""
+PLACEMENT_PATIENCE = 10.0
+"""Seconds of waiting for the placement group before the launcher says what it waits for."""
 LOOPBACK = "127.0.0.1"
 NODE_IP = "node"
 
@@ -110,9 +114,10 @@ def launch(
     try:
         layout = _layout(program, placement, num_hosts or _default_hosts(program, placement, ray), resources)
         distributed = _distributed_group(layout.plan, distributed) if layout.plan else None
-        tls_dir = os.path.abspath(tls_dir) if (tls_dir := tls_dir or os.environ.get(tls.TLS_DIR_ENV)) else None
+        tls_dir = tls_dir or os.environ.get(tls.TLS_DIR_ENV)
         host = _bind_host(ray, bind_host, tls_dir)
         if tls_dir:  # this process's own certificate, for its clients (the monitor's, `Running.client`)
+            tls_dir = os.path.abspath(tls_dir)
             _use_tls(tls_dir, [host if host != NODE_IP else ray.util.get_node_ip_address()], 0)
         group = _placement_group(ray, layout, start_timeout)
     except BaseException:
@@ -162,7 +167,8 @@ def _layout(program: Program, placement: Mapping[str, Placement] | None, num_hos
             resources: dict[str, dict[str, Any]]) -> _Layout:
     labels = {unit.name: label for label, unit in program.units()}
     if placement:
-        plan = placement_module.plan(program, tuple(f"host{index}" for index in range(num_hosts)), placement)
+        hosts = tuple(f"host{index}" for index in range(num_hosts))
+        plan = placement_module.plan(program, hosts, placement, base_port=1)  # its ports are not used here
         bundle_of, strategy = dict(plan.host_of), "STRICT_SPREAD"
     else:
         plan, bundle_of, strategy = None, {}, "SPREAD"
@@ -195,7 +201,11 @@ def _placement_group(ray: Any, layout: _Layout, timeout: float) -> Any:
     from ray.util import placement_group, remove_placement_group
 
     group = placement_group(layout.bundles, strategy=layout.strategy)
-    ready, _ = ray.wait([group.ready()], timeout=timeout)
+    ready, _ = ray.wait([group.ready()], timeout=min(timeout, PLACEMENT_PATIENCE))
+    if not ready and timeout > PLACEMENT_PATIENCE:  # an autoscaler may be adding nodes: say what is awaited
+        print(f"[launcher] waiting up to {timeout:g} s for Ray to place {len(layout.bundles)} bundles "
+              f"({layout.strategy}): {layout.bundles}; the cluster has {ray.available_resources()} free", flush=True)
+        ready, _ = ray.wait([group.ready()], timeout=timeout - PLACEMENT_PATIENCE)
     if not ready:
         remove_placement_group(group)
         raise RuntimeError(
@@ -261,7 +271,7 @@ class _RayRunning(Running):
 
         sigterm.watch(self)
         actor_class = self._ray.remote(UnitActor)
-        payload, main = pickle.dumps(self._program), _main_preparation()
+        payload, main = self._ray.put(pickle.dumps(self._program)), _main_preparation()  # stored once, for all
         for unit in self._units.values():
             strategy = PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=layout.bundle_of[unit.name])
             unit.policy = policies[unit.name]
