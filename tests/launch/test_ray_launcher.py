@@ -232,25 +232,36 @@ def saved_steps(run_dir) -> list[int]:
     return sorted(int(name) for name in os.listdir(directory) if name.isdigit()) if os.path.isdir(directory) else []
 
 
-def test_ppo_solves_cartpole_with_launcher_ray_through_its_script(cluster, tmp_path):
+def solve_cartpole_with_ppo(cluster, run_dir, *flags: str) -> None:
+    """experiments/ppo.py --launcher ray on the cluster, to an evaluation return of 475."""
     done = subprocess.run(
         [sys.executable, os.path.join(EXPERIMENTS, "ppo.py"), "--launcher", "ray", "--ray-address", cluster.address,
-         "--quiet", "--compilation-cache", "", "--run-dir", str(tmp_path), "--stop-at-target"],
+         *flags, "--quiet", "--compilation-cache", "", "--run-dir", str(run_dir), "--stop-at-target"],
         capture_output=True, text=True, timeout=400, env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "tests", "support")))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "reached evaluation return 475" in done.stdout, done.stdout
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["final_return"] >= 475
-    assert summary["stop_reason"] == "jd.stop() was called in node 'learner/0/2'"  # the colocated evaluator
     wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
 
 
-def test_a_units_actor_that_dies_fails_the_program_naming_it_and_its_node_process_follows(cluster, tmp_path):
-    program = jd.Program("lost")
+def test_ppo_solves_cartpole_with_launcher_ray_through_its_script(cluster, tmp_path):
+    solve_cartpole_with_ppo(cluster, tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["final_return"] >= 475
+    assert summary["stop_reason"] == "jd.stop() was called in node 'learner/0/2'"  # the colocated evaluator
+
+
+def service_and_other(name: str):
+    """A program of two counters, groups "service" and "other", and the service's handle."""
+    program = jd.Program(name)
     with program.group("service"):
-        service = program.add_node(jd.CourierNode(ray_nodes.Reporter))
+        service = program.add_node(jd.CourierNode(nodes.Counter))
     with program.group("other"):
         program.add_node(jd.CourierNode(nodes.Counter))
+    return program, service
+
+
+def test_a_units_actor_that_dies_fails_the_program_naming_it_and_its_node_process_follows(cluster, tmp_path):
+    program, service = service_and_other("lost")
     running = jd.launch(program, launcher="ray", run_dir=str(tmp_path), echo=False)
     node_process = psutil.Process(running.client(service, timeout=30).pid())
     os.kill(node_process.ppid(), signal.SIGKILL)  # the unit's actor, as when its Ray node is lost
@@ -316,11 +327,7 @@ def test_sigterm_to_the_script_is_the_ordered_stop_and_it_exits_0(cluster, tmp_p
 
 
 def test_a_units_actor_that_dies_comes_back_by_its_restart_policy_on_its_addresses(cluster, tmp_path):
-    program = jd.Program("actor-restarts")
-    with program.group("service"):
-        service = program.add_node(jd.CourierNode(nodes.Counter))
-    with program.group("other"):
-        program.add_node(jd.CourierNode(nodes.Counter))
+    program, service = service_and_other("actor-restarts")
     running = jd.launch(program, launcher="ray", run_dir=str(tmp_path), echo=False,
                         restart={"service": jd.Restart(max_restarts=1, backoff=0.1)})
     addresses = dict(running.addresses)
@@ -369,14 +376,7 @@ def test_with_tls_dir_nodes_talk_mutual_tls_and_refuse_plaintext(cluster, tmp_pa
 
 
 def test_a_ppo_learner_spanning_two_ray_nodes_is_one_jax_distributed_learner_and_solves_cartpole(cluster, tmp_path):
-    done = subprocess.run(
-        [sys.executable, os.path.join(EXPERIMENTS, "ppo.py"), "--launcher", "ray", "--ray-address", cluster.address,
-         "--learner-hosts", "2", "--num-actors", "2", "--quiet", "--compilation-cache", "", "--run-dir", str(tmp_path),
-         "--stop-at-target"],
-        capture_output=True, text=True, timeout=400, env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "tests", "support")))
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "reached evaluation return 475" in done.stdout, done.stdout
+    solve_cartpole_with_ppo(cluster, tmp_path, "--learner-hosts", "2", "--num-actors", "2")
     second = (tmp_path / "logs" / "learner-1.log").read_text()
     assert "Rank 1 is connected to 1 peer ranks" in second  # the two learner processes' gloo group
     assert "fresh start on 2 device(s)" in second  # one device per process, two in the group
-    wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
