@@ -50,8 +50,14 @@ class Handle:
                              f"program.add_node (alone or inside a ColocationNode)")
         return self._node.name
 
-    def dereference(self, make_client: Callable[[str], Any]) -> Any:
-        """The client the launcher makes for this handle's node, where the receiving node runs."""
+    def dereference(self, make_client: Callable[..., Any] | None = None) -> Any:
+        """The client the launcher makes for this handle's node, where the receiving node runs;
+        without `make_client`, from the process that launched the program (a test's body, as
+        Launchpad's ``handle.dereference()``): `Running.client(handle)` of that program."""
+        if make_client is None:
+            from jaxdist.launch.running import serving
+
+            return serving(self.node_name).client(self)
         return make_client(self.node_name, **self._client_options)
 
     def __getattr__(self, name: str) -> Any:

@@ -49,6 +49,12 @@ def wait_for_stop(timeout: float | None = None) -> bool:
     return _stop_event.wait(timeout)
 
 
+def stop_event() -> threading.Event:
+    """The event set when the program is stopping, to wait on beside other events (set by the
+    launcher only: to stop the program, call `stop()`)."""
+    return _stop_event
+
+
 def finish_on_stop() -> None:
     """Ask the launcher not to interrupt this process's `run()` after a stop: it returns by
     itself, within the grace period. A learner spanning processes must step on to the step they

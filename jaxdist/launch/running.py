@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import threading
+import weakref
 from typing import Any, Callable
 
 from jaxdist.program import Handle
@@ -38,6 +39,17 @@ class NodeStatus:
 
 
 WORK_DONE = "every node with work of its own has finished"
+_LAUNCHED: "weakref.WeakSet[Running]" = weakref.WeakSet()
+
+
+def serving(node_name: str) -> "Running":
+    """The program launched from this process that serves `node_name` and has not ended."""
+    for running in list(_LAUNCHED):
+        if node_name in running.addresses and not running._done.is_set():
+            return running
+    raise LookupError(f"no program launched from this process serves '{node_name}' now: a handle becomes a "
+                      f"client inside the node that receives it, or, from the launching process, with "
+                      f"running.client(handle) while the program runs")
 
 
 class Running(abc.ABC):
@@ -59,6 +71,7 @@ class Running(abc.ABC):
         self._failure: Exception | None = None
         self._stop_reason = ""
         self._stop_listeners: list[Callable[[str], None]] = []
+        _LAUNCHED.add(self)
 
     # Called by launchers --------------------------------------------------------------------
 

@@ -26,11 +26,16 @@ MODES = ("threads", "processes")
 
 class ColocationNode(Node):
     """`ColocationNode([node, ...], mode="threads"|"processes")`; `add_node` returns their handles
-    (a nested colocation's as a list of its own), its parts are named `<label>/<i>/<part>`."""
+    (a nested colocation's as a list of its own), its parts are named `<label>/<i>/<part>`.
+    `return_on_first_completed` (threads): the colocation's run is over when any part's is, as
+    when one part drives the others (theirs are then interrupted with the rest of the unit)."""
 
-    def __init__(self, nodes: Sequence[Node], mode: str = "threads") -> None:
+    def __init__(self, nodes: Sequence[Node], mode: str = "threads", return_on_first_completed: bool = False) -> None:
         if mode not in MODES:
             raise ValueError(f"ColocationNode mode must be one of {MODES}, got {mode!r}")
+        if return_on_first_completed and mode != "threads":
+            raise ValueError("return_on_first_completed is for a threads colocation: the parts of a processes one "
+                             "are nodes of their own, each ending by itself")
         if not nodes:
             raise ValueError("ColocationNode needs at least one node")
         for node in nodes:
@@ -43,6 +48,7 @@ class ColocationNode(Node):
                 raise ValueError(f"node '{node.name}' was already added to a program; colocate it instead")
         self.nodes = list(nodes)
         self.mode = mode
+        self.return_on_first_completed = return_on_first_completed
 
     def default_label(self) -> str:
         return "colocation"
@@ -68,7 +74,8 @@ class ColocationNode(Node):
 
     def executable(self, context: NodeContext) -> Executable:
         return _ThreadsExecutable(
-            [node.executable(dataclasses.replace(context, node_name=node.name)) for node in self.nodes]
+            [node.executable(dataclasses.replace(context, node_name=node.name)) for node in self.nodes],
+            self.return_on_first_completed,
         )
 
     def shipped_arguments(self) -> dict[str, Any]:
@@ -80,8 +87,9 @@ class ColocationNode(Node):
 class _ThreadsExecutable(Executable):
     """The colocated nodes' executables driven together, each in a thread of this process."""
 
-    def __init__(self, parts: list[Executable]) -> None:
+    def __init__(self, parts: list[Executable], return_on_first_completed: bool = False) -> None:
         self._parts = parts
+        self._return_on_first_completed = return_on_first_completed
 
     @property
     def has_run(self) -> bool:
@@ -98,17 +106,18 @@ class _ThreadsExecutable(Executable):
         _all_in_threads([lambda part=part: part.construct(addresses, make_client) for part in self._parts])
 
     def run(self) -> None:
-        _all_in_threads([part.run for part in self._parts if part.has_run])
+        _all_in_threads([part.run for part in self._parts if part.has_run], self._return_on_first_completed)
 
     def shutdown(self) -> None:
         for part in self._parts:
             part.shutdown()
 
 
-def _all_in_threads(calls: list[Callable[[], None]]) -> None:
-    """Run the calls in threads until all have returned or one raises, whose error is raised at
-    once: a sibling that waits for the stop would otherwise hide the failure, and the program,
-    never told, would wait for ever. An interrupt of this thread (a stop) is passed on."""
+def _all_in_threads(calls: list[Callable[[], None]], first_only: bool = False) -> None:
+    """Run the calls in threads until all have returned (the first, with `first_only`) or one
+    raises, whose error is raised at once: a sibling that waits for the stop would otherwise
+    hide the failure, and the program, never told, would wait for ever. An interrupt of this
+    thread (a stop) is passed on."""
     errors: list[BaseException] = []
     finished = threading.Semaphore(0)
 
@@ -124,7 +133,7 @@ def _all_in_threads(calls: list[Callable[[], None]]) -> None:
     for thread in threads:
         thread.start()
     try:
-        for _ in threads:
+        for _ in threads[:1] if first_only else threads:
             while not finished.acquire(timeout=0.1):
                 pass
             if errors:

@@ -1,0 +1,133 @@
+"""jaxdist.compat.launchpad: programs written against Launchpad's API run with the import as the
+only change (the examples in experiments/launchpad/, under both local launch types), and
+Launchpad's integration-test pattern works (disable_run, a test launch, handle.dereference())."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import unittest
+
+import numpy as np
+import pytest
+
+import jaxdist as jd
+import jaxdist.compat.launchpad as lp
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "experiments", "launchpad")
+
+
+def run_example(name: str, launch_type: str) -> str:
+    done = subprocess.run([sys.executable, os.path.join(EXAMPLES, f"{name}.py"), launch_type], capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("launch_type", ["local_mt", "local_mp"])
+def test_hello_world(launch_type):
+    assert "hello from a launchpad node" in run_example("hello_world", launch_type)
+
+
+@pytest.mark.parametrize("launch_type", ["local_mt", "local_mp"])
+def test_consumer_and_producers_then_lp_stop(launch_type):
+    out = run_example("consumer_producers", launch_type)
+    assert "step 2 results [4, 9, 16]" in out
+
+
+@pytest.mark.parametrize("launch_type", ["local_mt", "local_mp"])
+def test_batching(launch_type):
+    out = run_example("batching", launch_type)
+    assert out.count("batch of 3") == 3  # three rounds of the three clients, one call each
+    assert all(f"client {i} done" in out for i in range(3))
+
+
+@pytest.mark.parametrize("launch_type", ["local_mt", "local_mp"])
+def test_program_wait(launch_type):
+    out = run_example("program_wait", launch_type)
+    for attempt in range(3):
+        assert f"program finished {attempt}" in out
+    for clean in ("polls_for_stop: clean exit", "waits_for_stop: clean exit", "waits_on_event: clean exit",
+                  "stop handler called"):
+        assert out.count(clean) == 3, (clean, out)
+
+
+class Accumulator:
+    def __init__(self) -> None:
+        self.total = 0
+
+    def add(self, x: int) -> int:
+        self.total += x
+        return self.total
+
+    def run(self) -> None:
+        raise AssertionError("disable_run() was asked: run() must not be called")
+
+
+class IntegrationTest(unittest.TestCase):
+    """Launchpad's recommended integration test, as a Launchpad user writes it."""
+
+    def _check(self, launch_type: lp.LaunchType) -> None:
+        program = lp.Program("integration")
+        node = lp.CourierNode(Accumulator)
+        handle = program.add_node(node, label="accumulator")
+        node.disable_run()
+        lp.launch(program, launch_type=launch_type, test_case=self)
+        client = handle.dereference()
+        self.assertEqual(client.add(2), 2)
+        self.assertEqual(client.futures.add(3).result(), 5)
+
+    def test_multi_threading(self) -> None:
+        self._check(lp.LaunchType.TEST_MULTI_THREADING)
+
+    def test_multi_processing(self) -> None:
+        self._check(lp.LaunchType.TEST_MULTI_PROCESSING)
+
+
+def test_colocation_ends_with_its_first_node_when_asked():
+    def quick() -> None:
+        print("quick done", flush=True)
+
+    program = lp.Program("colocated")
+    program.add_node(lp.MultiThreadingColocation([lp.PyNode(quick), lp.PyNode(lp.wait_for_stop)],
+                                                 return_on_first_completed=True), label="pair")
+    running = lp.launch(program, launch_type=lp.LaunchType.LOCAL_MULTI_THREADING)
+    assert running.status()["pair/0"]["state"] == "finished"
+    with pytest.raises(ValueError, match="threads colocation"):
+        jd.ColocationNode([jd.PyNode(quick)], mode="processes", return_on_first_completed=True)
+
+
+def test_reverb_node_serves_jaxdist_tables_and_refuses_what_needs_tensorflow(tmp_path):
+    def tables():
+        return {"priority_table": jd.replay.Uniform(100)}
+
+    program = lp.Program("reverb")
+    handle = program.add_node(lp.ReverbNode(tables, checkpoint_time_delta_minutes=10), label="replay")
+    running = lp.launch(program, launch_type=lp.LaunchType.TEST_MULTI_THREADING)
+    try:
+        replay = jd.replay.ReplayClient(handle.dereference())
+        replay.insert({"obs": np.ones(3, np.float32)}, table="priority_table")
+        assert replay.size("priority_table") == 1
+    finally:
+        running.stop()
+    with pytest.raises(ValueError, match="TensorFlow"):
+        lp.ReverbNode(tables, checkpoint_ctor=object)
+    with pytest.raises(TypeError, match="name: table"):
+        lp.ReverbNode(lambda: [jd.replay.Uniform(10)])
+
+
+def test_dereferencing_a_handle_outside_any_launch_says_how():
+    program = lp.Program("never-launched")
+    handle = program.add_node(lp.CourierNode(Accumulator), label="accumulator")
+    with pytest.raises(LookupError, match="running.client"):
+        handle.dereference()
+
+
+def test_local_resources_need_processes_and_xmanager_is_refused():
+    program = lp.Program("resources")
+    program.add_node(lp.PyClassNode(Accumulator), label="accumulator")
+    with pytest.raises(ValueError, match="MULTI_PROCESSING"):
+        lp.launch(program, launch_type="local_mt", local_resources={"accumulator": lp.PythonProcess(env={"A": "1"})})
+    with pytest.raises(ValueError, match="XManager"):
+        lp.launch(program, xm_resources={})
