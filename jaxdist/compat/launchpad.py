@@ -4,7 +4,8 @@ written for Launchpad runs on jaxdist's launchers.
 What maps: `Program`, `PyNode`, `CourierNode` and handles are jaxdist's own (Launchpad's model
 is jaxdist's); `PyClassNode` constructs its class and calls `run()`; `MultiThreadingColocation`
 is a threads `ColocationNode`; `ReverbNode` serves jaxdist replay tables (its handle becomes a
-jaxdist replay client, not a `reverb.Client`: Reverb needs TensorFlow); `batched_handler` is
+courier client of that replay node, to wrap in `jd.replay.ReplayClient`, not a `reverb.Client`:
+Reverb needs TensorFlow); `batched_handler` is
 courier's; `launch` runs LOCAL_MULTI_THREADING on the ``threads`` launcher and
 LOCAL_MULTI_PROCESSING on ``processes``, and the TEST_* types the same way, stopped with the
 test. The stop functions are jaxdist's.
@@ -12,7 +13,9 @@ test. The stop functions are jaxdist's.
 What does not: a *function* given to `CourierNode` is run as the node's body (Launchpad builds
 the node by calling it, which for the functions in its examples is the same thing), so a
 factory whose result should be served must be given as a class; there is no XManager, Vertex
-AI or Docker launch; `terminal` choices print through jaxdist's prefixed output.
+AI or Docker launch; `terminal` choices print through jaxdist's prefixed output. A handle's
+client has jaxdist's default deadline (30 s; Launchpad's has none): `handle.with_options(timeout=None)`.
+See docs/guides/from-launchpad-and-reverb.md.
 """
 
 from __future__ import annotations
