@@ -387,6 +387,30 @@ class _Decoder:
         return np.frombuffer(self.frame, dtype, count, start).reshape(shape)
 
 
+class _Tagged(Exception):
+    """A header holds tags (arrays, tuples, registered types), or is malformed: it needs the
+    full decoder."""
+
+
+def _refuse_ext(code: int, payload: bytes) -> None:
+    raise _Tagged
+
+
+def _decode_plain(header: memoryview, header_len: int) -> Any:
+    """The header decoded without hooks, when it holds no ext type: no tags, so no arrays or
+    tuples to rebuild and no key outside KEY_TYPES (msgpack has no other hashable type). Its
+    object count needs no check either: each object takes a byte, and a container is counted
+    once itself and once as an item, so a header of at most MAX_OBJECTS / 2 bytes holds fewer
+    than MAX_OBJECTS. Calls and answers of plain values -- most calls -- skip the hooks' cost.
+    A malformed header goes to the full decoder too, which says what is wrong with it."""
+    try:
+        return msgpack.unpackb(header, ext_hook=_refuse_ext, strict_map_key=False, timestamp=2,
+                               max_str_len=header_len, max_bin_len=header_len, max_ext_len=_MAX_EXT_BYTES,
+                               max_array_len=MAX_OBJECTS, max_map_len=MAX_OBJECTS // 2)
+    except (msgpack.UnpackException, ValueError, TypeError, OverflowError, RecursionError):
+        raise _Tagged from None
+
+
 def _fields(items: list, count: int, what: str) -> list:
     if len(items) != count:
         raise CodecError(f"malformed {what} entry {items[1:]!r:.200}")
@@ -434,6 +458,11 @@ def decode(frame: bytes | bytearray | memoryview) -> Any:
     end = _PREFIX.size + header_len
     if end > len(view):
         raise CodecError(f"header of {header_len} bytes runs past the {len(view)}-byte frame")
+    if header_len <= MAX_OBJECTS // 2:
+        try:
+            return _decode_plain(view[_PREFIX.size:end], header_len)
+        except _Tagged:
+            pass
     decoder = _Decoder(view, _align(end))
     try:
         # timestamp=2: msgpack decodes ext type -1 itself, before ext_hook; this makes it a

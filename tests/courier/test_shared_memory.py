@@ -94,12 +94,13 @@ def test_the_callee_keeps_what_it_was_given_and_the_caller_keeps_what_it_got(ser
 
 
 def test_a_segment_is_reused_once_its_receiver_let_go(server, client):
+    before = set(segments_of(os.getpid()))  # other tests' servers in this process may hold some
     for _ in range(20):
         client.echo(np.ones(BIG, np.float32))
-    assert len(segments_of(os.getpid())) == 2  # one request segment, one answer segment
+    assert len(set(segments_of(os.getpid())) - before) == 2  # one request segment, one answer segment
     client.close()
     server.stop(grace=0)
-    assert segments_of(os.getpid()) == []
+    assert set(segments_of(os.getpid())) <= before
 
 
 def test_the_token_is_still_required(server, client):
@@ -204,9 +205,10 @@ def test_a_segment_held_by_a_sigkilled_receiver_is_reused(server):
 
 def test_a_message_beyond_the_pools_budget_goes_by_the_socket(server):
     client = courier.Client(server.address, token=TOKEN, timeout=30, shared_memory_bytes=2 << 20)
+    before = set(segments_of(os.getpid()))
     try:
         assert client.keep(np.full(BIG, 1.0, np.float32)) == BIG  # a 3 MB segment would be over 2 MB
-        assert client.shares_memory and segments_of(os.getpid()) == []
+        assert client.shares_memory and set(segments_of(os.getpid())) == before
     finally:
         client.close()
 
@@ -214,6 +216,7 @@ def test_a_message_beyond_the_pools_budget_goes_by_the_socket(server):
 def test_killing_the_server_mid_call_leaves_the_callers_segment_to_its_caller():
     peer, address = _peer("server")
     client = courier.Client(address, token=TOKEN, timeout=60)
+    before = set(segments_of(os.getpid()))
     try:
         client.keep(np.ones(BIG, np.float32))
         assert client.shares_memory
@@ -224,4 +227,4 @@ def test_killing_the_server_mid_call_leaves_the_callers_segment_to_its_caller():
     finally:
         peer.kill()
         client.close()
-    assert segments_of(os.getpid()) == [] and segments_of(peer.pid) == []
+    assert set(segments_of(os.getpid())) <= before and segments_of(peer.pid) == []
