@@ -168,6 +168,8 @@ class Program:
     def __init__(self, name: str) -> None:
         self.name = name
         self.groups: dict[str, list[Node]] = {}
+        self.factories: dict[str, Callable[[int], Node]] = {}
+        """Groups that can grow and shrink while the program runs, and the node each index gets."""
         self._current_group: str | None = None
 
     @contextlib.contextmanager
@@ -205,6 +207,25 @@ class Program:
         members.append(node)
         return node.create_handle()
 
+    def add_group(self, label: str, factory: Callable[[int], Node], count: int) -> list[Any]:
+        """`count` nodes ``factory(index)`` as group `label`; returns their handles. One template
+        for every member is what lets the group grow and shrink while it runs
+        (`Running.scale`): a new member is ``factory(its index)``, as the first were."""
+        if label in self.groups:
+            raise ValueError(f"group '{label}' already exists; add_group makes a whole group from its factory")
+        self.factories[label] = factory
+        with self.group(label):
+            return [self.add_node(factory(index)) for index in range(count)]
+
+    def grow(self, label: str) -> Node:
+        """Add group `label`'s next node (``label/<size>``), made by its factory; for launchers."""
+        self.add_node(self.factories[label](len(self.groups[label])), label)
+        return self.groups[label][-1]
+
+    def shrink(self, label: str) -> Node:
+        """Take group `label`'s last node out of the program and return it; for launchers."""
+        return self.groups[label].pop()
+
     def nodes(self) -> list[Node]:
         """Every node added, group by group."""
         return [node for members in self.groups.values() for node in members]
@@ -216,6 +237,12 @@ class Program:
     def __repr__(self) -> str:
         sizes = ", ".join(f"{label}: {len(members)}" for label, members in self.groups.items())
         return f"Program({self.name!r}; {sizes})"
+
+
+def group_of(node_name: str) -> str:
+    """The group label of a node or unit name: `add_node` names a group's nodes ``label/index``
+    (a colocation's parts ``label/index/part``), and labels hold no '/'."""
+    return node_name.partition("/")[0]
 
 
 def replace_handles(value: Any, make_client: Callable[[str], Any]) -> Any:

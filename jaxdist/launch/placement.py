@@ -41,6 +41,14 @@ class Placement:
             raise ValueError(f"group '{label}' is placed on_host({self.host}) but there are only {num_hosts} hosts")
         return [self.host] * count
 
+    def host_of(self, label: str, index: int, num_hosts: int) -> int:
+        """The host of node `index` of a group that `Running.scale` changes, as if it had been
+        there at launch; a per_host group has one node per host, so it cannot scale."""
+        if self.kind == "per_host":
+            raise ValueError(f"group '{label}' is placed per_host(): exactly one node on each host (a learner spanning "
+                             f"hosts), so it cannot grow or shrink; only spread() and on_host(k) groups scale")
+        return self.hosts_for(label, index + 1, num_hosts)[index]
+
 
 def per_host() -> Placement:
     """One node of the group on every host: node i on host i."""

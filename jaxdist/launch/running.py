@@ -13,7 +13,7 @@ import threading
 import weakref
 from typing import Any, Callable
 
-from jaxdist.program import Handle
+from jaxdist.program import Handle, Node, Program, group_of
 
 STARTING, RUNNING, FINISHED, FAILED, STOPPED = "starting", "running", "finished", "failed", "stopped"
 
@@ -71,6 +71,7 @@ class Running(abc.ABC):
         self._failure: Exception | None = None
         self._stop_reason = ""
         self._stop_listeners: list[Callable[[str], None]] = []
+        self._scale_lock = threading.Lock()  # one scale at a time, and none across the teardown
         _LAUNCHED.add(self)
 
     # Called by launchers --------------------------------------------------------------------
@@ -149,6 +150,35 @@ class Running(abc.ABC):
     def _shut_down(self) -> None:
         """Stop every node and release everything; returns when nothing is left running."""
 
+    def _scalable_program(self, group: str) -> Program:
+        """The program whose `group` `scale` changes, once the launcher checked that the group
+        may change here (a per_host group may not); launchers that can start and stop a node
+        alone override this, `_add_nodes` and `_remove_nodes`."""
+        raise NotImplementedError(
+            f"program '{self.program_name}' runs under a launcher that cannot scale a group: under 'threads' every "
+            f"node shares one process and one stop event, and one node cannot be stopped alone; launch with "
+            f"'processes', 'multihost' or 'ray' to use running.scale")
+
+    def _add_nodes(self, group: str, nodes: list[Node]) -> None:
+        """Start `nodes`, just added to `group`, and return once they run (see `scale`)."""
+        raise NotImplementedError
+
+    def _remove_nodes(self, nodes: list[Node]) -> None:
+        """Stop `nodes`, just taken out of their group (highest index first), and forget them."""
+        raise NotImplementedError
+
+    def _track(self, names: list[str]) -> None:
+        """For launchers: nodes added by `scale` that run in this launch join the status table."""
+        with self._lock:
+            self._statuses.update({name: NodeStatus() for name in names})
+
+    def _forget(self, names: list[str]) -> None:
+        """For launchers: nodes removed by `scale` leave the status and address tables."""
+        with self._lock:
+            for name in names:
+                self._statuses.pop(name, None)
+                self.addresses.pop(name, None)
+
     # The user's view ------------------------------------------------------------------------
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -167,6 +197,45 @@ class Running(abc.ABC):
         """Stop every node (SIGTERM, a grace period, then SIGKILL for processes) and wait."""
         self.request_stop("stopped by the user")
         self._done.wait()
+
+    def scale(self, group: str, n: int) -> list[str]:
+        """Grow or shrink `group` to `n` nodes while the program runs (Fiber's dynamic scaling);
+        returns the names added or removed. New nodes continue the group's names (``actor/2``,
+        ``actor/3``, ...), are made by the group's factory for their index (so the group must
+        have been added with `Program.add_group`), bind, join the address table and are
+        supervised as the others; scale returns once they run. Removed nodes, the highest index
+        first, get the ordered stop (stop, SIGTERM, grace, SIGKILL of their tree) and leave
+        `status()`. A watcher follows the group through `members(group)`."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"scale({group!r}, {n!r}): n is the group's new number of nodes, an int >= 0")
+        program = self._scalable_program(group)
+        if group not in program.groups:
+            raise ValueError(f"program '{self.program_name}' has no group '{group}'; groups: "
+                             f"{', '.join(sorted(program.groups))}")
+        if group not in program.factories:
+            raise ValueError(
+                f"group '{group}' cannot scale: its nodes were added one by one, not made from one factory; a group "
+                f"that grows and shrinks is added with program.add_group(label, factory, count) (groups that can "
+                f"scale: {', '.join(sorted(program.factories)) or 'none'})")
+        with self._scale_lock:
+            if self._stop_requested.is_set():
+                raise RuntimeError(f"program '{self.program_name}' is stopping ({self._stop_reason}): it no longer scales")
+            size = len(program.groups[group])
+            if n >= size:
+                added = [program.grow(group) for _ in range(n - size)]
+                self._add_nodes(group, added)
+                return [node.name for node in added]
+            removed = [program.shrink(group) for _ in range(size - n)]
+            self._remove_nodes(removed)
+            return [node.name for node in removed]
+
+    def members(self, group: str) -> list[str]:
+        """The names of `group`'s nodes now, in index order: those this launch runs (status())
+        and those it can call (under multihost, the other hosts' as placed at launch). What a
+        watcher of a group that `scale` changes (the agents' monitor) polls."""
+        with self._lock:
+            names = {name for name in [*self._statuses, *self.addresses] if group_of(name) == group}
+        return sorted(names, key=lambda name: [int(part) if part.isdigit() else 0 for part in name.split("/")[1:]])
 
     def client(self, handle: Any, **options: Any) -> Any:
         """A courier client of a serving node from outside the program (a test's body, a
@@ -206,7 +275,8 @@ class Running(abc.ABC):
                     listener(self._stop_reason)
                 except Exception as exc:  # noqa: BLE001 - a listener must not keep the nodes running
                     print(f"[launcher] a stop listener failed: {exc!r}", flush=True)
-            self._shut_down()
+            with self._scale_lock:  # a scale under way ends first (it sees the stop): none starts after
+                self._shut_down()
         finally:
             with self._lock:
                 for status in self._statuses.values():

@@ -303,3 +303,21 @@ class CallsWithItsTimeout:
             return f"answered {self._sleeper.sleep(seconds)}"
         except Exception as exc:  # the deadline is the point
             return type(exc).__name__
+
+
+class Indexed:
+    """A node that knows its index in its group: what a group's factory gives each member."""
+
+    def __init__(self, index: int) -> None:
+        self._index = index
+
+    def index(self) -> int:
+        return self._index
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def indexed_node(index: int) -> jd.CourierNode:
+    """The factory of a group that scales (`Program.add_group`)."""
+    return jd.CourierNode(Indexed, index)

@@ -122,6 +122,8 @@ def launch(
         **options,
     )
     running.host_index = cluster.host_index
+    running.runs_here = lambda label, index: (placement or {}).get(label, placement_module.DEFAULT).host_of(
+        label, index, len(cluster.hosts)) == cluster.host_index  # what `scale` adds: this host's share
     if len(cluster.hosts) > 1:
         try:
             control = host_control.serve(running, cluster.host_index, the_plan.controls, bind_host, token)

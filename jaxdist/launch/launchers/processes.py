@@ -23,14 +23,14 @@ import pickle
 import signal
 import threading
 import time
-from typing import Any, Collection, Iterator
+from typing import Any, Callable, Collection, Iterator
 
 from jaxdist.launch import preflight, sigterm, worker
 from jaxdist.launch.output import log_path
 from jaxdist.launch.process_tree import describe_exit, signal_tree
 from jaxdist.launch.restart import Restart
 from jaxdist.launch.restart import policies as restart_policies
-from jaxdist.launch.running import Running
+from jaxdist.launch.running import RUNNING, NodeStatus, Running
 from jaxdist.program import AddressTable, Node, NodeContext, Program
 
 SUPPORTED_RESOURCES = {"env": "environment variables set in the group's processes before they import anything"}
@@ -69,7 +69,8 @@ def launch(
     policies = restart_policies(program, restart)
     preflight.check_shippable(program)
     run_dir = preflight.prepare_run_dir(program, run_dir)
-    running = _ProcessesRunning(program, run_dir, token or preflight.new_token(), resources, policies, grace)
+    running = _ProcessesRunning(program, run_dir, token or preflight.new_token(), resources, policies, grace,
+                                restart)
     running.fix_addresses(units, addresses or {}, bind_host)
     running.start(echo, interrupt_after, start_timeout)
     return running
@@ -87,6 +88,7 @@ class _Child:
         self.restart_at = 0.0
         self.running_since: float | None = None
         self.failure: str | None = None  # the traceback a child reported before dying
+        self.leaving = False  # removed by `scale`: its exit is neither a finish nor a crash
 
 
 class _ProcessesRunning(Running):
@@ -98,9 +100,11 @@ class _ProcessesRunning(Running):
         resources: dict[str, dict[str, Any]],
         policies: dict[str, Restart],
         grace: float,
+        restart: dict[str, Restart] | None = None,
     ) -> None:
         super().__init__(program.name, [unit.name for _, unit in program.units()], run_dir)
         self.token = token
+        self._program, self._restart = program, restart
         self._resources = resources
         self._grace = grace
         self._children = {
@@ -110,8 +114,12 @@ class _ProcessesRunning(Running):
         self._started = threading.Event()
         self._monitor: threading.Thread | None = None
         self._spawn_options: tuple[bool, float] = (True, 2.0)
+        self._start_timeout = 300.0
         self._fixed: AddressTable = {}
         self._bind_host: str | None = None
+        self.runs_here: Callable[[str, int], bool] = lambda label, index: True
+        """Whether node `index` of group `label`, added by `scale`, runs in this launch (the
+        multihost launcher's rule: this host's share); raises for a group that cannot scale."""
 
     def fix_addresses(self, units: Collection[str] | None, addresses: AddressTable, bind_host: str | None) -> None:
         """Start only `units`; keep `addresses` as given (see `launch`)."""
@@ -132,7 +140,7 @@ class _ProcessesRunning(Running):
         return {**self.addresses, **rebound}
 
     def start(self, echo: bool, interrupt_after: float, start_timeout: float) -> None:
-        self._spawn_options = (echo, interrupt_after)
+        self._spawn_options, self._start_timeout = (echo, interrupt_after), start_timeout
         for child in self._children.values():
             self._spawn(child)
         sigterm.watch(self)
@@ -193,6 +201,8 @@ class _ProcessesRunning(Running):
             child.stage = "constructed"
             if self._started.is_set():
                 self._run_child(child)
+        elif child.leaving:  # its end, however it comes, is the removal's
+            return True
         elif kind == "finished":
             self.node_finished(child.name)
         elif kind == "failed":
@@ -207,6 +217,8 @@ class _ProcessesRunning(Running):
         child.process.join()
         exitcode = child.process.exitcode
         child.stage = "exited"
+        if child.leaving:
+            return
         if exitcode == 0 and child.failure is None:
             self.node_finished(child.name, exitcode)
             return
@@ -242,7 +254,7 @@ class _ProcessesRunning(Running):
         for child in self._children.values():
             if child.stage != "waiting":
                 continue
-            if self._stop_requested.is_set():
+            if self._stop_requested.is_set() or child.leaving:
                 child.stage = "exited"
             elif now >= child.restart_at:
                 self._spawn(child)
@@ -280,13 +292,63 @@ class _ProcessesRunning(Running):
         lines = _tail(log_path(self.run_dir, name), 20)
         return f"process {describe_exit(exitcode)}; last lines of {log_path(self.run_dir, name)}:\n{lines}"
 
+    # Scaling (`Running.scale`) ----------------------------------------------------------------
+
+    def _scalable_program(self, group: str) -> Program:
+        if group in self._program.factories:
+            self.runs_here(group, len(self._program.groups[group]))  # a group that cannot scale here says so
+        return self._program
+
+    def _add_nodes(self, group: str, nodes: list[Node]) -> None:
+        """Spawn the share of `nodes` that runs here; the monitor takes each through bind ->
+        construct -> run as it does a restarted node, against the current address table."""
+        try:
+            preflight.check_shippable(self._program)
+        except TypeError:
+            for _ in nodes:
+                self._program.shrink(group)
+            raise
+        policies = restart_policies(self._program, self._restart)
+        offset = len(self._program.groups[group]) - len(nodes)
+        mine = [node for index, node in enumerate(nodes, offset) if self.runs_here(group, index)]  # else another host's
+        children = {unit.name: _Child(unit.name, group, unit, policies[unit.name]) for node in mine for unit in node.units()}
+        self._track(list(children))
+        for child in children.values():  # spawned before the monitor sees them: it would spawn a waiting child too
+            self._spawn(child)
+        self._children = {**self._children, **children}  # a new dict: the monitor may be iterating the old one
+        deadline = time.monotonic() + self._start_timeout
+        while not all(self._statuses.get(name, NodeStatus()).state == RUNNING for name in children):
+            if self._stop_requested.wait(0.05):
+                raise RuntimeError(f"program '{self.program_name}' stopped while group '{group}' grew: {self.stop_reason}")
+            if time.monotonic() > deadline:
+                slow = sorted(name for name, status in self.status().items() if name in children and status["state"] != RUNNING)
+                raise TimeoutError(f"nodes {slow} added to group '{group}' did not start within the start timeout "
+                                   f"({self._start_timeout:g} s); they are still supervised")
+
+    def _remove_nodes(self, nodes: list[Node]) -> None:
+        """The ordered stop of the removed nodes that run here, then they are forgotten."""
+        names = [unit.name for node in nodes for unit in node.units()]
+        leaving = [self._children[name] for name in names if name in self._children]
+        for child in leaving:
+            child.leaving = True
+        self._stop_children([child for child in leaving if child.process is not None])
+        while any(child.stage != "exited" for child in leaving):  # the monitor reaps them
+            time.sleep(0.02)
+        self._children = {name: child for name, child in self._children.items() if child not in leaving}
+        self._forget(names)
+
     # Stopping -------------------------------------------------------------------------------
 
     def _shut_down(self) -> None:
+        self._stop_children([child for child in self._children.values() if child.process is not None])
+        if self._monitor is not None and self._monitor is not threading.current_thread():
+            self._monitor.join()
+        sigterm.forget(self)
+
+    def _stop_children(self, children: list[_Child]) -> None:
         """Stop message and SIGTERM, `grace` seconds, then SIGKILL of every tree; nodes that
         stop first (learners) get their own `grace` before the others are told. Only the
         monitor reaps children (two threads joining one process lose its exit code)."""
-        children = [child for child in self._children.values() if child.process is not None]
         first = [child for child in children if child.node.stops_first()]
         for phase in (first, [child for child in children if child not in first]):
             for child in phase:
@@ -300,9 +362,6 @@ class _ProcessesRunning(Running):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(child.process.pid, signal.SIGKILL)  # anything its tree left in its group
         self._wait_for_exits(children, None)
-        if self._monitor is not None and self._monitor is not threading.current_thread():
-            self._monitor.join()
-        sigterm.forget(self)
 
     def _wait_for_exits(self, children: list[_Child], deadline: float | None) -> None:
         pending = [child.process.sentinel for child in children]

@@ -1,0 +1,82 @@
+"""`running.scale(group, n)`: a group made by `Program.add_group` grows and shrinks while the
+program runs, under processes and multihost (this host's share); bad requests say what is wrong.
+The ray launcher's scaling is tested with its cluster in test_ray_launcher.py."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+import jaxdist as jd
+import launch_nodes as nodes
+from ports import reserve_base_port
+
+
+def scalable_program(workers: int = 2) -> jd.Program:
+    program = jd.Program("scaling")
+    with program.group("counter"):
+        program.add_node(jd.CourierNode(nodes.Counter))
+    program.add_group("worker", nodes.indexed_node, workers)
+    return program
+
+
+def launch(program: jd.Program, tmp_path, launcher: str = "processes", **options) -> jd.Running:
+    return jd.launch(program, launcher=launcher, run_dir=str(tmp_path), echo=False, grace=3.0, **options)
+
+
+def test_a_group_grows_with_nodes_made_for_their_index_and_shrinks_from_its_highest(tmp_path):
+    with launch(scalable_program(), tmp_path) as running:
+        assert running.scale("worker", 4) == ["worker/2", "worker/3"]
+        status = running.status()
+        assert {status[name]["state"] for name in running.members("worker")} == {"running"}
+        assert running.members("worker") == ["worker/0", "worker/1", "worker/2", "worker/3"]
+        assert [running.client(name).index() for name in running.members("worker")] == [0, 1, 2, 3]
+        pids = {name: status[name]["pid"] for name in running.members("worker")}
+
+        assert running.scale("worker", 1) == ["worker/3", "worker/2", "worker/1"]
+        assert running.members("worker") == ["worker/0"] and "worker/1" not in running.status()
+        assert "worker/1" not in running.addresses
+        assert not any(psutil.pid_exists(pids[f"worker/{index}"]) for index in (1, 2, 3))
+        assert running.client("worker/0").index() == 0  # the rest of the program never stopped
+        assert running.client("counter/0").increment() == 1 and running.stop_reason == ""
+
+        assert running.scale("worker", 2) == ["worker/1"]  # names continue the group again
+        assert running.client("worker/1").index() == 1
+    assert running.stop_reason == "stopped by the user"
+
+
+def test_bad_scale_requests_say_what_is_wrong(tmp_path):
+    with launch(scalable_program(), tmp_path) as running:
+        with pytest.raises(ValueError, match="no group 'actor'; groups: counter, worker"):
+            running.scale("actor", 3)
+        with pytest.raises(ValueError, match=r"n is the group's new number of nodes, an int >= 0"):
+            running.scale("worker", -1)
+        with pytest.raises(ValueError, match=r"group 'counter' cannot scale: .*program.add_group.*scale: worker\)"):
+            running.scale("counter", 2)
+        assert running.members("worker") == ["worker/0", "worker/1"]
+    with pytest.raises(RuntimeError, match="is stopping"):
+        running.scale("worker", 3)
+
+
+def test_threads_say_they_cannot_scale(tmp_path):
+    with launch(scalable_program(), tmp_path, launcher="threads") as running:
+        with pytest.raises(NotImplementedError, match="one node cannot be stopped alone; launch with 'processes'"):
+            running.scale("worker", 3)
+
+
+def test_under_multihost_a_host_starts_its_share_of_a_spread_group_and_a_per_host_group_cannot_scale(tmp_path):
+    program = scalable_program()
+    program.add_group("learner", nodes.indexed_node, 2)  # made from a factory, but one per host
+    # Host 0 of two; host 1 never comes: this host's share runs alone.
+    with launch(program, tmp_path, "multihost", hosts="127.0.0.1,127.0.0.1", host_index=0, token="shared",
+                base_port=reserve_base_port(), distributed=None,
+                placement={"worker": jd.spread(), "learner": jd.per_host()}) as running:
+        assert sorted(running.status()) == ["counter/0", "learner/0", "worker/0"]
+        assert running.scale("worker", 5) == ["worker/2", "worker/3", "worker/4"]
+        assert sorted(running.status()) == ["counter/0", "learner/0", "worker/0", "worker/2", "worker/4"]
+        assert running.client("worker/4").index() == 4
+        assert running.scale("worker", 3) == ["worker/4", "worker/3"]
+        assert sorted(running.status()) == ["counter/0", "learner/0", "worker/0", "worker/2"]
+        assert "worker/3" not in running.members("worker")  # another host's, gone from the table too
+        with pytest.raises(ValueError, match=r"group 'learner' is placed per_host\(\): .* cannot grow or shrink"):
+            running.scale("learner", 3)
