@@ -9,7 +9,9 @@
                   deterministic policy, and its mean return is the reported and target metric
     actor/i       Actor nodes: a vector env each, acting with the agent's policy and sending
                   trajectories (or, through the agent's sink, transitions) to the replay of host
-                  i % learner_hosts
+                  i % learner_hosts; one factory (``actor_node``) makes them all, so the group
+                  grows and shrinks while it runs (``running.scale("actor", n)``): the learner
+                  reads the replay, not the actors, and the monitor follows the group's members
 
 With ``architecture="anakin"`` (``jaxdist.agents.anakin``) there are no actors and no replay:
 each learner plays its own envs, written in JAX, inside its update.
@@ -31,6 +33,7 @@ builds the same one), and imports no JAX: a node's process imports what its node
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import os
 from collections.abc import Callable
@@ -103,10 +106,8 @@ class Agent:
                 parts.append(jd.CourierNode(build_evaluator, self, learners[0]))
             program.add_node(jd.ColocationNode(parts, mode="threads"), label="learner")
             replays.append(replay)
-        with program.group("actor"):
-            actors = [program.add_node(jd.CourierNode(build_actor, self, index, learners[0], replays[index % hosts])
-                                       .with_options(restart=ACTOR_RESTART))
-                      for index in range(config.num_actors)]
+        # One factory for every actor, so the group grows and shrinks as it runs (running.scale).
+        actors = program.add_group("actor", functools.partial(actor_node, self, learners[0], replays), config.num_actors)
         # A learner process (with its replay) on each of the first learner_hosts hosts, actors
         # round-robin over the hosts (actor i beside the replay it feeds when every host has a learner).
         placement = {"learner": jd.per_host() if hosts > 1 else jd.on_host(0), "actor": jd.spread()}
@@ -223,6 +224,13 @@ def anakin_logic(agent: Agent) -> Any:
                         agent.policy(config, agent.env, None), config.env_id, config.batch_size // config.learner_hosts,
                         config.trajectory_length, num_seeds=config.num_seeds, eval_every=config.eval_every_updates,
                         eval_episodes=config.eval_episodes)
+
+
+def actor_node(agent: Agent, params: jd.Handle, replays: list[jd.Handle], index: int) -> jd.CourierNode:
+    """Actor ``index``, feeding the replay of learner host ``index % hosts``: the actor group's
+    factory, for the actors at launch and for those ``running.scale("actor", n)`` adds."""
+    return jd.CourierNode(build_actor, agent, index, params, replays[index % len(replays)]).with_options(
+        restart=ACTOR_RESTART)
 
 
 def build_actor(agent: Agent, index: int, params: Any, replay: Any) -> Any:

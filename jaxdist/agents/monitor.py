@@ -23,6 +23,7 @@ target, once reached, stays reached with its steps and time.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -40,8 +41,10 @@ from jaxdist.nodes.evaluator import EVALUATIONS
 from jaxdist.metrics import MetricsWriter, metrics_path, read_metrics
 from jaxdist.metrics_tensorboard import TensorBoardWriter
 from jaxdist.plotting import line_plot
+from jaxdist.program import group_of
 
 TRAIN_WINDOW = 20  # the training return is the mean of the last this many episodes
+POLL_THREADS = 16  # a poll's calls in flight at once (two an actor); more actors wait for a thread
 
 
 def train(agent: Trainable, *, launcher: str = "processes", run_dir: str | None = None,
@@ -137,18 +140,17 @@ class Monitor:
         self.agent, self.config, self.run_dir, self.start_time = agent, agent.config, run_dir, start_time
         token = getattr(running, "token", None)
         # Failing fast: a node that is away (restarting, or gone at the stop) costs a poll nothing.
-        client = lambda handle: courier.Client(running.addresses[handle.node_name], token=token,  # noqa: E731
-                                               timeout=2.0).failing_fast()
+        self._client = lambda address: courier.Client(address, token=token, timeout=2.0).failing_fast()  # noqa: E731
         self._running, self._topology = running, topology
-        self._actors = [client(actor) for actor in topology.actors]
-        self._learner = client(topology.learner)
-        self._pool = futures.ThreadPoolExecutor(len(self._actors) + 1, thread_name_prefix="monitor")
-        self._since = [0] * len(self._actors)
+        # The actors' groups, followed through running.members: running.scale adds and removes actors.
+        self._actor_groups = sorted({group_of(actor.node_name) for actor in topology.actors})
+        self._actors: dict[str, _Watched] = {}
+        self._departed_steps = 0  # env steps of actors that running.scale removed
+        self._learner = self._client(running.addresses[topology.learner.node_name])
+        self._pool = futures.ThreadPoolExecutor(POLL_THREADS, thread_name_prefix="monitor")
         self._evaluations_read = 0
         self._evaluations_size = -1  # bytes of evaluations.csv when last parsed
         self._train_returns: list[float] = []
-        self._actor_steps = [0] * len(self._actors)  # as last reported
-        self._actor_offsets = [0] * len(self._actors)  # steps of earlier lives of restarted actors
         self._learner_env_steps = 0  # as a learner that counts them last wrote
         self.restored_step = self._wait_for_learner()
         path = metrics_path(run_dir, "progress")
@@ -184,7 +186,8 @@ class Monitor:
     def env_steps(self) -> int:
         """The actors' count, or a learner's own (ES's master writes it in ``metrics.csv``) where
         that is more: the final poll comes after the nodes have gone, their files not."""
-        return max(self._base_steps + sum(self._actor_steps) + sum(self._actor_offsets), self._learner_env_steps)
+        acted = self._departed_steps + sum(actor.steps + actor.earlier for actor in self._actors.values())
+        return max(self._base_steps + acted, self._learner_env_steps)
 
     @property
     def wall_time(self) -> float:
@@ -192,28 +195,29 @@ class Monitor:
         return self.base_wall_time + time.time() - self.start_time
 
     def poll(self, final: bool = False) -> None:
-        calls = [(i, self._pool.submit(_call, actor, "stats"), self._pool.submit(_call, actor, "episodes", self._since[i]))
-                 for i, actor in enumerate(self._actors)]
+        self._follow_actors()
+        calls = [(actor, self._pool.submit(_call, actor.client, "stats"),
+                  self._pool.submit(_call, actor.client, "episodes", actor.since)) for actor in self._actors.values()]
         status = _call(self._learner, "status")
         versions = []
-        for i, stats_call, episodes_call in calls:
+        for actor, stats_call, episodes_call in calls:
             stats, episodes = stats_call.result(), episodes_call.result()
             if stats is not None:
                 steps = int(stats["env_steps"])
-                if steps < self._actor_steps[i]:  # the actor was restarted and counts afresh
-                    self._actor_offsets[i] += self._actor_steps[i]
-                self._actor_steps[i] = steps
+                if steps < actor.steps:  # the actor was restarted and counts afresh
+                    actor.earlier += actor.steps
+                actor.steps = steps
                 versions.append(stats["version"])
             if episodes is not None:
-                if episodes["next"] < self._since[i]:  # restarted: ask from its first episode next time
-                    self._since[i] = 0
+                if episodes["next"] < actor.since:  # restarted: ask from its first episode next time
+                    actor.since = 0
                     continue
-                self._since[i] = episodes["next"]
+                actor.since = episodes["next"]
                 self._train_returns.extend(episodes["returns"])
         self._read_evaluations()
         if status is not None:
             self.version = int(status["step"])
-            if not self._actors:  # the learner plays the envs itself (Anakin): a fixed number an update
+            if not self._actor_groups:  # the learner plays the envs itself (Anakin): a fixed number an update
                 self._learner_env_steps = max(self._learner_env_steps,
                                               round(self.version * self.config.steps_per_update))
             learner_lag = (status.get("metrics") or {}).get("policy_lag_mean")
@@ -235,6 +239,19 @@ class Monitor:
             self._next_progress = time.monotonic() + self._progress_interval
             self._print_progress(final)
 
+    def _follow_actors(self) -> None:
+        """The actors' groups as they are now: an actor running.scale added gets a client once
+        it serves; one it removed keeps the steps it made counted."""
+        names = [name for group in self._actor_groups for name in self._running.members(group)]
+        for name in set(self._actors) - set(names):
+            gone = self._actors.pop(name)
+            self._departed_steps += gone.steps + gone.earlier
+            gone.client.close()
+        for name in names:
+            address = self._running.addresses.get(name)
+            if name not in self._actors and address is not None:
+                self._actors[name] = _Watched(self._client(address))
+
     def _read_evaluations(self) -> None:
         """New rows of the evaluator's ``evaluations.csv`` (this segment's: written after it began).
         Parsed only when the file grew: it changes every few updates, and polls come ten a second."""
@@ -253,7 +270,7 @@ class Monitor:
                 continue
             self.eval_return = row["mean_return"]
             # Without actors (Anakin) a version's env steps are exact; else the count as polled.
-            steps = int(row["step"] * self.config.steps_per_update) if not self._actors else self.env_steps
+            steps = int(row["step"] * self.config.steps_per_update) if not self._actor_groups else self.env_steps
             reached = (self.base_wall_time + row["wall_time"] - self.start_time, steps)
             if self.solved_at is None and target is not None and self.eval_return >= target:
                 self.solved_at = reached
@@ -332,7 +349,7 @@ class Monitor:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)
-        for client in [*self._actors, self._learner]:
+        for client in [*(actor.client for actor in self._actors.values()), self._learner]:
             client.close()
         self._mirror_learner_metrics()
         self._csv.close()
@@ -376,6 +393,16 @@ class Monitor:
         else:
             self._out.write(line + "\n")
         self._out.flush()
+
+
+@dataclasses.dataclass
+class _Watched:
+    """One actor as the monitor polls it: its client and its counts as last reported."""
+
+    client: courier.Client
+    since: int = 0  # the next of its episodes to fetch
+    steps: int = 0  # its env steps as last reported
+    earlier: int = 0  # env steps of its earlier lives (a restarted actor counts afresh)
 
 
 def plot_learning_curve(run_dir: str, title: str, target: float | None) -> None:

@@ -53,10 +53,11 @@ class EpsilonGreedy:
 
 
 def policy(config: Any, env: EnvInfo, actor: int | None) -> EpsilonGreedy:
-    """An ``Agent.policy``: actor i explores with its epsilon; the evaluator acts greedily."""
+    """An ``Agent.policy``: actor i explores with its epsilon (an actor added by ``running.scale``,
+    i >= num_actors, takes actor i % num_actors's); the evaluator acts greedily."""
     epsilons = actor_epsilons(config.num_actors, config.base_epsilon, config.epsilon_alpha)
     return EpsilonGreedy(env, config.network, tuple(config.hidden), config.dueling,
-                         None if actor is None else epsilons[actor])
+                         None if actor is None else epsilons[actor % len(epsilons)])
 
 
 def to_transitions(trajectories: list[dict[str, np.ndarray]], gamma: float,
