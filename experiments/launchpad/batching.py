@@ -18,7 +18,7 @@ class Server:
         self.compute = lp.batched_handler(batch_size=batch_size)(self.compute)
 
     def compute(self, values):
-        print("batch of", len(values), flush=True)
+        print(f"batch of {len(values)}", flush=True)
         self.total += np.sum(values, axis=0)
         return np.tile(self.total, (len(values), 1))
 
@@ -30,7 +30,7 @@ class Client:
     def run(self) -> None:
         for x in range(self._id, self._id + 3):
             self._server.compute([x, x + 1])
-        print("client", self._id, "done", flush=True)
+        print(f"client {self._id} done", flush=True)
 
 
 def make_program() -> lp.Program:

@@ -20,7 +20,7 @@ class Consumer:
     def run(self) -> None:
         for step in range(3):
             pending = [producer.futures.work(step + i) for i, producer in enumerate(self._producers)]
-            print("step", step, "results", [future.result() for future in pending], flush=True)
+            print(f"step {step} results {[future.result() for future in pending]}", flush=True)
         lp.stop()
 
 

@@ -47,4 +47,4 @@ if __name__ == "__main__":
     for attempt in range(3):
         controller = lp.launch(make_program(), launch_type=sys.argv[1] if len(sys.argv) > 1 else "local_mt")
         controller.wait()
-        print("program finished", attempt, flush=True)
+        print(f"program finished {attempt}", flush=True)

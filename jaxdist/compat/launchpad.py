@@ -5,17 +5,16 @@ What maps: `Program`, `PyNode`, `CourierNode` and handles are jaxdist's own (Lau
 is jaxdist's); `PyClassNode` constructs its class and calls `run()`; `MultiThreadingColocation`
 is a threads `ColocationNode`; `ReverbNode` serves jaxdist replay tables (its handle becomes a
 courier client of that replay node, to wrap in `jd.replay.ReplayClient`, not a `reverb.Client`:
-Reverb needs TensorFlow); `batched_handler` is
-courier's; `launch` runs LOCAL_MULTI_THREADING on the ``threads`` launcher and
-LOCAL_MULTI_PROCESSING on ``processes``, and the TEST_* types the same way, stopped with the
-test. The stop functions are jaxdist's.
+Reverb needs TensorFlow); `batched_handler` is courier's; `launch` runs LOCAL_MULTI_THREADING on
+the ``threads`` launcher and LOCAL_MULTI_PROCESSING on ``processes``, and the TEST_* types the
+same way, stopped with the test. The stop functions are jaxdist's. A `CourierNode`'s handles
+call without a deadline, as Launchpad's do, and its `courier_kwargs` are its server's options.
 
 What does not: a *function* given to `CourierNode` is run as the node's body (Launchpad builds
 the node by calling it, which for the functions in its examples is the same thing), so a
 factory whose result should be served must be given as a class; there is no XManager, Vertex
-AI or Docker launch; `terminal` choices print through jaxdist's prefixed output. A handle's
-client has jaxdist's default deadline (30 s; Launchpad's has none): `handle.with_options(timeout=None)`.
-See docs/guides/from-launchpad-and-reverb.md.
+AI or Docker launch; `terminal` choices print through jaxdist's prefixed output. See
+docs/guides/from-launchpad-and-reverb.md.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ import dataclasses
 import datetime
 import enum
 import inspect
+import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -63,18 +63,25 @@ class PythonProcess:
 
 
 class CourierNode(jd.CourierNode):
-    """Launchpad's CourierNode: a class (or a function, run as the node's body) and its arguments."""
+    """Launchpad's CourierNode: a class (or a function, run as the node's body) and its
+    arguments; `courier_kwargs` are its server's options. Its handles' calls have no deadline,
+    as Launchpad's (jaxdist's handles default to courier's 30 s)."""
 
-    def __init__(self, constructor: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    def __init__(self, constructor: Callable[..., Any], *args: Any, courier_kwargs: dict | None = None,
+                 **kwargs: Any) -> None:
         if inspect.isfunction(constructor):
             super().__init__(_FunctionBody, constructor, args, kwargs)
             self.function_name = constructor.__name__
         else:
             super().__init__(constructor, *args, **kwargs)
             self.function_name = None
+        self.with_server(**(courier_kwargs or {}))
 
     def default_label(self) -> str:
         return self.function_name or super().default_label()
+
+    def create_handle(self) -> jd.Handle:
+        return super().create_handle().with_options(timeout=None)
 
 
 class _FunctionBody:
@@ -139,12 +146,14 @@ def launch(program: jd.Program, launch_type: LaunchType | str | None = None, xm_
     """Launch `program` (LOCAL_MULTI_THREADING by default, as Launchpad's flag does). A local
     launch returns once the program is over: Launchpad's returns at once and waits for it at
     exit, but Python stops its thread pools before exit handlers run. A test launch returns at
-    once and is stopped with `test_case` (its ``addCleanup``)."""
+    once and is stopped with `test_case` (its ``addCleanup``); it runs in a fresh directory, so
+    no checkpoint of an earlier test is restored."""
     launch_type = LaunchType(launch_type) if launch_type is not None else LaunchType.LOCAL_MULTI_THREADING
     if xm_resources is not None:
         raise ValueError("xm_resources is for XManager, which jaxdist does not launch on; see jd.launch's "
                          "launchers (processes, multihost, ray)")
-    options: dict[str, Any] = {}
+    testing = launch_type in (LaunchType.TEST_MULTI_THREADING, LaunchType.TEST_MULTI_PROCESSING)
+    options: dict[str, Any] = {"run_dir": tempfile.mkdtemp(prefix=f"lp-test-{program.name}-")} if testing else {}
     if local_resources:
         if _LAUNCHERS[launch_type] != "processes":
             raise ValueError(f"local_resources set processes' environments: they need a *_MULTI_PROCESSING launch, "
@@ -152,7 +161,7 @@ def launch(program: jd.Program, launch_type: LaunchType | str | None = None, xm_
         options["resources"] = {label: {"env": dict(resource.env)} for label, resource in local_resources.items()}
     running = jd.launch(program, launcher=_LAUNCHERS[launch_type], **options)
     _launched.append(running)
-    if launch_type in (LaunchType.TEST_MULTI_THREADING, LaunchType.TEST_MULTI_PROCESSING):
+    if testing:
         if test_case is not None:
             test_case.addCleanup(running.stop)
     else:

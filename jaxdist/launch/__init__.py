@@ -39,7 +39,8 @@ def launch(program: Program, launcher: str = "processes", **options: Any) -> Run
     The same program runs under every launcher; only where its nodes live changes:
 
     ``"threads"``: every node a thread of this process (tests, debugging, a laptop).
-        run_dir: logs, checkpoints and metrics (default: a new temporary directory).
+        run_dir: logs, checkpoints and metrics (default: ``runs/<program name>`` under the
+        current directory, so that launching the same program again resumes from its checkpoints).
         token: the courier secret every node's server requires (default: a random one).
         grace: seconds a stop gives nodes to return from run() (10).
         interrupt_after: seconds after which a node still running at the stop is interrupted (2).

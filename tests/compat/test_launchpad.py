@@ -131,3 +131,10 @@ def test_local_resources_need_processes_and_xmanager_is_refused():
         lp.launch(program, launch_type="local_mt", local_resources={"accumulator": lp.PythonProcess(env={"A": "1"})})
     with pytest.raises(ValueError, match="XManager"):
         lp.launch(program, xm_resources={})
+
+
+def test_courier_node_handles_have_no_deadline_and_courier_kwargs_reach_the_server():
+    node = lp.CourierNode(Accumulator, courier_kwargs={"thread_pool_size": 2})
+    assert node.server_options == {"thread_pool_size": 2}
+    handle = lp.Program("deadlines").add_node(node, label="accumulator")
+    assert handle.dereference(lambda name, **options: options) == {"timeout": None}
