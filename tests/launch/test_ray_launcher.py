@@ -19,6 +19,7 @@ import jaxdist as jd
 import launch_nodes as nodes
 import learner_nodes as ln
 import ray_nodes
+from ray_cluster import cluster, live_actors  # noqa: F401 - cluster is a fixture
 from jaxdist import courier
 from jaxdist.checkpoint import checkpoint_dir
 from jaxdist.courier import tls
@@ -33,33 +34,6 @@ ray = pytest.importorskip("ray", reason="launcher='ray' needs Ray: pip install '
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXPERIMENTS = os.path.join(REPO, "experiments")
-NODE_CPUS = 2
-OBJECT_STORE = 100 * 2**20
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": NODE_CPUS, "object_store_memory": OBJECT_STORE, "include_dashboard": False,
-        "resources": {"head": 1}})
-    cluster.add_node(num_cpus=NODE_CPUS, object_store_memory=OBJECT_STORE, resources={"second": 1})
-    ray.init(address=cluster.address, log_to_driver=False)
-    cluster.wait_for_nodes()
-    try:
-        yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-
-
-def live_actors() -> list[str]:
-    """Names of the unit actors Ray still holds alive (the state API needs the dashboard)."""
-    from ray._private import state
-
-    return [actor["ActorClassName"] for actor in state.actors().values()
-            if actor["State"] != "DEAD" and actor["ActorClassName"] == "UnitActor"]
 
 
 def example(name: str):

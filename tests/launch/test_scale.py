@@ -10,6 +10,7 @@ import pytest
 import jaxdist as jd
 import launch_nodes as nodes
 from ports import reserve_base_port
+from ray_cluster import cluster, live_actors  # noqa: F401 - cluster is a fixture
 
 
 def scalable_program(workers: int = 2) -> jd.Program:
@@ -80,3 +81,35 @@ def test_under_multihost_a_host_starts_its_share_of_a_spread_group_and_a_per_hos
         assert "worker/3" not in running.members("worker")  # another host's, gone from the table too
         with pytest.raises(ValueError, match=r"group 'learner' is placed per_host\(\): .* cannot grow or shrink"):
             running.scale("learner", 3)
+
+
+# Under ray: two Ray nodes on this machine, as in test_ray_launcher.py (skipped without Ray). --------
+
+
+def test_under_ray_a_group_grows_with_new_actors_and_shrinks_leaving_none_behind(cluster, tmp_path):
+    with launch(scalable_program(), tmp_path, "ray") as running:
+        assert len(live_actors()) == 3
+        assert running.scale("worker", 4) == ["worker/2", "worker/3"]
+        assert [running.client(name).index() for name in running.members("worker")] == [0, 1, 2, 3]
+        assert {running.status()[name]["state"] for name in running.members("worker")} == {"running"}
+        assert len(live_actors()) == 5
+        assert running.scale("worker", 1) == ["worker/3", "worker/2", "worker/1"]
+        assert running.members("worker") == ["worker/0"] and "worker/2" not in running.status()
+        assert len(live_actors()) == 2 and running.client("worker/0").index() == 0
+    assert not live_actors()
+
+
+def test_under_ray_with_placement_a_group_grows_on_its_hosts_bundles_unless_it_cannot(cluster, tmp_path):
+    program = scalable_program()
+    program.add_group("learner", nodes.indexed_node, 2)
+    program.add_group("heavy", nodes.indexed_node, 1)
+    with launch(program, tmp_path, "ray", distributed=None, resources={"heavy": {"num_cpus": 0.5}},
+                placement={"worker": jd.spread(), "learner": jd.per_host(), "heavy": jd.on_host(1)}) as running:
+        assert running.scale("worker", 3) == ["worker/2"] and running.client("worker/2").index() == 2
+        with pytest.raises(ValueError, match=r"group 'learner' is placed per_host\(\)"):
+            running.scale("learner", 3)
+        with pytest.raises(ValueError, match=r"group 'heavy' asks Ray for \{'CPU': 0.5\} a node"):
+            running.scale("heavy", 2)
+        assert running.scale("worker", 0) == ["worker/2", "worker/1", "worker/0"]
+        assert running.members("worker") == []
+

@@ -105,7 +105,7 @@ def launch(
     ray = _import_ray()
     preflight.check_program(program)
     resources = preflight.check_resources(program, resources, SUPPORTED_RESOURCES)
-    policies = restart_policies(program, restart)
+    restart_policies(program, restart)  # its mistakes said before Ray starts
     preflight.check_shippable(program)
     run_dir = preflight.prepare_run_dir(program, run_dir)
     owns_connection = not ray.is_initialized()
@@ -126,7 +126,7 @@ def launch(
         raise
     running = _RayRunning(program, run_dir, token or preflight.new_token(), grace, ray, group, owns_connection)
     try:
-        running.start(layout, resources, policies, (host, tls_dir), distributed, (echo, interrupt_after, start_timeout))
+        running.start(layout, resources, restart, (host, tls_dir), distributed, (echo, interrupt_after, start_timeout))
     except BaseException:
         running.stop()  # the actors made so far, and the placement group
         raise
@@ -154,6 +154,7 @@ class _Layout:
     strategy: str
     plan: placement_module.Plan | None = None
     """The multihost plan when `placement` was given: hosts are bundles."""
+    placement: Mapping[str, Placement] = dataclasses.field(default_factory=dict)
 
 
 def _default_hosts(program: Program, placement: Mapping[str, Placement] | None, ray: Any) -> int:
@@ -179,7 +180,7 @@ def _layout(program: Program, placement: Mapping[str, Placement] | None, num_hos
     for name, index in bundle_of.items():
         for key, amount in _bundle_resources(resources.get(labels[name], {})).items():
             bundles[index][key] = bundles[index].get(key, 0) + amount
-    return _Layout(bundle_of, [bundle or dict(BUNDLE_FLOOR) for bundle in bundles], strategy, plan)
+    return _Layout(bundle_of, [bundle or dict(BUNDLE_FLOOR) for bundle in bundles], strategy, plan, dict(placement or {}))
 
 
 def _actor_options(spec: dict[str, Any]) -> dict[str, Any]:
@@ -248,6 +249,8 @@ class _Unit:
     bind_arguments: tuple = ()
     actor_restarts: int = 0
     """Its actor's deaths brought back so far (its node's own crashes are counted in the actor)."""
+    leaving: bool = False
+    """Removed by `scale`: no longer watched, restarted or reported."""
 
 
 class _RayRunning(Running):
@@ -263,36 +266,53 @@ class _RayRunning(Running):
         self._units = {unit.name: _Unit(unit.name, label, unit, NEVER) for label, unit in program.units()}
         self._watcher: threading.Thread | None = None
         self._actors_lock = threading.Lock()  # no actor is made once the stop took the list to kill
+        self._layout: _Layout | None = None
+        self._resources: dict[str, dict[str, Any]] = {}
+        self._restart: dict[str, Restart] | None = None
+        self._serving: tuple[str, str | None] = (LOOPBACK, None)
+        self._spawn_options: tuple[bool, float, float] = (True, 2.0, 300.0)
+        self._actor_class: Any = None
+        self._main: dict[str, Any] = {}
 
-    def start(self, layout: _Layout, resources: dict[str, dict[str, Any]], policies: dict[str, Restart],
+    def start(self, layout: _Layout, resources: dict[str, dict[str, Any]], restart: dict[str, Restart] | None,
               serving: tuple[str, str | None], distributed: str | None, spawn_options: tuple[bool, float, float]) -> None:
         """`serving`: (the bind host, the TLS directory or None)."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         sigterm.watch(self)
-        actor_class = self._ray.remote(UnitActor)
-        payload, main = self._ray.put(pickle.dumps(self._program)), _main_preparation()  # stored once, for all
+        self._layout, self._resources, self._restart = layout, resources, restart
+        self._serving, self._spawn_options = serving, spawn_options
+        self._actor_class, self._main = self._ray.remote(UnitActor), _main_preparation()
+        payload, policies = self._ray.put(pickle.dumps(self._program)), restart_policies(self._program, restart)  # stored once, for all
         for unit in self._units.values():
-            strategy = PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=layout.bundle_of[unit.name])
-            unit.policy = policies[unit.name]
-            unit.make_actor = functools.partial(actor_class.options(
-                scheduling_strategy=strategy, max_concurrency=4, **_actor_options(resources.get(unit.label, {})),
-            ).remote, payload, main, unit.name, self.run_dir, self.token, policies, self._grace, *serving)
-            unit.actor = unit.make_actor()
+            self._make_actor(unit, PlacementGroupSchedulingStrategy(
+                self._group, placement_group_bundle_index=layout.bundle_of[unit.name]), payload, policies)
         unit_resources = self._unit_resources(layout, resources, distributed)
         for unit in self._units.values():
             unit.bind_arguments = (unit_resources[unit.name], *spawn_options)
-        timeout = spawn_options[2]
-        bound = self._each("bind", timeout, lambda unit: unit.bind_arguments)
-        if bound is None:
-            return
-        for report in bound.values():
-            self.addresses.update(report["addresses"])
-        if self._each("construct", timeout, lambda unit: (dict(self.addresses),)) is None:
-            return
-        self._look()
+        if self._start_units(list(self._units.values())):
+            self._look()
         self._watcher = threading.Thread(target=self._watch, name="jaxdist-ray-watch", daemon=True)
         self._watcher.start()
+
+    def _make_actor(self, unit: _Unit, strategy: Any, payload: Any, policies: dict[str, Restart]) -> None:
+        """`unit`'s actor, scheduled by `strategy`; `payload`: the program it finds its unit in."""
+        unit.policy = policies[unit.name]
+        unit.make_actor = functools.partial(self._actor_class.options(
+            scheduling_strategy=strategy, max_concurrency=4, **_actor_options(self._resources.get(unit.label, {})),
+        ).remote, payload, self._main, unit.name, self.run_dir, self.token, policies, self._grace, *self._serving)
+        unit.actor = unit.make_actor()
+
+    def _start_units(self, units: list[_Unit]) -> bool:
+        """The two-phase start of `units`: all bind, the table takes their addresses, all are
+        constructed (and run) against it; False when one failed (the program then stops)."""
+        timeout = self._spawn_options[2]
+        bound = self._each(units, "bind", timeout, lambda unit: unit.bind_arguments)
+        if bound is None:
+            return False
+        for report in bound.values():
+            self.addresses.update(report["addresses"])
+        return self._each(units, "construct", timeout, lambda unit: (dict(self.addresses),)) is not None
 
     def _unit_resources(self, layout: _Layout, resources: dict[str, dict[str, Any]],
                         distributed: str | None) -> dict[str, dict[str, Any]]:
@@ -306,10 +326,10 @@ class _RayRunning(Running):
         return {name: _with_distributed_env(resources, plan, distributed, layout.bundle_of[name])
                 if unit.label == distributed else resources for name, unit in self._units.items()}
 
-    def _each(self, method: str, timeout: float, arguments: Any) -> dict[str, Any] | None:
+    def _each(self, units: list[_Unit], method: str, timeout: float, arguments: Any) -> dict[str, Any] | None:
         """`method` called on every unit's actor at once: their answers by unit, or None when one
         failed or took longer than `timeout` (the program is then stopping, and `wait` says why)."""
-        calls = {getattr(unit.actor, method).remote(*arguments(unit)): unit.name for unit in self._units.values()}
+        calls = {getattr(unit.actor, method).remote(*arguments(unit)): unit.name for unit in units}
         ready, late = self._ray.wait(list(calls), num_returns=len(calls), timeout=timeout)
         answers, failed = {}, False
         for call in ready:
@@ -336,7 +356,7 @@ class _RayRunning(Running):
 
     def _look(self) -> None:
         """Bring each unit's state here from its actor; act on what changed."""
-        calls = {unit.actor.report.remote(): unit for unit in self._units.values() if not unit.lost}
+        calls = {unit.actor.report.remote(): unit for unit in self._units.values() if not (unit.lost or unit.leaving)}
         reports = {}
         for call, unit in calls.items():
             try:
@@ -344,6 +364,8 @@ class _RayRunning(Running):
             except self._ray.exceptions.RayError as error:
                 self._actor_died(unit, error)
         with self._lock:  # every node's state first: whether all work is done depends on them all
+            reports = {name: report for name, report in reports.items()
+                       if not getattr(self._units.get(name), "leaving", True)}  # removed meanwhile: not reported
             unsettled = [name for name in reports if self._statuses[name].state not in (FINISHED, FAILED, STOPPED)]
             for name in unsettled:
                 status, local = self._statuses[name], reports[name]["status"]
@@ -377,7 +399,7 @@ class _RayRunning(Running):
         if self._stop_requested.wait(delay):
             return
         with self._actors_lock:
-            if self._stop_requested.is_set():
+            if self._stop_requested.is_set() or unit.leaving:
                 return
             _quietly(self._ray.kill, unit.actor, no_restart=True)
             unit.actor, unit.lost = unit.make_actor(), False
@@ -399,6 +421,64 @@ class _RayRunning(Running):
             self.node_finished(name, local["exitcode"])
         elif local["state"] == FAILED:
             self.node_failed(name, local["error"], local["exitcode"])
+
+    # Scaling (`Running.scale`) ----------------------------------------------------------------
+
+    def _scalable_program(self, group: str) -> Program:
+        plan = self._layout.plan
+        if plan is not None and group in self._program.factories:
+            self._placement_of(group).host_of(group, 0, len(plan.hosts))  # a per_host group says it cannot scale
+            if _bundle_resources(self._resources.get(group, {})):
+                raise ValueError(
+                    f"group '{group}' asks Ray for {_bundle_resources(self._resources[group])} a node, reserved in the "
+                    f"placement group's host bundles, which were sized at launch: with placement=, a group that scales "
+                    f"asks for none (no num_cpus, num_gpus, memory or resources), or launch it without placement")
+        return self._program
+
+    def _placement_of(self, group: str) -> Placement:
+        return self._layout.placement.get(group, placement_module.DEFAULT)
+
+    def _add_nodes(self, group: str, nodes: list[Node]) -> None:
+        """New actors for `nodes`, started as the first were (bind, the table, construct): on
+        their host's bundle with placement=, else spread over the cluster outside the placement
+        group (it cannot grow); each finds its unit in the program as it is now."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        try:
+            preflight.check_shippable(self._program)
+        except TypeError:
+            for _ in nodes:
+                self._program.shrink(group)
+            raise
+        payload = self._ray.put(pickle.dumps(self._program))
+        policies = restart_policies(self._program, self._restart)
+        offset, plan = len(self._program.groups[group]) - len(nodes), self._layout.plan
+        units = []
+        for index, node in enumerate(nodes, offset):
+            strategy = "SPREAD" if plan is None else PlacementGroupSchedulingStrategy(
+                self._group, placement_group_bundle_index=self._placement_of(group).host_of(group, index, len(plan.hosts)))
+            for part in node.units():
+                unit = _Unit(part.name, group, part, NEVER, bind_arguments=(self._resources, *self._spawn_options))
+                self._make_actor(unit, strategy, payload, policies)
+                units.append(unit)
+        self._track([unit.name for unit in units])
+        self._units = {**self._units, **{unit.name: unit for unit in units}}  # a new dict: the watcher may iterate the old
+        if not self._start_units(units):
+            raise RuntimeError(f"nodes added to group '{group}' failed to start; the program stops: {self.stop_reason}")
+        self._look()
+
+    def _remove_nodes(self, nodes: list[Node]) -> None:
+        """Each removed unit's stop as under `processes`, its actor killed, then forgotten."""
+        units = [self._units[part.name] for node in nodes for part in node.units()]
+        for unit in units:
+            unit.leaving = True
+        calls = [call for call in (_quietly(unit.actor.stop.remote) for unit in units if not unit.lost) if call is not None]
+        self._ray.wait(calls, num_returns=len(calls), timeout=2 * self._grace + 10)
+        for unit in units:
+            _quietly(self._ray.kill, unit.actor, no_restart=True)
+        _wait_until_dead(self._ray, [unit.actor for unit in units])
+        self._units = {name: unit for name, unit in self._units.items() if unit not in units}
+        self._forget([unit.name for unit in units])
 
     # Stopping ---------------------------------------------------------------------------------
 
