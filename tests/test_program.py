@@ -91,8 +91,8 @@ def test_unshippable_argument_is_named_before_anything_starts():
 def test_unknown_launcher_lists_available_ones():
     program = jd.Program("p")
     program.add_node(jd.PyNode(work))
-    with pytest.raises(ValueError, match="unknown launcher 'ray'; available: multihost, processes, threads"):
-        jd.launch(program, launcher="ray")
+    with pytest.raises(ValueError, match="unknown launcher 'slurm'; available: multihost, processes, ray, threads"):
+        jd.launch(program, launcher="slurm")
 
 
 def test_empty_program_is_refused():
