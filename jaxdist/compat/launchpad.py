@@ -40,6 +40,8 @@ stop_event = context.stop_event
 
 
 class LaunchType(enum.Enum):
+    """Launchpad's local launch types (also accepted as their flag values, ``"local_mt"``, ...)."""
+
     LOCAL_MULTI_THREADING = "local_mt"
     LOCAL_MULTI_PROCESSING = "local_mp"
     TEST_MULTI_THREADING = "test_mt"
@@ -110,6 +112,8 @@ def _construct_and_run(cls: type, *args: Any, **kwargs: Any) -> None:
 
 
 class MultiThreadingColocation(jd.ColocationNode):
+    """Nodes run as threads of one process (a threads `jd.ColocationNode`)."""
+
     def __init__(self, nodes: Sequence[jd.Node], return_on_first_completed: bool = False) -> None:
         super().__init__(nodes, mode="threads", return_on_first_completed=return_on_first_completed)
 
