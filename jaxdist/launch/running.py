@@ -13,6 +13,7 @@ import threading
 import weakref
 from typing import Any, Callable
 
+from jaxdist.launch import preflight
 from jaxdist.program import Handle, Node, Program, group_of
 
 STARTING, RUNNING, FINISHED, FAILED, STOPPED = "starting", "running", "finished", "failed", "stopped"
@@ -223,6 +224,12 @@ class Running(abc.ABC):
             size = len(program.groups[group])
             if n >= size:
                 added = [program.grow(group) for _ in range(n - size)]
+                try:
+                    preflight.check_shippable(program)  # every launcher that scales ships nodes
+                except TypeError:
+                    for _ in added:
+                        program.shrink(group)
+                    raise
                 self._add_nodes(group, added)
                 return [node.name for node in added]
             removed = [program.shrink(group) for _ in range(size - n)]

@@ -47,12 +47,18 @@ def test_a_group_grows_with_nodes_made_for_their_index_and_shrinks_from_its_high
 
 
 def test_bad_scale_requests_say_what_is_wrong(tmp_path):
-    with launch(scalable_program(), tmp_path) as running:
-        with pytest.raises(ValueError, match="no group 'actor'; groups: counter, worker"):
+    program = scalable_program()
+    # A factory whose later nodes cannot reach a process: the group stays as it was.
+    program.add_group("unshippable", lambda index: jd.CourierNode(nodes.Indexed, index if index < 1 else lambda: index), 1)
+    with launch(program, tmp_path) as running:
+        with pytest.raises(TypeError, match=r"node 'unshippable/1': args\[0\] .* cannot be sent to a process"):
+            running.scale("unshippable", 2)
+        assert len(program.groups["unshippable"]) == 1 and running.members("unshippable") == ["unshippable/0"]
+        with pytest.raises(ValueError, match="no group 'actor'; groups: counter, unshippable, worker"):
             running.scale("actor", 3)
         with pytest.raises(ValueError, match=r"n is the group's new number of nodes, an int >= 0"):
             running.scale("worker", -1)
-        with pytest.raises(ValueError, match=r"group 'counter' cannot scale: .*program.add_group.*scale: worker\)"):
+        with pytest.raises(ValueError, match=r"group 'counter' cannot scale: .*program.add_group.*scale: unshippable, worker\)"):
             running.scale("counter", 2)
         assert running.members("worker") == ["worker/0", "worker/1"]
     with pytest.raises(RuntimeError, match="is stopping"):

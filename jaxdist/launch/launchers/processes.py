@@ -302,12 +302,6 @@ class _ProcessesRunning(Running):
     def _add_nodes(self, group: str, nodes: list[Node]) -> None:
         """Spawn the share of `nodes` that runs here; the monitor takes each through bind ->
         construct -> run as it does a restarted node, against the current address table."""
-        try:
-            preflight.check_shippable(self._program)
-        except TypeError:
-            for _ in nodes:
-                self._program.shrink(group)
-            raise
         policies = restart_policies(self._program, self._restart)
         offset = len(self._program.groups[group]) - len(nodes)
         mine = [node for index, node in enumerate(nodes, offset) if self.runs_here(group, index)]  # else another host's

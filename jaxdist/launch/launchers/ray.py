@@ -444,12 +444,6 @@ class _RayRunning(Running):
         group (it cannot grow); each finds its unit in the program as it is now."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        try:
-            preflight.check_shippable(self._program)
-        except TypeError:
-            for _ in nodes:
-                self._program.shrink(group)
-            raise
         payload = self._ray.put(pickle.dumps(self._program))
         policies = restart_policies(self._program, self._restart)
         offset, plan = len(self._program.groups[group]) - len(nodes), self._layout.plan
