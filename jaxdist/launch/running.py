@@ -54,8 +54,9 @@ def serving(node_name: str) -> "Running":
 
 
 class Running(abc.ABC):
-    """A launched program: `wait(timeout)`, `stop()`, `status()`; `host_index`: which host's
-    share of the program this is (0 but under the multihost launcher)."""
+    """A launched program: `wait(timeout)`, `stop()`, `status()`, `scale(group, n)` and
+    `members(group)`; `host_index`: which host's share of the program this is (0 but under the
+    multihost launcher)."""
 
     token: str | None = None
     """The launch's courier secret, which every node's server asks of its callers."""
