@@ -85,6 +85,12 @@ def test_under_multihost_a_host_starts_its_share_of_a_spread_group_and_a_per_hos
         assert running.scale("worker", 3) == ["worker/4", "worker/3"]
         assert sorted(running.status()) == ["counter/0", "learner/0", "worker/0", "worker/2"]
         assert "worker/3" not in running.members("worker")  # another host's, gone from the table too
+        assert running.scale("worker", 1) == ["worker/2", "worker/1"]
+        assert running.scale("worker", 2) == ["worker/1"]  # host 1's again: nothing starts here
+        assert running.scale("worker", 3) == ["worker/2"] and running.client("worker/2").index() == 2
+        running.scale("worker", 0)
+        assert running.scale("worker", 1) == ["worker/0"]  # placed at launch, now bound anew
+        assert running.client("worker/0").index() == 0
         with pytest.raises(ValueError, match=r"group 'learner' is placed per_host\(\): .* cannot grow or shrink"):
             running.scale("learner", 3)
 
@@ -112,6 +118,9 @@ def test_under_ray_with_placement_a_group_grows_on_its_hosts_bundles_unless_it_c
     with launch(program, tmp_path, "ray", distributed=None, resources={"heavy": {"num_cpus": 0.5}},
                 placement={"worker": jd.spread(), "learner": jd.per_host(), "heavy": jd.on_host(1)}) as running:
         assert running.scale("worker", 3) == ["worker/2"] and running.client("worker/2").index() == 2
+        running.scale("worker", 0)
+        assert running.scale("worker", 1) == ["worker/0"]  # placed at launch, now bound anew
+        assert running.client("worker/0").index() == 0
         with pytest.raises(ValueError, match=r"group 'learner' is placed per_host\(\)"):
             running.scale("learner", 3)
         with pytest.raises(ValueError, match=r"group 'heavy' asks Ray for \{'CPU': 0.5\} a node"):

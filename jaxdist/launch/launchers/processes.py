@@ -329,6 +329,8 @@ class _ProcessesRunning(Running):
         while any(child.stage != "exited" for child in leaving):  # the monitor reaps them
             time.sleep(0.02)
         self._children = {name: child for name, child in self._children.items() if child not in leaving}
+        for name in names:  # under multihost, one grown again binds anew, not its launch-time port
+            self._fixed.pop(name, None)
         self._forget(names)
 
     # Stopping -------------------------------------------------------------------------------
