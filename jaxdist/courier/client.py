@@ -203,7 +203,7 @@ class _Connection:
     def call(self, name: str, args: tuple, kwargs: dict, options: _CallOptions) -> Any:
         deadline = _Deadline(options.timeout)
         parts = _encode_call(args, kwargs)
-        if self._probe is _PENDING and codec.frame_size(parts) > wire.SHARED_MEMORY_THRESHOLD:
+        if self._probe is _PENDING and _over_threshold(parts):
             self._probe_shared_memory(options, deadline)
         request = self._request(name, parts, deadline, options)
         try:
@@ -217,7 +217,7 @@ class _Connection:
     def call_future(self, name: str, args: tuple, kwargs: dict, options: _CallOptions) -> futures.Future:
         deadline = _Deadline(options.timeout)
         parts = _encode_call(args, kwargs)
-        if self._probe is _PENDING and codec.frame_size(parts) > wire.SHARED_MEMORY_THRESHOLD:
+        if self._probe is _PENDING and _over_threshold(parts):
             self._executor().submit(self._probe_shared_memory, options, _Deadline(options.timeout))
         request = self._frame_in_place(parts, deadline)
         if request is None:  # it needs an upload first, which blocks
@@ -351,9 +351,9 @@ class _Connection:
             _settle_with(outcome, self._result, name, response, deadline)
 
     def _result(self, name: str, response: bytes, deadline: "_Deadline") -> Any:
+        kind = response[:1]
         frame = memoryview(response)
-        kind = frame[:1]
-        if self._probe is _PENDING and (kind == wire.STAGED or len(frame) > wire.SHARED_MEMORY_THRESHOLD):
+        if self._probe is _PENDING and (kind == wire.STAGED or len(response) > wire.SHARED_MEMORY_THRESHOLD):
             self._executor().submit(self._probe_shared_memory, _CallOptions(DEFAULT_TIMEOUT, True),
                                     _Deadline(DEFAULT_TIMEOUT))
         try:
@@ -451,6 +451,12 @@ def _is_busy(error: grpc.RpcError) -> bool:
     return error.details() == wire.GRPC_CONCURRENCY_LIMIT or any(
         key == wire.BUSY_KEY for key, _ in error.trailing_metadata() or ()
     )
+
+
+def _over_threshold(parts: list) -> bool:
+    """Whether a frame is large enough for shared memory (a plain one is a single small part)."""
+    return (len(parts) > 1 or len(parts[0]) > wire.SHARED_MEMORY_THRESHOLD) and (
+        codec.frame_size(parts) > wire.SHARED_MEMORY_THRESHOLD)
 
 
 def _encode_call(args: tuple, kwargs: dict) -> list:

@@ -44,6 +44,7 @@ import dataclasses
 import math
 import struct
 import sys
+import threading
 import types
 from typing import Any
 
@@ -227,6 +228,9 @@ def encode_parts(value: Any, root: str | tuple[str, ...] = "") -> list[bytes | m
     list/tuple, so a client encoding ``[args, kwargs]`` with ``root=("args", "kwargs")`` reports
     ``args[1]['opt'][0]: cannot send <class 'Foo'>``.
     """
+    header = _pack_plain(value)
+    if header is not None:
+        return [_PREFIX.pack(len(header)) + header]
     encoder = _Encoder()
     try:
         header = encoder.pack(value)
@@ -245,6 +249,23 @@ def encode_parts(value: Any, root: str | tuple[str, ...] = "") -> list[bytes | m
         parts.append(buffer)
         end = offset + len(buffer)
     return parts
+
+
+_plain_packers = threading.local()
+
+
+def _pack_plain(value: Any) -> bytes | None:
+    """The header of a value of plain msgpack types alone (no arrays, tuples or registered
+    types: the common small call), by a packer kept per thread; None for anything else, which
+    the full encoder takes (and names, if it cannot be sent)."""
+    packer = getattr(_plain_packers, "packer", None)
+    if packer is None:
+        packer = _plain_packers.packer = msgpack.Packer(strict_types=True, buf_size=_ALIGN * 16)
+    try:
+        return packer.pack(value)
+    except (TypeError, ValueError, OverflowError):  # not plain, too deep, or an int beyond 64 bits
+        packer.reset()
+        return None
 
 
 def _padding(n: int) -> bytes:

@@ -224,8 +224,10 @@ class Server:
         return handler
 
     def _carries_token(self, details: grpc.HandlerCallDetails) -> bool:
-        sent = next((value for key, value in details.invocation_metadata or () if key == wire.TOKEN_KEY), "")
-        return hmac.compare_digest(sent.encode(), self._token_bytes)
+        for key, value in details.invocation_metadata or ():
+            if key == wire.TOKEN_KEY:
+                return hmac.compare_digest(value.encode(), self._token_bytes)
+        return False
 
     def _call(self, name: str, request: bytes, context: grpc.ServicerContext) -> bytes:
         method = self._methods.get(name) or self._resolve(name, context)
@@ -278,7 +280,7 @@ class Server:
                 and len(call) == 2
                 and type(call[0]) is list
                 and type(call[1]) is dict
-                and all(type(key) is str for key in call[1])
+                and (not call[1] or all(type(key) is str for key in call[1]))
             ):
                 raise ValueError("a request must be [args, kwargs] with string keyword names")
         except ValueError as exc:  # CodecError is a ValueError
@@ -287,8 +289,8 @@ class Server:
 
     def _request_frame(self, request: bytes, context: grpc.ServicerContext) -> memoryview:
         """The codec frame a request carries inline, or the upload it refers to."""
+        kind = request[:1]
         frame = memoryview(request)
-        kind = frame[:1]
         if kind == wire.INLINE:
             return frame[1:]
         if kind == wire.STAGED:
