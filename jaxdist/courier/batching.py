@@ -148,8 +148,8 @@ def stack(values: list[Any]) -> Any:
     if isinstance(first, dict):
         return {key: stack([value[key] for value in values]) for key in first}
     if isinstance(first, tuple):
-        return type(first)(*(stack(list(parts)) for parts in zip(*values))) if hasattr(first, "_fields") else \
-            tuple(stack(list(parts)) for parts in zip(*values))
+        parts = [stack(list(column)) for column in zip(*values)]
+        return type(first)(*parts) if hasattr(first, "_fields") else tuple(parts)
     if isinstance(first, (np.ndarray, np.generic)) or hasattr(first, "__array_namespace__"):
         return np.stack([np.asarray(value) for value in values])
     return list(values)
@@ -164,5 +164,4 @@ def unstack(batched: Any, row: int, size: int) -> Any:
         return type(batched)(*parts) if hasattr(batched, "_fields") else tuple(parts)
     if len(batched) != size:
         raise ValueError(f"a batched handler must return one row per call: got {len(batched)} rows for {size} calls")
-    value = batched[row]
-    return np.array(value) if isinstance(value, np.ndarray) else value
+    return batched[row]

@@ -313,7 +313,7 @@ class _Connection:
         except CourierError:
             outcome = _DONE
         finally:
-            shared_memory.discard(segment)
+            shared_memory.unlink(segment)
             with self._lock:
                 self._probe = outcome
 

@@ -89,10 +89,10 @@ class Server:
         self._upload_slots = threading.BoundedSemaphore(self._max_uploads)
         self._staging = staging.StagingArea(staging_ttl, max_staged_bytes)
         self._staging_ttl = staging_ttl
-        self._shares_memory = shared_memory_bytes > 0 and shared_memory.available()
-        self._shared = shared_memory.Pool(shared_memory_bytes) if self._shares_memory else None
+        shares_memory = shared_memory_bytes > 0 and shared_memory.available()
+        self._shared = shared_memory.Pool(shared_memory_bytes) if shares_memory else None
         self._janitor = staging.Janitor(self._staging, chunk_timeout, period=min(chunk_timeout, staging_ttl) / 4,
-                                        chore=_forget_dead_segments if self._shares_memory else None)
+                                        chore=_forget_dead_segments if shares_memory else None)
         self.token = token
         self._methods: dict[str, Callable[..., Any]] = {}
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
@@ -135,7 +135,7 @@ class Server:
     def start(self) -> "Server":
         """Begin serving (the port is bound already); returns the server, once started."""
         if not self._started:
-            if self._shares_memory:
+            if self._shared is not None:
                 shared_memory.sweep()
             self._grpc.start()
             self._janitor.start()
@@ -299,7 +299,7 @@ class Server:
             if not isinstance(staged, bytearray):
                 raise ValueError("it names an upload this server does not hold (expired?)")
             return memoryview(staged)
-        if kind == wire.SHARED and self._shares_memory:
+        if kind == wire.SHARED and self._shared is not None:
             _, _, size = wire.parse_shared(frame)
             self._check_size(size, context)
             return memoryview(shared_memory.READER.claim(frame))
@@ -314,7 +314,7 @@ class Server:
         answer = None
         try:
             name, size, namespace = codec.decode(memoryview(request)[1:])
-            if self._shares_memory and namespace == shared_memory.pid_namespace() and 0 < size <= 64:
+            if self._shared is not None and namespace == shared_memory.pid_namespace() and 0 < size <= 64:
                 answer = shared_memory.read_probe(name, size)
         except (ValueError, TypeError, OSError):  # not on this host, or not a probe
             pass

@@ -85,11 +85,18 @@ def _path(name: str) -> str:
     return os.path.join(DIRECTORY, name)
 
 
-def _unlink(name: str) -> None:
+def unlink(name: str) -> None:
+    """Remove a segment's name (its memory goes with the last mapping); gone already is fine."""
     try:
         os.unlink(_path(name))
     except FileNotFoundError:
         pass
+
+
+def _create() -> tuple[str, int]:
+    """A new segment of this process, named after it, open for its owner alone: (name, fd)."""
+    name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+    return name, os.open(_path(name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
 
 
 def sweep() -> None:
@@ -101,7 +108,7 @@ def sweep() -> None:
     for name in names:
         match = _NAME.fullmatch(name)
         if match and not _alive(int(match.group(1))):
-            _unlink(name)
+            unlink(name)
 
 
 def _header(memory: mmap.mmap) -> np.ndarray:
@@ -112,14 +119,13 @@ class _Segment:
     __slots__ = ("name", "capacity", "memory", "header")
 
     def __init__(self, capacity: int) -> None:
-        self.name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+        self.name, descriptor = _create()
         self.capacity = capacity
-        descriptor = os.open(_path(self.name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
             os.posix_fallocate(descriptor, 0, HEADER_BYTES + capacity)  # ENOSPC now, not SIGBUS later
             self.memory = mmap.mmap(descriptor, HEADER_BYTES + capacity)
         except OSError:
-            _unlink(self.name)
+            unlink(self.name)
             raise
         finally:
             os.close(descriptor)
@@ -134,7 +140,7 @@ class _Segment:
         return not _alive(holder)
 
     def close(self) -> None:
-        _unlink(self.name)
+        unlink(self.name)
         self.header = None
         try:
             self.memory.close()
@@ -297,9 +303,8 @@ class Reader:
 
 def probe_segment(nonce: bytes) -> str:
     """A segment holding `nonce`, for a peer to read back: proof that it shares this host's
-    shared memory. The caller unlinks it (`discard`)."""
-    name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
-    descriptor = os.open(_path(name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    shared memory. The caller unlinks it (`unlink`)."""
+    name, descriptor = _create()
     try:
         os.write(descriptor, nonce)
     finally:
@@ -310,10 +315,6 @@ def probe_segment(nonce: bytes) -> str:
 def read_probe(name: str, size: int) -> bytes:
     with open(_path(name), "rb") as segment:
         return segment.read(size)
-
-
-def discard(name: str) -> None:
-    _unlink(name)
 
 
 READER = Reader()

@@ -114,7 +114,7 @@ def test_the_token_is_still_required(server, client):
                     channel.unary_unary(wire.path(method))(wire.INLINE + request, timeout=10)
                 assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED
     finally:
-        shared_memory.discard(segment)
+        shared_memory.unlink(segment)
     with pytest.raises(courier.AuthenticationError):
         courier.Client(server.address, token="wrong", timeout=10).echo(np.ones(BIG, np.float32))
 
