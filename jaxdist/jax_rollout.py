@@ -148,9 +148,33 @@ def _play(policy: Callable, env: Any, length: int, rng_impl: str | None, params:
     return carry, columns, episodes
 
 
+def episodes(policy: Callable, env: Any, params: PyTree, reset_keys: jax.Array,
+             key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Returns and lengths of whole episodes of ``policy``, one from ``env.reset(k)`` for each
+    ``k`` of ``reset_keys`` (so every policy compared on the same keys meets the same start
+    states): all step for the env's ``max_steps``, masked once ended, as one program. The
+    evaluations of the evaluator (JAX backend) and of Anakin, and ES's fitness, are these."""
+    count, bounds = reset_keys.shape[0], env.action_bounds
+    state, obs = jax.vmap(env.reset)(reset_keys)
+
+    def step(carry: tuple, key: jax.Array) -> tuple[tuple, None]:
+        state, obs, done, total, length = carry
+        act_key, step_key = jax.random.split(key)
+        action, _ = policy(params, obs, act_key)
+        out = jax.vmap(env.step)(state, action if bounds is None else jnp.clip(action, *bounds),
+                                 jax.random.split(step_key, count))
+        total = total + jnp.where(done, 0.0, out.reward)
+        length = length + (~done).astype(jnp.int32)
+        return (out.state, out.obs, done | out.terminated | out.truncated, total, length), None
+
+    start = (state, obs, jnp.zeros(count, bool), jnp.zeros(count, jnp.result_type(float)), jnp.zeros(count, jnp.int32))
+    (_, _, _, total, length), _ = jax.lax.scan(step, start, jax.random.split(key, env.max_steps))
+    return total, length
+
+
 def _per_env(flag: jax.Array, like: jax.Array) -> jax.Array:
     """``flag`` (num_envs,) shaped to broadcast against ``like`` (num_envs, ...)."""
     return flag.reshape(flag.shape + (1,) * (jnp.ndim(like) - 1))
 
 
-__all__ = ["JaxVectorEnv"]
+__all__ = ["JaxVectorEnv", "episodes"]

@@ -97,7 +97,7 @@ class DataParallel:
     steps_per_call: int
     axis_name: str
     donate: bool
-    cpu_block_every: int
+    block_every: int | None
     _calls: int = dataclasses.field(default=0, init=False)
     _pending: PyTree = dataclasses.field(default=None, init=False)
 
@@ -121,7 +121,8 @@ class DataParallel:
                                 donate_argnums=donate)
         # Unblocked multi-device collectives queued in a loop can deadlock the CPU backend.
         on_cpu = self.mesh.devices.flat[0].platform == "cpu"
-        self._block = self.cpu_block_every if on_cpu and self.mesh.devices.size > 1 else 0
+        default = 8 if on_cpu and self.mesh.devices.size > 1 else 0
+        self._block = default if self.block_every is None else self.block_every
 
     def _steps(self, state: PyTree, batch: PyTree, rng: jax.Array) -> tuple[PyTree, PyTree]:
         if self.steps_per_call == 1:
@@ -205,17 +206,20 @@ class DataParallel:
 def data_parallel(update: Update, *, mesh: Mesh | None = None,
                   mode: Literal["jit", "pmap"] = "jit", steps_per_call: int = 1,
                   axis_name: str = "data", donate: bool = True,
-                  cpu_block_every: int = 8) -> DataParallel:
+                  block_every: int | None = None) -> DataParallel:
     """Turn ``update(state, batch, rng) -> (state, metrics)`` into a data-parallel step.
 
     ``rng`` is split into one key per step (``steps_per_call > 1``); under pmap each device
     also folds in its index. Under jit, random draws over the global batch do not depend on
     the device count (``jax_threefry_partitionable``), so 1 and 8 devices agree.
-    ``cpu_block_every``: on a multi-device CPU mesh, every N-th call waits for the call N
-    before it, so no more than 2N calls are ever queued.
+    ``block_every``: every N-th call waits for the results of the call N before it, so no more
+    than 2N calls are ever queued (0: never wait). None: 8 on a multi-device CPU mesh, where
+    unbounded queues of collectives can deadlock XLA's CPU backend, otherwise 0. A learner of
+    on-policy data passes 1: its data's policy lag counts dispatched updates, and updates
+    queued ahead of their results only age it.
     """
     return DataParallel(update, mesh if mesh is not None else make_mesh(axis_name=axis_name),
-                        mode, steps_per_call, axis_name, donate, cpu_block_every)
+                        mode, steps_per_call, axis_name, donate, block_every)
 
 
 _init_args: dict[str, Any] | None = None

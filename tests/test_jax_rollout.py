@@ -222,3 +222,27 @@ def test_a_trajectory_waits_for_room_to_send_before_it_is_played_so_it_acts_with
         release.set()
         actor.close()
     assert [items[0]["version"].tolist() for items in sends] == [[1] * 5, [1] + [2] * 4]
+
+
+def test_whole_episodes_in_one_scan_are_the_ports_episodes_played_step_by_step():
+    """``jax_rollout.episodes`` (the evaluations of the evaluator, Anakin and ES): each episode's
+    return and length are those of the port stepped from Python from the same start state, the
+    steps after its end masked; a policy that always pushes one way ends in a few steps."""
+    from jaxdist.jax_rollout import episodes
+
+    env = jax_envs.jax_env("CartPole-v1")
+    greedy = ActorCriticPolicy(CARTPOLE, "mlp", (8,), deterministic=True)
+    push_left = lambda p, obs, key: (jnp.zeros(obs.shape[0], jnp.int32), {})  # noqa: E731
+    reset_keys = jax.random.split(jax.random.key(7), 5)
+    for policy in (greedy, push_left):
+        returns, lengths = jax.jit(lambda p, keys: episodes(policy, env, p, keys, jax.random.key(0)))(params(), reset_keys)
+        for key, episode_return, length in zip(reset_keys, np.asarray(returns), np.asarray(lengths)):
+            state, obs = env.reset(key)
+            total, steps, done = 0.0, 0, False
+            while not done:
+                action, _ = policy(params(), obs[None], jax.random.key(0))
+                out = env.step(state, action[0])
+                state, obs, total, steps = out.state, out.obs, total + float(out.reward), steps + 1
+                done = bool(out.terminated | out.truncated)
+            assert (episode_return, length) == (total, steps)
+    assert (np.asarray(lengths) < 20).all()  # push_left topples the pole at once

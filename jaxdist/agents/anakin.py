@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdist import jax_envs, parallel
+from jaxdist import jax_envs, jax_rollout, parallel
 from jaxdist.launch import context
 from jaxdist.metrics import MetricsWriter, metrics_path
 from jaxdist.nodes.evaluator import EVALUATIONS, record
@@ -94,8 +94,10 @@ def _update(agent_logic: LearnerLogic, policy: Any, evaluation_policy: Any, env:
     version = agent["version"][0]  # every seed's: they update together
 
     def evaluate_all() -> jax.Array:
-        play = functools.partial(evaluate, evaluation_policy, env, key=eval_key, episodes=eval_episodes)
-        return jax.vmap(play)(jax.vmap(agent_logic.params)(agent))
+        reset_key, act_key = jax.random.split(eval_key)
+        play = lambda params: jax_rollout.episodes(evaluation_policy, env, params,  # noqa: E731
+                                                   jax.random.split(reset_key, eval_episodes), act_key)[0]
+        return jax.vmap(play)(jax.vmap(agent_logic.params)(agent)).astype(jnp.float32)
 
     nothing = jnp.full((num_seeds, eval_episodes), jnp.nan, jnp.float32)
     eval_returns = jax.lax.cond(version % eval_every == 0, evaluate_all, lambda: nothing)
@@ -160,24 +162,6 @@ def rollout(policy: Any, env: jax_envs.JaxEnv, params: PyTree, envs: dict[str, P
     last = {**envs["row"], **{name: jnp.zeros_like(value[0]) for name, value in rows.items() if name not in envs["row"]}}
     trajectories = jax.tree.map(lambda xs, x: jnp.swapaxes(jnp.concatenate([xs, x[None]]), 0, 1), rows, last)
     return envs, trajectories, finished
-
-
-def evaluate(policy: Any, env: jax_envs.JaxEnv, params: PyTree, key: jax.Array, episodes: int) -> jax.Array:
-    """The returns of ``episodes`` whole episodes of ``policy`` from fresh start states: every
-    episode steps for the env's ``max_steps``, masked once it ended, so all run one program."""
-    reset_key, act_key = jax.random.split(key)
-    state, obs = jax.vmap(env.reset)(jax.random.split(reset_key, episodes))
-
-    def step(carry: tuple, key: jax.Array) -> tuple[tuple, None]:
-        state, obs, done, total = carry
-        action, _ = policy(params, obs, key)
-        out = jax.vmap(env.step)(state, action)
-        total = total + jnp.where(done, 0.0, out.reward)
-        return (out.state, out.obs, done | out.terminated | out.truncated, total), None
-
-    start = (state, obs, jnp.zeros(episodes, bool), jnp.zeros(episodes, jnp.float32))
-    (_, _, _, total), _ = jax.lax.scan(step, start, jax.random.split(act_key, env.max_steps))
-    return total
 
 
 def _per_env(flag: jax.Array, like: Any) -> jax.Array:

@@ -171,11 +171,10 @@ def actor_seed(seed: int, index: int) -> int:
     return seed * 1_000_003 + index * 10_007
 
 
-def env_spec(config: AgentConfig, num_envs: int, *, evaluation: bool = False) -> EnvSpec:
-    """The actors' envs, or the evaluator's: it plays gymnasium's env, one episode per env, even
-    when the actors play the JAX version (which is checked against gymnasium's)."""
-    backend = "auto" if evaluation and config.env_backend == "jax" else config.env_backend
-    return EnvSpec(config.env_id, num_envs, backend)
+def env_spec(config: AgentConfig, num_envs: int) -> EnvSpec:
+    """The actors' envs, or the evaluator's (one episode per env): with the JAX backend it plays
+    all its episodes in one jitted call, on the port that is checked against gymnasium's env."""
+    return EnvSpec(config.env_id, num_envs, config.env_backend)
 
 
 # Node factories: each runs in its node's own process, where handles have become clients. ------
@@ -193,6 +192,7 @@ def build_learner(agent: Agent, replay: Any) -> Any:
 
         after_update = PriorityWriter(replay)
     logic, source, mode = agent.learner_logic(config, agent.env), replay, config.learner_mode
+    fed_by_actors_on_policy = config.architecture == "sebulba" and not agent.prioritized
     if config.architecture == "anakin":
         from jaxdist.agents import anakin
 
@@ -210,9 +210,9 @@ def build_learner(agent: Agent, replay: Any) -> Any:
         checkpoint={"save_every_steps": config.checkpoint_every_updates, "keep": 2}, prefetch=config.learner_prefetch,
         replay_options={"field": None if agent.prioritized else "data", "end_on_stop": not multihost},
         distributed="env" if multihost else None, after_update=after_update, end_program=True,
-        # Across processes an update waits on the slowest host: dispatching ahead of it would
-        # only age the on-policy data (the lag counts dispatched updates).
-        cpu_block_every=1 if multihost else 8)
+        # Updates dispatched ahead of their results only age on-policy data (its lag counts
+        # dispatched updates); across processes an update waits on the slowest host anyway.
+        block_every=1 if multihost or fed_by_actors_on_policy else None)
 
 
 def anakin_logic(agent: Agent) -> Any:
@@ -248,6 +248,6 @@ def build_evaluator(agent: Agent, params: Any) -> Any:
     from jaxdist.nodes.evaluator import Evaluator
 
     config = agent.config
-    return Evaluator(agent.policy(config, agent.env, None), env_spec(config, config.eval_episodes, evaluation=True), params,
+    return Evaluator(agent.policy(config, agent.env, None), env_spec(config, config.eval_episodes), params,
                      every_updates=config.eval_every_updates, seed=actor_seed(config.seed, config.num_actors + 1),
                      target_return=config.target_return, stop_at_target=config.stop_at_target)

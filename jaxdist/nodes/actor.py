@@ -20,8 +20,8 @@ trajectories sent with futures, parameters refreshed in the background.
   ``ParameterServer``, a ``CacherNode`` in front of one, or a learner. A ``VariableClient`` refreshes it in a background thread; while the source is away
   (a learner or server restarting) the actor keeps acting with the parameters it holds.
 - ``sink``: where trajectories go: a replay node's client (each env's trajectory one item,
-  all of a send in one atomic ``insert_many``), any callable ``sink(items)``, or None (dropped:
-  for benchmarks). Sends run on background threads; at most ``max_in_flight`` are pending. A
+  all of a send in one atomic ``insert_batch``: one array per field on the wire, not one per
+  env), any callable ``sink(items)``, or None (dropped: for benchmarks). Sends run on background threads; at most ``max_in_flight`` are pending. A
   send the receiver cannot take now (it is restarting: ``ConnectionError``; a full queue past
   ``insert_timeout``: ``TimeoutError``) is retried with jittered exponential backoff (0.05 s
   doubling to 2 s) for up to ``send_retry_for`` seconds, holding its slot: those slots are the
@@ -360,25 +360,29 @@ def _make_send(sink: Any, table: str, timeout: float) -> Callable[[list], Any] |
     if isinstance(sink, ReplayClient):
         return functools.partial(_insert, sink, table, timeout)
     if callable(sink):
-        return sink
+        return functools.partial(_send_items, sink)
     raise TypeError(f"an actor's sink is a replay node client, a callable sink(items), or None; got "
                     f"{type(sink).__name__}")
 
 
-def _insert(replay: Any, table: str, timeout: float, items: list) -> None:
-    replay.insert_many(items, table=table, timeout=timeout)
+def _insert(replay: Any, table: str, timeout: float, columns: dict[str, np.ndarray]) -> None:
+    replay.insert_batch(columns, table=table, timeout=timeout)
+
+
+def _send_items(sink: Callable[[list], Any], columns: dict[str, np.ndarray]) -> Any:
+    return sink(_items(columns))
 
 
 class _Sender:
-    """Splits trajectories into items and sends them on background threads, at most
+    """Sends trajectories (env-major columns) on background threads, at most
     ``max_in_flight`` pending; see the module doc. A send that fails because the receiver is
     away (``ConnectionError``, ``TimeoutError``, a call cancelled by a server shutting down: a
     restarting replay node, a full queue) is
     retried with jittered exponential backoff for up to ``retry_for`` seconds, holding its slot;
-    other errors (a malformed item) fail at once. Without a sink the items are made and dropped
-    (benchmarks)."""
+    other errors (a malformed item) fail at once. Without a sink the trajectories are made and
+    dropped (benchmarks)."""
 
-    def __init__(self, send: Callable[[list], Any] | None, max_in_flight: int, max_wait: float, name: str,
+    def __init__(self, send: Callable[[dict], Any] | None, max_in_flight: int, max_wait: float, name: str,
                  retry_for: float = 60.0, backoff: tuple[float, float] = (0.05, 2.0),
                  stopping: Callable[[], bool] = lambda: False) -> None:
         self._send, self._max_in_flight, self._max_wait, self._name = send, max_in_flight, max_wait, name
@@ -399,7 +403,7 @@ class _Sender:
         if not self.wait_for_room():
             self._counts["dropped"] += 1
             return
-        self._pending.append(self._executor.submit(self._split_and_send, columns))
+        self._pending.append(self._executor.submit(self._send_columns, columns))
 
     def wait_for_room(self) -> bool:
         """Wait, at most ``max_wait`` seconds, until fewer than ``max_in_flight`` sends are
@@ -418,14 +422,13 @@ class _Sender:
             self._wait_seconds += time.monotonic() - start
         return len(self._pending) < self._max_in_flight
 
-    def _split_and_send(self, columns: dict[str, np.ndarray]) -> None:
-        items = _items(columns)
+    def _send_columns(self, columns: dict[str, np.ndarray]) -> None:
         if self._send is None:
             return
         delay, give_up_at = self._backoff[0], time.monotonic() + self._retry_for
         while True:
             try:
-                self._send(items)
+                self._send(columns)
                 return
             # The receiver is away and may come back (a server shutting down cancels the calls in flight).
             except (ConnectionError, TimeoutError, futures.CancelledError) as exc:

@@ -59,6 +59,8 @@ class Evaluator:
         self._seed = seed
         self._target, self._stop_at_target = target_return, stop_at_target
         self._step = jitted_step(policy, rng_impl)
+        self._jax_episodes = (_jitted_episodes(policy, self._env.env, self._env.num_envs, rng_impl)
+                              if self._env.backend == "jax" else None)
         # Made at the first evaluation, not here: beside a learner spanning hosts, no JAX
         # computation may start the backend before that learner's jax.distributed.initialize().
         self._key, self._rng_impl = None, rng_impl
@@ -82,14 +84,17 @@ class Evaluator:
         """One episode in each env, seeded from ``episode_seed``: their returns."""
         import jax
 
+        if self._key is None:
+            self._key = jax.random.key_data(jax.random.key(self._seed, impl=self._rng_impl))
+        if self._jax_episodes is not None:
+            self._key, returns = self._jax_episodes(params, jax.random.key(episode_seed), self._key)
+            return np.asarray(returns, np.float64)
         env = self._env
         env.seed = episode_seed
         timestep = env.reset()
         returns = np.zeros(env.num_envs, np.float64)
         finished = np.zeros(env.num_envs, bool)
         device_params = jax.device_put(params)
-        if self._key is None:
-            self._key = jax.random.key_data(jax.random.key(self._seed, impl=self._rng_impl))
         key = self._key
         while not finished.all() and not context.stop_requested():
             key, action, _ = self._step(device_params, timestep.obs, key)
@@ -111,3 +116,19 @@ class Evaluator:
     def close(self) -> None:
         self._writer.close()
         self._env.close()
+
+
+def _jitted_episodes(policy: Policy, env: Any, num_envs: int, rng_impl: str | None) -> Any:
+    """The JAX backend's evaluation, ``(params, reset_key, key_data) -> (key_data, returns)``:
+    every env's whole episode in one jitted call on the env's port (checked step for step
+    against gymnasium's env) instead of a dispatch and a gymnasium step per step."""
+    import jax
+
+    from jaxdist.jax_rollout import episodes
+
+    def play(params: Any, reset_key: jax.Array, key_data: jax.Array) -> tuple[jax.Array, jax.Array]:
+        key, act_key = jax.random.split(jax.random.wrap_key_data(key_data, impl=rng_impl))
+        returns, _ = episodes(policy, env, params, jax.random.split(reset_key, num_envs), act_key)
+        return jax.random.key_data(key), returns
+
+    return jax.jit(play)

@@ -173,7 +173,8 @@ class Learner:
     group's label, shared by all its processes), ``after_update`` (``after_update(batch, metrics)``,
     called after every dispatch with the batch learned from and the metrics, possibly device
     arrays still being computed: it should hand them to a thread. Prioritized replay gets the
-    new priorities of the keys it sampled this way).
+    new priorities of the keys it sampled this way), ``block_every`` (how far dispatches run
+    ahead of their results, see ``parallel.data_parallel``: 1 for on-policy data).
     Steps count SGD updates: a call of ``steps_per_call`` advances the step by that many, and
     intervals fire when the step crosses a multiple of them.
 
@@ -194,7 +195,7 @@ class Learner:
                  seed: int = 0, max_steps: int | None = None, metrics: bool | str | Any = None,
                  log_every: int | None = 100, prefetch: int = 2, run_dir: str | None = None,
                  name: str | None = None, replay_options: Mapping[str, Any] | None = None,
-                 distributed: Mapping[str, Any] | Literal["env"] | None = None, cpu_block_every: int = 8,
+                 distributed: Mapping[str, Any] | Literal["env"] | None = None, block_every: int | None = None,
                  after_update: Callable[[PyTree, PyTree], None] | None = None,
                  checkpoint_name: str | None = None, end_program: bool = False) -> None:
         if distributed is not None:
@@ -227,7 +228,7 @@ class Learner:
         self._closed = False
         self._dp = parallel.data_parallel(_CountedUpdate(logic.update), mode=mode,
                                           steps_per_call=steps_per_call,
-                                          cpu_block_every=cpu_block_every)
+                                          block_every=block_every)
         self._ckpt, self._every_steps, self._every_seconds = self._make_checkpointer(checkpoint)
         # One CPU process, jit: the step's own C++ dispatch places host arrays faster than a
         # device_put from Python (~150 us a batch), and there is no transfer to overlap.

@@ -144,7 +144,7 @@ def test_a_malformed_send_is_not_retried_and_is_counted_as_an_error():
 
 
 class Recorder:
-    """A receiver served over real gRPC with the replay node's insert_many signature; it stops
+    """A receiver served over real gRPC with the replay node's insert_batch signature; it stops
     answering (calls stay in flight) once it holds ``hang_after`` items."""
 
     def __init__(self, hang_after: int | None = None) -> None:
@@ -152,12 +152,13 @@ class Recorder:
         self._hang_after = hang_after
         self.released = threading.Event()
 
-    def insert_many(self, items, priorities=None, table="default", timeout=None):
+    def insert_batch(self, batch, priorities=None, table="default", timeout=None):
         if self._hang_after is not None and len(self.items) >= self._hang_after:
             self.released.wait(30)
             raise RuntimeError("this answer never reaches the client")
-        self.items.extend(items)
-        return list(range(len(items)))
+        count = len(batch["reward"])
+        self.items.extend({name: column[i] for name, column in batch.items()} for i in range(count))
+        return list(range(count))
 
 
 def test_trajectories_made_while_the_receiver_restarts_are_retried_into_a_bounded_buffer(capfd):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+import pytest
 
 import jaxdist as jd
 from jaxdist.agents.networks import ActorCritic
@@ -24,9 +25,11 @@ def params():
     return {"network": jax.tree.map(np.asarray, network.init(jax.random.key(0), np.zeros((1, 4), np.float32)))}
 
 
-def test_an_evaluation_plays_one_episode_per_env_and_its_seed_fixes_the_returns(tmp_path):
-    evaluator = Evaluator(POLICY, EnvSpec("CartPole-v1", 4), ParameterServer(params()), every_updates=1, seed=3,
-                          run_dir=str(tmp_path))
+@pytest.mark.parametrize("backend", ["auto", "jax"])
+def test_an_evaluation_plays_one_episode_per_env_and_its_seed_fixes_the_returns(tmp_path, backend):
+    """gymnasium's envs stepped from Python, or (the JAX backend) the port's episodes in one call."""
+    evaluator = Evaluator(POLICY, EnvSpec("CartPole-v1", 4, backend=backend), ParameterServer(params()),
+                          every_updates=1, seed=3, run_dir=str(tmp_path))
     try:
         first = evaluator.evaluate(params(), episode_seed=100)
         again = evaluator.evaluate(params(), episode_seed=100)

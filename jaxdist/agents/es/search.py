@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdist import jax_rollout
 from jaxdist.agents.es import learning
 from jaxdist.agents.es.policy import Policy
 from jaxdist.checkpoint import Checkpointer
@@ -31,23 +32,8 @@ TRAIN, EVAL = 0, 1  # the two streams of start states (learning.episode_keys' pu
 def episodes(policy: Policy, dynamics: JaxEnv, params: jax.Array, keys: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Returns and lengths, both ``[P, E]``, of ``params[p]`` (``[P, D]``) in the episodes that
     start from ``reset(keys[e])``: every parameter vector meets the same start states."""
-
-    def one_policy(theta: jax.Array) -> tuple[jax.Array, jax.Array]:
-        state, obs = jax.vmap(dynamics.reset)(keys)
-
-        def step(carry, _):
-            state, obs, done, total, length = carry
-            out = jax.vmap(dynamics.step)(state, jax.vmap(policy.act, (None, 0))(theta, obs))
-            total = total + jnp.where(done, 0.0, out.reward)
-            length = length + (~done).astype(jnp.int32)
-            return (out.state, out.obs, done | out.terminated | out.truncated, total, length), None
-
-        count = keys.shape[0]
-        start = (state, obs, jnp.zeros(count, bool), jnp.zeros(count, theta.dtype), jnp.zeros(count, jnp.int32))
-        (_, _, _, total, length), _ = jax.lax.scan(step, start, None, length=dynamics.max_steps)
-        return total, length
-
-    return jax.vmap(one_policy)(params)
+    act = lambda theta, obs, key: (jax.vmap(policy.act, (None, 0))(theta, obs), {})  # noqa: E731
+    return jax.vmap(lambda theta: jax_rollout.episodes(act, dynamics, theta, keys, jax.random.key(0)))(params)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
