@@ -3,7 +3,8 @@
 the run's own options (launcher, run directory, ...).
 
 Defaults come in three layers: the config class's, then the preset of the env named by
-``--env-id`` (tuned defaults per env, as rl-baselines3-zoo keeps them), then the flags. The
+``--env-id`` (tuned defaults per env, as rl-baselines3-zoo keeps them, and what differs for the
+``--env-backend`` named), then the flags. The
 resolved config is saved in the run directory; relaunching on a directory with checkpoints
 resumes, and refuses (naming the fields) if the config differs, unless told
 ``--allow-config-change``.
@@ -69,7 +70,8 @@ def parse(config_type: type[AgentConfig], presets: Presets, description: str | N
     args = list(sys.argv[1:] if args is None else args)
     try:
         env_id = _flag_value(args, "--env-id") or config_type().env_id
-        default = configs.with_preset(config_type, env_id, presets)
+        backend = _flag_value(args, "--env-backend")
+        default = configs.with_preset(config_type, env_id, presets, **({"env_backend": backend} if backend else {}))
     except ValueError as error:  # a preset the class refuses, e.g. an env the agent does not support
         raise SystemExit(f"error: {error}") from None
 

@@ -114,14 +114,18 @@ class AgentConfig:
         return max(1, round(self.total_steps / self.steps_per_update))
 
 
-Presets = Mapping[str, Mapping[str, Any]]
-"""Per-env tuned defaults of an agent: env id -> {field: value} (rl-baselines3-zoo's idea)."""
+Presets = Mapping[str | tuple[str, str], Mapping[str, Any]]
+"""Per-env tuned defaults of an agent: env id -> {field: value} (rl-baselines3-zoo's idea), and
+(env id, env backend) -> what differs when the actors play that backend."""
 
 
 def with_preset(config_type: Callable[..., AgentConfig], env_id: str, presets: Presets,
                 **fields: Any) -> AgentConfig:
-    """The config for ``env_id``: the class defaults, then the env's preset, then ``fields``."""
-    return config_type(**{**presets.get(env_id, {}), "env_id": env_id, **fields})
+    """The config for ``env_id``: the class defaults, then the env's preset, then its backend's
+    (the backend ``fields`` or the env's preset name), then ``fields``."""
+    preset = presets.get(env_id, {})
+    backend = fields.get("env_backend", preset.get("env_backend"))
+    return config_type(**{**preset, **presets.get((env_id, backend), {}), "env_id": env_id, **fields})
 
 
 def to_dict(config: AgentConfig) -> dict[str, Any]:
