@@ -16,8 +16,9 @@ inside the call) once per step on the raw gymnasium vector env:
 The actor does the rollout loop's work plus what makes it an actor: boundary flags, per-env
 episode statistics, parameter versions and stop checks, and every ``--trajectory-length``
 steps one item per env (its ``T + 1`` rows) handed to a sender thread. ``--sink none`` drops
-the items once made; ``--sink replay`` sends them with futures to a ``ReplayNode`` in another
-process whose queue a consumer drains (the network path too, on the same two cores).
+the items once made; ``--sink replay`` sends each trajectory (one ``insert_batch``) to a
+``ReplayNode`` in another process whose queue a consumer drains 8 items a call (the network
+path too, on the same two cores).
 
 With ``--backends jax`` (the actor's JAX env backend: policy and env play a whole trajectory
 per jitted dispatch) the two loops are PureJaxRL-style instead, hand-written on the JAX port of
@@ -247,6 +248,10 @@ def _result(backend: str, num_envs: int, steps: int, runs: dict[str, list]) -> d
     return result
 
 
+DRAIN_BATCH = 8
+"""Items the consumer takes per call, as a learner takes a batch (the fewest envs measured)."""
+
+
 class _ReplaySink:
     """Items to a ReplayNode (a Fifo) in another process, drained there by a consumer node."""
 
@@ -274,7 +279,7 @@ def _drain(queue) -> None:
     replay = ReplayClient(queue)
     while not jd.stop_requested():
         try:
-            replay.sample(1, timeout=0.5)
+            replay.sample(DRAIN_BATCH, timeout=0.5)
         except TimeoutError:
             pass
 
