@@ -118,25 +118,15 @@ def _start(policy: Callable, env: Any, num_envs: int, rng_impl: str | None, para
 
 def _play(policy: Callable, env: Any, length: int, rng_impl: str | None, params: PyTree,
           carry: dict[str, PyTree]) -> tuple[dict[str, PyTree], dict[str, jax.Array], tuple]:
-    num_envs = carry["row"]["reward"].shape[0]
-    bounds = env.action_bounds
-
     def step(carry: dict[str, PyTree], key: jax.Array) -> tuple[dict[str, PyTree], tuple]:
-        step_key, reset_key, act_key = jax.random.split(key, 3)
+        env_key, act_key = jax.random.split(key)
         row, action, extras = carry["row"], carry["action"], carry["extras"]
-        restart = row["terminated"] | row["truncated"]  # this row ended an episode: autoreset
-        env_action = action if bounds is None else jnp.clip(action, *bounds)
-        stepped = jax.vmap(env.step)(carry["state"], env_action, jax.random.split(step_key, num_envs))
-        fresh_state, fresh_obs = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
-        pick = lambda fresh, stepped: jnp.where(_per_env(restart, fresh), fresh, stepped)  # noqa: E731
-        next_row = {"obs": pick(fresh_obs, stepped.obs),
-                    "reward": jnp.where(restart, 0.0, stepped.reward).astype(jnp.float32),
-                    "terminated": ~restart & stepped.terminated, "truncated": ~restart & stepped.truncated}
+        state, next_row, restart = autoreset_step(env, carry["state"], row, action, env_key)
         episode_return = jnp.where(restart, 0.0, carry["return"] + next_row["reward"])
         episode_length = jnp.where(restart, 0, carry["length"] + 1)
         next_action, next_extras = policy(params, next_row["obs"], act_key)
         ended = next_row["terminated"] | next_row["truncated"]
-        carry = {"key": carry["key"], "state": jax.tree.map(pick, fresh_state, stepped.state), "row": next_row,
+        carry = {"key": carry["key"], "state": state, "row": next_row,
                  "action": next_action, "extras": next_extras, "return": episode_return, "length": episode_length}
         return carry, ({**row, "action": action, **extras}, (episode_return, episode_length, ended))
 
@@ -146,6 +136,26 @@ def _play(policy: Callable, env: Any, length: int, rng_impl: str | None, params:
     last = {**carry["row"], "action": carry["action"], **carry["extras"]}
     columns = jax.tree.map(lambda xs, x: jnp.swapaxes(jnp.concatenate([xs, x[None]]), 0, 1), rows, last)
     return carry, columns, episodes
+
+
+def autoreset_step(env: Any, state: PyTree, row: dict[str, jax.Array], action: jax.Array,
+                   key: jax.Array) -> tuple[PyTree, dict[str, jax.Array], jax.Array]:
+    """Every env one step on from ``row`` with the ``action`` chosen on it: ``(state, next row,
+    restart)``. An env whose ``row`` ended an episode is reset instead (gymnasium's NEXT_STEP
+    autoreset: ``restart``, the action ignored), and its next row is the new episode's first,
+    reward 0 and not ended. Continuous actions are clipped to the env's bounds for the env only.
+    The step of the actors' trajectories and of Anakin's."""
+    num_envs, bounds = row["reward"].shape[0], env.action_bounds
+    step_key, reset_key = jax.random.split(key)
+    restart = row["terminated"] | row["truncated"]
+    env_action = action if bounds is None else jnp.clip(action, *bounds)
+    stepped = jax.vmap(env.step)(state, env_action, jax.random.split(step_key, num_envs))
+    fresh_state, fresh_obs = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
+    pick = lambda fresh, stepped: jnp.where(_per_env(restart, fresh), fresh, stepped)  # noqa: E731
+    next_row = {"obs": pick(fresh_obs, stepped.obs),
+                "reward": jnp.where(restart, 0.0, stepped.reward).astype(row["reward"].dtype),
+                "terminated": ~restart & stepped.terminated, "truncated": ~restart & stepped.truncated}
+    return jax.tree.map(pick, fresh_state, stepped.state), next_row, restart
 
 
 def episodes(policy: Callable, env: Any, params: PyTree, reset_keys: jax.Array,
@@ -177,4 +187,4 @@ def _per_env(flag: jax.Array, like: jax.Array) -> jax.Array:
     return flag.reshape(flag.shape + (1,) * (jnp.ndim(like) - 1))
 
 
-__all__ = ["JaxVectorEnv", "episodes"]
+__all__ = ["JaxVectorEnv", "autoreset_step", "episodes"]

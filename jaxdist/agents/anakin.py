@@ -136,37 +136,25 @@ def rollout(policy: Any, env: jax_envs.JaxEnv, params: PyTree, envs: dict[str, P
 
     Trajectories are ``(num_envs, length + 1, ...)``: rows ``obs, reward, terminated,
     truncated`` (arriving at ``obs``), ``action`` and the policy's extras (acting on ``obs``);
-    the last row is the next rollout's first, its action left 0 (it only bootstraps). A row
-    that ended an episode is followed by a reset, the action chosen on it ignored (gymnasium's
-    NEXT_STEP autoreset). ``returns[t, i]`` is the return of the episode env ``i`` ended at step
-    ``t`` where ``ended[t, i]``.
+    the last row is the next rollout's first, its action left 0 (it only bootstraps). Envs
+    step and autoreset as the actors' do (``jax_rollout.autoreset_step``). ``returns[t, i]`` is
+    the return of the episode env ``i`` ended at step ``t`` where ``ended[t, i]``.
     """
-    num_envs = envs["row"]["obs"].shape[0]
 
     def step(carry: dict[str, PyTree], key: jax.Array) -> tuple[dict[str, PyTree], tuple]:
-        act_key, reset_key = jax.random.split(key)
+        act_key, env_key = jax.random.split(key)
         row = carry["row"]
         action, extras = policy(params, row["obs"], act_key)
-        restart = row["terminated"] | row["truncated"]
-        stepped = jax.vmap(env.step)(carry["state"], action)
-        fresh_state, fresh_obs = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
-        pick = lambda fresh, stepped: jnp.where(_per_env(restart, fresh), fresh, stepped)  # noqa: E731
-        next_row = {"obs": pick(fresh_obs, stepped.obs), "reward": pick(jnp.zeros_like(stepped.reward), stepped.reward),
-                    "terminated": pick(False, stepped.terminated), "truncated": pick(False, stepped.truncated)}
+        state, next_row, restart = jax_rollout.autoreset_step(env, carry["state"], row, action, env_key)
         episode_return = jnp.where(restart, 0.0, carry["return"]) + next_row["reward"]
         ended = next_row["terminated"] | next_row["truncated"]
-        carry = {"state": jax.tree.map(pick, fresh_state, stepped.state), "row": next_row, "return": episode_return}
+        carry = {"state": state, "row": next_row, "return": episode_return}
         return carry, ({**row, "action": action, **extras}, (episode_return, ended))
 
     envs, (rows, finished) = jax.lax.scan(step, envs, jax.random.split(key, length))
     last = {**envs["row"], **{name: jnp.zeros_like(value[0]) for name, value in rows.items() if name not in envs["row"]}}
     trajectories = jax.tree.map(lambda xs, x: jnp.swapaxes(jnp.concatenate([xs, x[None]]), 0, 1), rows, last)
     return envs, trajectories, finished
-
-
-def _per_env(flag: jax.Array, like: Any) -> jax.Array:
-    """``flag`` (num_envs,) shaped to broadcast against ``like`` (num_envs, ...)."""
-    return flag.reshape(flag.shape + (1,) * (jnp.ndim(like) - 1))
 
 
 class EvaluationRecorder:
