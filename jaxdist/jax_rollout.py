@@ -57,6 +57,16 @@ class JaxVectorEnv:
         self._play.lower(params, self._carry).compile()
         self._episodes = []
 
+    def compile(self, policy: Callable, params_like: PyTree, length: int, rng_impl: str | None = "unsafe_rbg") -> None:
+        """Compile what ``start`` and trajectories run for parameters shaped as ``params_like``
+        (``jax.ShapeDtypeStruct`` leaves), before any parameters exist: ``start`` then finds it
+        compiled."""
+        key = jax.random.key_data(jax.random.key(self.seed, impl=rng_impl))
+        starter = _starter(policy, self.env, self.num_envs, rng_impl)
+        carry = jax.eval_shape(starter, params_like, key)
+        starter.lower(params_like, key).compile()
+        _player(policy, self.env, length, rng_impl).lower(params_like, carry).compile()
+
     def trajectory(self, params: PyTree) -> dict[str, np.ndarray]:
         """Play a trajectory with ``params``: its rows as host arrays ``(envs, length + 1, ...)``."""
         if self._play is None:

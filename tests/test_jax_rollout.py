@@ -246,3 +246,19 @@ def test_whole_episodes_in_one_scan_are_the_ports_episodes_played_step_by_step()
                 done = bool(out.terminated | out.truncated)
             assert (episode_return, length) == (total, steps)
     assert (np.asarray(lengths) < 20).all()  # push_left topples the pole at once
+
+
+def test_compiled_from_the_parameters_shapes_start_and_trajectories_compile_nothing_more(caplog):
+    """An actor compiles its trajectory from the shapes of the parameters while the learner
+    starts: once the parameters come, starting and playing reuse that compile."""
+    env = EnvSpec("CartPole-v1", 5, backend="jax").make(seed=5)  # shapes no other test compiles
+    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params(1))
+    with jax.log_compiles():
+        env.compile(POLICY, shapes, 11)
+        compiled = sum("Compiling" in record.getMessage() for record in caplog.records)
+        env.start(POLICY, params(1), 11)
+        columns = env.trajectory(params(1))
+        env.trajectory(params(2))
+    compiles = [record.getMessage() for record in caplog.records if "Compiling" in record.getMessage()]
+    assert compiled >= 2 and len(compiles) == compiled, compiles[compiled:]
+    assert columns["obs"].shape == (5, 12, 4)

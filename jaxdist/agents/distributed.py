@@ -241,7 +241,16 @@ def build_actor(agent: Agent, index: int, params: Any, replay: Any) -> Any:
     return Actor(agent.policy(config, agent.env, index), env_spec(config, config.envs_per_actor), params, sink,
                  trajectory_length=config.trajectory_length, seed=actor_seed(config.seed, index),
                  refresh_every_seconds=config.param_refresh_seconds, max_in_flight=config.max_in_flight,
-                 max_send_wait=config.max_send_wait)
+                 max_send_wait=config.max_send_wait,
+                 params_like=functools.partial(params_like, agent) if config.env_backend == "jax" else None)
+
+
+def params_like(agent: Agent) -> Any:
+    """The shapes and dtypes of what the learner publishes, from its logic, without running it."""
+    import jax
+
+    logic = agent.learner_logic(agent.config, agent.env)
+    return jax.eval_shape(lambda key: logic.params(logic.init(key)), jax.random.key(0))
 
 
 def build_evaluator(agent: Agent, params: Any) -> Any:
