@@ -17,7 +17,8 @@ trajectories sent with futures, parameters refreshed in the background.
   single XLA op, measurably cheaper per step on CPU than threefry's; an actor's samples need
   no cross-device reproducibility). ``params_like`` (JAX backend): a function giving the
   parameters' shapes and dtypes; the actor compiles its trajectory for them while the parameter
-  source is still starting (0.6-0.9 s off a PPO run's start here), not once they arrive.
+  source is still starting, not once they arrive (the 0.6-0.9 s compile leaves the path to the
+  first trajectory; on two cores it then competes with the learner's start instead).
 - ``params``: the parameter source, a client (or object) with ``get(min_version)``: a
   ``ParameterServer``, a ``CacherNode`` in front of one, or a learner. A ``VariableClient`` refreshes it in a background thread; while the source is away
   (a learner or server restarting) the actor keeps acting with the parameters it holds.
