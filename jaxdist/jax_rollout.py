@@ -51,21 +51,23 @@ class JaxVectorEnv:
         """Reset every env (the key from ``seed``, ``rng_impl``'s stream: it also samples the
         policy's actions), choose the first actions with ``params``, and compile trajectories of
         ``length`` steps of ``policy`` (ahead of time: nothing is played yet)."""
-        key = jax.random.key_data(jax.random.key(self.seed, impl=rng_impl))
-        self._carry = _starter(policy, self.env, self.num_envs, rng_impl)(params, key)
+        self.compile(policy, params, length, rng_impl)  # found compiled when compile() came first
+        self._carry = _starter(policy, self.env, self.num_envs, rng_impl)(params, self._first_key(rng_impl))
         self._play = _player(policy, self.env, length, rng_impl)
-        self._play.lower(params, self._carry).compile()
         self._episodes = []
 
     def compile(self, policy: Callable, params_like: PyTree, length: int, rng_impl: str | None = "unsafe_rbg") -> None:
         """Compile what ``start`` and trajectories run for parameters shaped as ``params_like``
-        (``jax.ShapeDtypeStruct`` leaves), before any parameters exist: ``start`` then finds it
-        compiled."""
-        key = jax.random.key_data(jax.random.key(self.seed, impl=rng_impl))
+        (``jax.ShapeDtypeStruct`` leaves will do), before any parameters exist: ``start`` then
+        finds it compiled."""
+        key = self._first_key(rng_impl)
         starter = _starter(policy, self.env, self.num_envs, rng_impl)
         carry = jax.eval_shape(starter, params_like, key)
         starter.lower(params_like, key).compile()
         _player(policy, self.env, length, rng_impl).lower(params_like, carry).compile()
+
+    def _first_key(self, rng_impl: str | None) -> jax.Array:
+        return jax.random.key_data(jax.random.key(self.seed, impl=rng_impl))
 
     def trajectory(self, params: PyTree) -> dict[str, np.ndarray]:
         """Play a trajectory with ``params``: its rows as host arrays ``(envs, length + 1, ...)``."""
@@ -155,11 +157,10 @@ def autoreset_step(env: Any, state: PyTree, row: dict[str, jax.Array], action: j
     autoreset: ``restart``, the action ignored), and its next row is the new episode's first,
     reward 0 and not ended. Continuous actions are clipped to the env's bounds for the env only.
     The step of the actors' trajectories and of Anakin's."""
-    num_envs, bounds = row["reward"].shape[0], env.action_bounds
+    num_envs = row["reward"].shape[0]
     step_key, reset_key = jax.random.split(key)
     restart = row["terminated"] | row["truncated"]
-    env_action = action if bounds is None else jnp.clip(action, *bounds)
-    stepped = jax.vmap(env.step)(state, env_action, jax.random.split(step_key, num_envs))
+    stepped = _step_envs(env, state, action, step_key)
     fresh_state, fresh_obs = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
     pick = lambda fresh, stepped: jnp.where(_per_env(restart, fresh), fresh, stepped)  # noqa: E731
     next_row = {"obs": pick(fresh_obs, stepped.obs),
@@ -174,15 +175,14 @@ def episodes(policy: Callable, env: Any, params: PyTree, reset_keys: jax.Array,
     ``k`` of ``reset_keys`` (so every policy compared on the same keys meets the same start
     states): all step for the env's ``max_steps``, masked once ended, as one program. The
     evaluations of the evaluator (JAX backend) and of Anakin, and ES's fitness, are these."""
-    count, bounds = reset_keys.shape[0], env.action_bounds
+    count = reset_keys.shape[0]
     state, obs = jax.vmap(env.reset)(reset_keys)
 
     def step(carry: tuple, key: jax.Array) -> tuple[tuple, None]:
         state, obs, done, total, length = carry
         act_key, step_key = jax.random.split(key)
         action, _ = policy(params, obs, act_key)
-        out = jax.vmap(env.step)(state, action if bounds is None else jnp.clip(action, *bounds),
-                                 jax.random.split(step_key, count))
+        out = _step_envs(env, state, action, step_key)
         total = total + jnp.where(done, 0.0, out.reward)
         length = length + (~done).astype(jnp.int32)
         return (out.state, out.obs, done | out.terminated | out.truncated, total, length), None
@@ -190,6 +190,13 @@ def episodes(policy: Callable, env: Any, params: PyTree, reset_keys: jax.Array,
     start = (state, obs, jnp.zeros(count, bool), jnp.zeros(count, jnp.result_type(float)), jnp.zeros(count, jnp.int32))
     (_, _, _, total, length), _ = jax.lax.scan(step, start, jax.random.split(key, env.max_steps))
     return total, length
+
+
+def _step_envs(env: Any, state: PyTree, action: jax.Array, key: jax.Array) -> Any:
+    """Every env one step (no reset), a key each; continuous actions clipped to the env's bounds."""
+    bounds = env.action_bounds
+    env_action = action if bounds is None else jnp.clip(action, *bounds)
+    return jax.vmap(env.step)(state, env_action, jax.random.split(key, action.shape[0]))
 
 
 def _per_env(flag: jax.Array, like: jax.Array) -> jax.Array:

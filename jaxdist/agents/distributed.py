@@ -242,10 +242,10 @@ def build_actor(agent: Agent, index: int, params: Any, replay: Any) -> Any:
                  trajectory_length=config.trajectory_length, seed=actor_seed(config.seed, index),
                  refresh_every_seconds=config.param_refresh_seconds, max_in_flight=config.max_in_flight,
                  max_send_wait=config.max_send_wait,
-                 params_like=functools.partial(params_like, agent) if config.env_backend == "jax" else None)
+                 params_like=functools.partial(published_shapes, agent) if config.env_backend == "jax" else None)
 
 
-def params_like(agent: Agent) -> Any:
+def published_shapes(agent: Agent) -> Any:
     """The shapes and dtypes of what the learner publishes, from its logic, without running it."""
     import jax
 
