@@ -3,6 +3,8 @@ autoreset and episode statistics inside the scan, clipped continuous actions, gy
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
@@ -222,6 +224,44 @@ def test_a_trajectory_waits_for_room_to_send_before_it_is_played_so_it_acts_with
         release.set()
         actor.close()
     assert [items[0]["version"].tolist() for items in sends] == [[1] * 5, [1] + [2] * 4]
+
+
+def test_a_trajectory_is_played_once_the_queue_has_room_for_it_with_the_parameters_published_by_then(tmp_path):
+    """Into a queue the learner drains, a trajectory played ahead waited in a blocked send while
+    the learner moved on, and carried parameters up to a refresh period older still: PPO learned
+    from data 4-6 versions old. Now the actor plays once the queue would take the trajectory,
+    with parameters fetched then (here the background refresh alone would take 60 s)."""
+    import threading
+
+    import jaxdist as jd
+    from jaxdist import courier
+    from jaxdist.nodes.replay import Fifo, ReplayClient, ReplayNode
+    from waiting import wait_until
+
+    program = jd.Program("room")
+    handle = program.add_node(ReplayNode(Fifo(2), max_wait=0.2))
+    running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False)
+    source = Settable()
+    try:
+        queue = ReplayClient(courier.Client(running.addresses[handle.node_name], token=running.token))
+        actor = Actor(POLICY, EnvSpec("CartPole-v1", 2, "jax"), source, queue, trajectory_length=4,
+                      max_steps=2 * 4 * 2, max_in_flight=1, max_send_wait=30.0, refresh_every_seconds=60.0)
+        thread = threading.Thread(target=actor.run, daemon=True)
+        thread.start()
+        wait_until(lambda: queue.size() == 2, "the first trajectory in the queue")
+        time.sleep(0.5)
+        assert actor.stats()["trajectories"] == 1  # the next one waits for room, unplayed
+        source.version = 2
+        first = queue.sample(2)["data"]
+        wait_until(lambda: queue.size() == 2, "the second trajectory in the queue")
+        second = queue.sample(2)["data"]
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+        actor.close()
+    finally:
+        running.stop()
+    assert first["version"].tolist() == [[1, 1, 1, 1, 1]] * 2
+    assert second["version"].tolist() == [[1, 2, 2, 2, 2]] * 2
 
 
 def test_whole_episodes_in_one_scan_are_the_ports_episodes_played_step_by_step():

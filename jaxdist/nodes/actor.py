@@ -65,6 +65,12 @@ from jaxdist.launch import context
 from jaxdist.nodes.parameter_server import VariableClient
 
 Policy = Callable[[Any, Any, Any], tuple[Any, dict[str, Any]]]
+Room = Callable[[int, float], bool]
+"""``room(items, wait)``: whether the sink takes ``items`` more now, or within ``wait`` seconds."""
+
+PARAMS_BEFORE_PLAY_TIMEOUT = 1.0
+"""How long a JAX-backend actor waits for its fetch of the newest parameters before a trajectory
+(a source that is away costs it this, then it plays with what it holds)."""
 
 
 class Actor:
@@ -99,7 +105,8 @@ class Actor:
         self._variables = params if not self._owns_variables else VariableClient(
             params, refresh_every_seconds=refresh_every_seconds, first_fetch_timeout=first_fetch_timeout)
         self._device_params: tuple[int, Any] = (-2, None)
-        self._sender = _Sender(_make_send(sink, table, insert_timeout), max_in_flight, max_send_wait, self.name,
+        send, room = _make_send(sink, table, insert_timeout)
+        self._sender = _Sender(send, max_in_flight, max_send_wait, self.name, room=room,
                               retry_for=send_retry_for, stopping=self._should_stop)
         self._episode_window = episode_window
         self._episodes: collections.deque = collections.deque(maxlen=keep_episodes)
@@ -205,12 +212,14 @@ class Actor:
     def _act_a_trajectory_per_dispatch(self) -> None:
         """The JAX backend (``jaxdist.jax_rollout``): policy and envs play a whole trajectory in
         one jitted call. Its first row was acted by the previous trajectory's parameters.
-        A trajectory waits for room to send it before it is played, not after, so that it is
-        played with the parameters held once the learner has taken the previous one."""
+        A trajectory is played once the sink has room for it (a queue: once the learner has
+        taken what came before), with the parameters fetched then, not played ahead and held in
+        a blocked send while the learner moves on: it reaches the learner two versions old.""" 
         env, steps = self._env, self._T * self._env.num_envs
         version = self._start_version
         while not self._should_stop():
-            self._sender.wait_for_room()
+            self._sender.wait_for_room(items=env.num_envs)
+            self._variables.refresh(timeout=PARAMS_BEFORE_PLAY_TIMEOUT)
             previous, (version, params) = version, self._params()
             columns = env.trajectory(params)
             columns["version"] = np.full(columns["reward"].shape, version, np.int32)  # (envs, T + 1)
@@ -356,23 +365,28 @@ def _policy_step(policy: Policy, rng_impl: str | None, params: Any, obs: Any, ke
     return jax.random.key_data(key), action, extras
 
 
-def _make_send(sink: Any, table: str, timeout: float) -> Callable[[list], Any] | None:
+def _make_send(sink: Any, table: str, timeout: float) -> tuple[Callable[[dict], Any] | None, Room | None]:
+    """How to send a trajectory to ``sink``, and, for a replay node, how to wait for its room."""
     if sink is None:
-        return None
+        return None, None
     from jaxdist.nodes.replay import ReplayClient
 
     if isinstance(sink, courier.Client):
         sink = ReplayClient(sink)
     if isinstance(sink, ReplayClient):
-        return functools.partial(_insert, sink, table, timeout)
+        return functools.partial(_insert, sink, table, timeout), functools.partial(_room, sink, table)
     if callable(sink):
-        return functools.partial(_send_items, sink)
+        return functools.partial(_send_items, sink), None
     raise TypeError(f"an actor's sink is a replay node client, a callable sink(items), or None; got "
                     f"{type(sink).__name__}")
 
 
 def _insert(replay: Any, table: str, timeout: float, columns: dict[str, np.ndarray]) -> None:
     replay.insert_batch(columns, table=table, timeout=timeout)
+
+
+def _room(replay: Any, table: str, items: int, wait: float) -> bool:
+    return replay.can_insert(items, table=table, wait=wait)
 
 
 def _send_items(sink: Callable[[list], Any], columns: dict[str, np.ndarray]) -> Any:
@@ -389,9 +403,10 @@ class _Sender:
     dropped (benchmarks)."""
 
     def __init__(self, send: Callable[[dict], Any] | None, max_in_flight: int, max_wait: float, name: str,
-                 retry_for: float = 60.0, backoff: tuple[float, float] = (0.05, 2.0),
+                 room: Room | None = None, retry_for: float = 60.0, backoff: tuple[float, float] = (0.05, 2.0),
                  stopping: Callable[[], bool] = lambda: False) -> None:
         self._send, self._max_in_flight, self._max_wait, self._name = send, max_in_flight, max_wait, name
+        self._room = room
         self._stopping = stopping
         self._retry_for, self._backoff = retry_for, backoff
         self._executor = futures.ThreadPoolExecutor(max_in_flight, thread_name_prefix="actor-send")
@@ -411,22 +426,38 @@ class _Sender:
             return
         self._pending.append(self._executor.submit(self._send_columns, columns))
 
-    def wait_for_room(self) -> bool:
+    def wait_for_room(self, items: int = 0) -> bool:
         """Wait, at most ``max_wait`` seconds, until fewer than ``max_in_flight`` sends are
-        pending; True if there is room."""
+        pending and, given ``items``, until the sink would take that many more (when it can
+        tell); True if there is a free send slot."""
         self._reap()
-        if len(self._pending) >= self._max_in_flight:
-            start = time.monotonic()
-            deadline = start + self._max_wait
-            # In slices, so that a stop does not wait out max_wait behind a receiver that is gone.
-            while len(self._pending) >= self._max_in_flight and not self._stopping():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                futures.wait(list(self._pending), timeout=min(left, 0.05), return_when=futures.FIRST_COMPLETED)
-                self._reap()
-            self._wait_seconds += time.monotonic() - start
-        return len(self._pending) < self._max_in_flight
+        start = time.monotonic()
+        deadline = start + self._max_wait
+        # In slices, so that a stop does not wait out max_wait behind a receiver that is gone.
+        while len(self._pending) >= self._max_in_flight and not self._stopping():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            futures.wait(list(self._pending), timeout=min(left, 0.05), return_when=futures.FIRST_COMPLETED)
+            self._reap()
+        has_slot = len(self._pending) < self._max_in_flight
+        if has_slot and items and self._room is not None:
+            self._wait_for_sink(items, deadline)
+        self._wait_seconds += time.monotonic() - start
+        return has_slot
+
+    def _wait_for_sink(self, items: int, deadline: float) -> None:
+        """Until the sink has room for ``items`` or ``deadline``; a sink that is away ends the
+        wait (the send then rides out the outage)."""
+        while not self._stopping():
+            asked, wait = time.monotonic(), min(deadline - time.monotonic(), 0.25)
+            try:
+                if wait <= 0 or self._room(items, wait):
+                    return
+            except (ConnectionError, TimeoutError, futures.CancelledError):
+                return
+            if time.monotonic() - asked < wait / 2:  # a busy sink answered without waiting
+                time.sleep(0.01)
 
     def _send_columns(self, columns: dict[str, np.ndarray]) -> None:
         if self._send is None:

@@ -21,10 +21,10 @@ def script(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedP
 @pytest.mark.slow
 def test_ppo_solves_cartpole_with_the_jax_backend_through_the_script_on_fresh_data(tmp_path):
     """A trajectory per dispatch outruns the learner. Its updates used to be dispatched ahead of
-    their results, so the actors' data arrived 5-30 versions old and most of it was thrown away;
-    now each update waits for the one before it, and the lag is the pipeline's: the batch in the
-    queue, the send waiting behind it, the update running, about 4-6 versions, which the JAX
-    backend's preset allows."""
+    their results (data 5-30 versions old, most of it thrown away), then its trajectories waited
+    in the queue and a blocked send (4-6 versions old); now each update waits for the one before
+    it and the actor plays once the queue has room, with the parameters published by then: the
+    data is 2 versions old, within PPO's default max_policy_lag of 4."""
     from jaxdist.metrics import read_metrics
 
     done = script("ppo.py", "--run-dir", str(tmp_path), "--env-backend", "jax", "--stop-at-target")
@@ -35,16 +35,22 @@ def test_ppo_solves_cartpole_with_the_jax_backend_through_the_script_on_fresh_da
     assert "JaxVectorEnv(CartPole-v1, num_envs=16" in (tmp_path / "logs" / "actor-0.log").read_text()
     rows = read_metrics(tmp_path / "metrics.csv")
     assert max(row["stale_fraction"] for row in rows) == 0.0
+    assert max(row["policy_lag_mean"] for row in rows) <= 2.5
 
 
 @pytest.mark.slow
-def test_ppo_learns_pendulum_with_the_jax_backend(tmp_path):
-    """Pendulum's preset allows a lag of 2, which JAX-backend data always exceeds: every update
-    threw its whole batch away and nothing was learned. Its backend preset allows 6."""
+def test_ppo_learns_pendulum_with_the_jax_backend_on_data_within_its_lag(tmp_path):
+    """Pendulum's preset allows a lag of 2. JAX-backend data used to exceed it always (nothing
+    was learned); two actors sending half a batch each still fill the queue ahead (44% dropped),
+    so its backend preset plays one actor of 8 envs, whose data is 2 versions old."""
+    from jaxdist.metrics import read_metrics
+
     done = script("ppo.py", "--env-id", "Pendulum-v1", "--run-dir", str(tmp_path), "--env-backend", "jax",
                   "--stop-at-target")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "reached evaluation return -250" in done.stdout, done.stdout
+    rows = read_metrics(tmp_path / "metrics.csv")
+    assert max(row["stale_fraction"] for row in rows) < 0.01  # a trajectory's first row: one version more
 
 
 @pytest.mark.slow
@@ -64,8 +70,9 @@ def test_a_backend_preset_comes_over_the_envs_and_under_the_flags():
     gymnasium, _ = parse(ppo.PPOConfig, ppo.PRESETS, None, ["--env-id", "Pendulum-v1"])
     jax_backend, _ = parse(ppo.PPOConfig, ppo.PRESETS, None, ["--env-id", "Pendulum-v1", "--env-backend", "jax"])
     flagged, _ = parse(ppo.PPOConfig, ppo.PRESETS, None, ["--env-id", "Pendulum-v1", "--env-backend=jax",
-                                                          "--max-policy-lag", "3"])
-    assert (gymnasium.max_policy_lag, jax_backend.max_policy_lag, flagged.max_policy_lag) == (2, 6, 3)
+                                                          "--num-actors", "3"])
+    assert (gymnasium.num_actors, jax_backend.num_actors, flagged.num_actors) == (2, 1, 3)
+    assert (gymnasium.envs_per_actor, jax_backend.envs_per_actor, flagged.envs_per_actor) == (4, 8, 8)
     assert jax_backend.trajectory_length == gymnasium.trajectory_length == 256  # the env's preset still holds
     assert jax_backend.env_backend == "jax"
 

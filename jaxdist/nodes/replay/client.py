@@ -176,8 +176,9 @@ class ReplayClient:
     def can_sample(self, n: int = 1, table: str = DEFAULT_TABLE) -> bool:
         return self._call("can_sample", n, table=table)
 
-    def can_insert(self, n: int = 1, table: str = DEFAULT_TABLE) -> bool:
-        return self._call("can_insert", n, table=table)
+    def can_insert(self, n: int = 1, table: str = DEFAULT_TABLE, wait: float = 0.0) -> bool:
+        """Whether an insert of n would proceed now, or (``wait`` > 0) within ``wait`` seconds."""
+        return self._call("can_insert", n, table=table, wait=wait)
 
     def info(self, table: str = DEFAULT_TABLE) -> dict[str, Any]:
         return self._call("info", table=table)

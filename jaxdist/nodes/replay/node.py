@@ -10,7 +10,7 @@ Served methods: ``insert(item, priority=None, table="default", timeout=None) -> 
 ``sample(batch_size, table=..., timeout=None, info=False) -> {"keys", "data", "probabilities"}``
 (with ``info``, also ``"info": {"priorities", "times_sampled", "table_size"}``),
 ``update_priorities(keys, priorities, table=...)``, ``delete(keys, table=...) -> count``,
-``reset(table=...)``, ``can_sample(n, table=...)``, ``can_insert(n, table=...)``,
+``reset(table=...)``, ``can_sample(n, table=...)``, ``can_insert(n, table=..., wait=...)``,
 ``info(table=...)``, ``size(table=...)``, ``stats()`` (per table) and ``checkpoint() -> step``.
 The inserts take a list of table names for ``table`` (and a ``{name: priorities}`` dict for
 the priorities, or one value for all): the batch goes into every one of them atomically, and
@@ -251,8 +251,16 @@ class _ReplayService:
     def can_sample(self, n: int = 1, table: str = DEFAULT_TABLE) -> bool:
         return self._table(table).can_sample(n)
 
-    def can_insert(self, n: int = 1, table: str = DEFAULT_TABLE) -> bool:
-        return self._table(table).can_insert(n)
+    def can_insert(self, n: int = 1, table: str = DEFAULT_TABLE, wait: float = 0.0) -> bool:
+        """Whether an insert of n would proceed now, or within ``wait`` seconds (at most one wait
+        slice, and only while a waiting place is free: else it answers at once)."""
+        target = self._table(table)
+        if wait > 0 and self._waiting.acquire(blocking=False):
+            try:
+                return target.can_insert(n, min(wait, self._max_wait))
+            finally:
+                self._waiting.release()
+        return target.can_insert(n)
 
     def info(self, table: str = DEFAULT_TABLE) -> dict[str, Any]:
         return self._table(table).info()

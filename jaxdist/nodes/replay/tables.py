@@ -756,10 +756,15 @@ class _Table:
         with self._cond:
             return self._can_sample(n)
 
-    def can_insert(self, n: int = 1) -> bool:
-        """Whether an insert of n would proceed now (Reverb's ``Table.can_insert``)."""
+    def can_insert(self, n: int = 1, wait: float = 0.0) -> bool:
+        """Whether an insert of n would proceed now (Reverb's ``Table.can_insert``), or, with
+        ``wait`` > 0, once it would within ``wait`` seconds: a producer that waits for room before
+        it makes its data (an actor playing a trajectory) hands over fresher data than one whose
+        finished data waits in a blocked insert."""
+        if not 0 <= wait < float("inf"):
+            raise ValueError(f"wait must be a finite number of seconds >= 0, got {wait!r}")
         with self._cond:
-            return self._can_insert(n)
+            return bool(self._cond.wait_for(lambda: self._closed or self._can_insert(n), wait)) and not self._closed
 
     def size(self) -> int:
         with self._cond:
