@@ -23,7 +23,8 @@ from jaxdist.pool import Pool
 from jaxdist.program import Handle, Node, Program
 
 # These import JAX; programs that do not use them (the non-RL examples) should not pay for it.
-_LAZY = {name: "jaxdist.nodes.learner" for name in ("CheckpointOptions", "Learner", "LearnerLogic", "ReplaySource")}
+_LAZY = {**{name: "jaxdist.nodes.learner" for name in ("CheckpointOptions", "Learner", "ReplaySource")},
+         "LearnerLogic": "jaxdist.learner_logic"}
 
 
 def __getattr__(name: str) -> Any:

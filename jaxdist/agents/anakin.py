@@ -42,7 +42,7 @@ from jaxdist import jax_envs, jax_rollout, parallel
 from jaxdist.launch import context
 from jaxdist.metrics import MetricsWriter, metrics_path
 from jaxdist.nodes.evaluator import EVALUATIONS, record
-from jaxdist.nodes.learner import LearnerLogic
+from jaxdist.learner_logic import LearnerLogic
 
 PyTree = Any
 

@@ -55,32 +55,12 @@ from jaxdist import courier, parallel
 from jaxdist.checkpoint import Checkpointer, checkpoint_dir
 from jaxdist.launch import context
 from jaxdist.launch.restart import Restart
+from jaxdist.learner_logic import LearnerLogic, PyTree, state_params
 from jaxdist.metrics import MetricsWriter, metrics_path
 from jaxdist.nodes.parameter_server import VersionedParams
 
-PyTree = Any
 BatchSource = Callable[[], PyTree]
 """``next_batch() -> pytree``: this process's rows of one SGD step's batch (batch on axis 0)."""
-
-
-def state_params(state: PyTree) -> PyTree:
-    """The default ``LearnerLogic.params``: ``state["params"]`` or ``state.params``."""
-    return state["params"] if isinstance(state, Mapping) else state.params
-
-
-@dataclasses.dataclass(frozen=True)
-class LearnerLogic:
-    """What a learner learns: pure, jittable functions over a state pytree.
-
-    ``init(rng) -> state``; ``update(state, batch, rng) -> (state, metrics)`` for the global
-    batch (call ``parallel.pmean`` on gradients to also run under ``mode="pmap"``; metrics are
-    scalars, or per-example arrays under jit, logged as their mean); ``params(state) -> pytree``
-    is what gets published.
-    """
-
-    init: Callable[[jax.Array], PyTree]
-    update: parallel.Update
-    params: Callable[[PyTree], PyTree] = state_params
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,7 +36,7 @@ import optax
 from jaxdist.agents.apex import ApexConfig
 from jaxdist.agents.networks import QNetwork
 from jaxdist.spaces import EnvInfo
-from jaxdist.nodes.learner import LearnerLogic
+from jaxdist.learner_logic import LearnerLogic
 
 PyTree = Any
 

@@ -33,7 +33,7 @@ from jaxdist.agents import actor_critic, distributions, networks
 from jaxdist.agents.impala import IMPALAConfig
 from jaxdist.agents.impala.vtrace import vtrace
 from jaxdist.spaces import EnvInfo
-from jaxdist.nodes.learner import LearnerLogic
+from jaxdist.learner_logic import LearnerLogic
 
 PyTree = Any
 

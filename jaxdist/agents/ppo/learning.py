@@ -44,7 +44,7 @@ from jaxdist import parallel
 from jaxdist.agents import actor_critic, distributions, networks
 from jaxdist.agents.ppo import PPOConfig
 from jaxdist.spaces import EnvInfo
-from jaxdist.nodes.learner import LearnerLogic
+from jaxdist.learner_logic import LearnerLogic
 
 PyTree = Any
 
