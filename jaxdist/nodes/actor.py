@@ -65,12 +65,14 @@ from jaxdist.launch import context
 from jaxdist.nodes.parameter_server import VariableClient
 
 Policy = Callable[[Any, Any, Any], tuple[Any, dict[str, Any]]]
-Room = Callable[[int, float], bool]
-"""``room(items, wait)``: whether the sink takes ``items`` more now, or within ``wait`` seconds."""
+Room = Callable[[int, float], "futures.Future[bool]"]
+"""``room(items, wait)``: a future of whether the sink takes ``items`` more now, or within
+``wait`` seconds (a future, so that the acting thread never blocks on a sink that went away)."""
 
-PARAMS_BEFORE_PLAY_TIMEOUT = 1.0
+PARAMS_BEFORE_PLAY_TIMEOUT = 0.25
 """How long a JAX-backend actor waits for its fetch of the newest parameters before a trajectory
-(a source that is away costs it this, then it plays with what it holds)."""
+(a fetch takes about a millisecond; a source that is away or gone costs this, then the actor
+plays with what it holds)."""
 
 
 class Actor:
@@ -385,8 +387,8 @@ def _insert(replay: Any, table: str, timeout: float, columns: dict[str, np.ndarr
     replay.insert_batch(columns, table=table, timeout=timeout)
 
 
-def _room(replay: Any, table: str, items: int, wait: float) -> bool:
-    return replay.can_insert(items, table=table, wait=wait)
+def _room(replay: Any, table: str, items: int, wait: float) -> "futures.Future[bool]":
+    return replay.futures.can_insert(items, table=table, wait=wait)
 
 
 def _send_items(sink: Callable[[list], Any], columns: dict[str, np.ndarray]) -> Any:
@@ -447,14 +449,22 @@ class _Sender:
         return has_slot
 
     def _wait_for_sink(self, items: int, deadline: float) -> None:
-        """Until the sink has room for ``items`` or ``deadline``; a sink that is away ends the
-        wait (the send then rides out the outage)."""
+        """Until the sink has room for ``items`` or ``deadline``; a sink that is away or refuses
+        ends the wait (the send then rides out the outage, or counts the error)."""
         while not self._stopping():
             asked, wait = time.monotonic(), min(deadline - time.monotonic(), 0.25)
-            try:
-                if wait <= 0 or self._room(items, wait):
+            if wait <= 0:
+                return
+            answer = self._room(items, wait)
+            while not answer.done():  # in slices: a stop does not wait on a sink that is gone
+                if self._stopping():
+                    answer.cancel()
                     return
-            except (ConnectionError, TimeoutError, futures.CancelledError):
+                futures.wait([answer], timeout=0.05)
+            try:
+                if answer.result():
+                    return
+            except Exception:  # noqa: BLE001 - a sink away or refusing: the send reports it
                 return
             if time.monotonic() - asked < wait / 2:  # a busy sink answered without waiting
                 time.sleep(0.01)

@@ -212,3 +212,38 @@ def test_a_stop_does_not_wait_out_max_send_wait_behind_a_receiver_that_is_gone(t
     finally:
         release.set()
         running.stop()
+
+
+class HungReplay:
+    """A replay node that went away mid-call: its room query never answers (the exact fault)."""
+
+    def __init__(self) -> None:
+        self.asked, self.release = threading.Event(), threading.Event()
+
+    def can_insert(self, n=1, table="default", wait=0.0):
+        self.asked.set()
+        self.release.wait(600)
+        return True
+
+    def insert_batch(self, batch, priorities=None, table="default", timeout=None):
+        return list(range(len(batch["reward"])))
+
+
+def test_a_stop_does_not_wait_on_a_room_query_to_a_replay_that_hangs(tmp_path):
+    """A JAX-backend actor asks the queue for room before it plays; that query once ran on the
+    acting thread, so a replay node dying mid-call held the actor's stop until the launcher
+    interrupted it (2 s in every agent run's ordered stop: the learner's process goes first)."""
+    hung = HungReplay()
+    server = courier.Server(hung, token="t").start()
+    program = jd.Program("room-hangs")
+    program.add_node(jd.CourierNode(Actor, POLICY, EnvSpec("CartPole-v1", 2, "jax"), ParameterServer(params(), version=0),
+                                    courier.Client(server.address, token="t"), trajectory_length=4,
+                                    max_send_wait=600.0), label="actor")
+    running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False, interrupt_after=600, grace=600)
+    try:
+        assert hung.asked.wait(60), "the actor never asked the queue for room"
+        returns(running.stop, "a stop of an actor waiting on a hung room query", timeout=30)
+    finally:
+        hung.release.set()
+        running.stop()
+        server.stop(0)

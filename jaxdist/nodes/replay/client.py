@@ -177,8 +177,11 @@ class ReplayClient:
         return self._call("can_sample", n, table=table)
 
     def can_insert(self, n: int = 1, table: str = DEFAULT_TABLE, wait: float = 0.0) -> bool:
-        """Whether an insert of n would proceed now, or (``wait`` > 0) within ``wait`` seconds."""
-        return self._call("can_insert", n, table=table, wait=wait)
+        """Whether an insert of n would proceed now, or (``wait`` > 0) within ``wait`` seconds
+        (the node waits one slice at most). The call's deadline is ``wait`` plus ``rpc_margin``:
+        a node that dies mid-call does not hold the caller for the client's whole timeout."""
+        rpc = self.courier_client.with_timeout(wait + self._rpc_margin)
+        return rpc.call("can_insert", n, table=table, wait=wait)
 
     def info(self, table: str = DEFAULT_TABLE) -> dict[str, Any]:
         return self._call("info", table=table)
@@ -245,6 +248,9 @@ class _ReplayFutures:
 
     def sample(self, *args: Any, **kwargs: Any) -> futures.Future:
         return self._replay._submit(self._replay.sample, *args, **kwargs)
+
+    def can_insert(self, *args: Any, **kwargs: Any) -> futures.Future:
+        return self._replay._submit(self._replay.can_insert, *args, **kwargs)
 
 
 # Several nodes ------------------------------------------------------------------------------
