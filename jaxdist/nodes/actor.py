@@ -24,7 +24,7 @@ trajectories sent with futures, parameters refreshed in the background.
   (a learner or server restarting) the actor keeps acting with the parameters it holds.
 - ``sink``: where trajectories go: a replay node's client (each env's trajectory one item,
   all of a send in one atomic ``insert_batch``: one array per field on the wire, not one per
-  env), any callable ``sink(items)``, or None (dropped: for benchmarks). Sends run on background threads; at most ``max_in_flight`` are pending. A
+  env; a JAX-backend actor asks it for room, ``can_insert``, before it plays), any callable ``sink(items)``, or None (dropped: for benchmarks). Sends run on background threads; at most ``max_in_flight`` are pending. A
   send the receiver cannot take now (it is restarting: ``ConnectionError``; a full queue past
   ``insert_timeout``: ``TimeoutError``) is retried with jittered exponential backoff (0.05 s
   doubling to 2 s) for up to ``send_retry_for`` seconds, holding its slot: those slots are the
@@ -216,7 +216,7 @@ class Actor:
         one jitted call. Its first row was acted by the previous trajectory's parameters.
         A trajectory is played once the sink has room for it (a queue: once the learner has
         taken what came before), with the parameters fetched then, not played ahead and held in
-        a blocked send while the learner moves on: it reaches the learner two versions old.""" 
+        a blocked send while the learner moves on: it reaches the learner two versions old."""
         env, steps = self._env, self._T * self._env.num_envs
         version = self._start_version
         while not self._should_stop():
