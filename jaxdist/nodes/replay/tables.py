@@ -493,7 +493,7 @@ class _Table:
         self._closed = False
         self._slot_key = np.arange(-self.max_size, 0, dtype=np.int64)  # the last key each slot held
         self._counts = dict(inserts=0, samples=0, evictions=0, deletes=0, expirations=0, insert_waits=0,
-                            sample_waits=0, timeouts=0, stale_priority_updates=0)
+                            sample_waits=0, room_waits=0, timeouts=0, stale_priority_updates=0)
         self._since_reset = dict(inserts=0, samples=0)  # the counts the rate limiter sees
         self._reserved = 0  # samples taken from the limiter by oversized samplers not yet drawn
         self._empty()
@@ -764,6 +764,8 @@ class _Table:
         if not 0 <= wait < float("inf"):
             raise ValueError(f"wait must be a finite number of seconds >= 0, got {wait!r}")
         with self._cond:
+            if wait > 0 and not (self._closed or self._can_insert(n)):
+                self._counts["room_waits"] += 1
             return bool(self._cond.wait_for(lambda: self._closed or self._can_insert(n), wait)) and not self._closed
 
     def size(self) -> int:
@@ -771,8 +773,9 @@ class _Table:
             return self._size
 
     def stats(self) -> dict[str, int | bool]:
-        """Counters since creation (``samples`` counts draws, ``*_waits`` calls that had to block;
-        removals: ``evictions`` by the remover, ``expirations`` at max_times_sampled, ``deletes``)."""
+        """Counters since creation (``samples`` counts draws, ``*_waits`` calls that had to block,
+        ``room_waits`` among them ``can_insert`` calls that waited; removals: ``evictions`` by the
+        remover, ``expirations`` at max_times_sampled, ``deletes``)."""
         with self._cond:
             return dict(self._counts, size=self._size, max_size=self.max_size, closed=self._closed)
 
