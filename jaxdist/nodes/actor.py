@@ -458,8 +458,7 @@ class _Sender:
             answer = self._room(items, wait)
             while not answer.done():  # in slices: a stop does not wait on a sink that is gone
                 if self._stopping():
-                    answer.cancel()
-                    return
+                    return  # the call is left to its deadline
                 futures.wait([answer], timeout=0.05)
             try:
                 if answer.result():

@@ -249,8 +249,10 @@ class _ReplayFutures:
     def sample(self, *args: Any, **kwargs: Any) -> futures.Future:
         return self._replay._submit(self._replay.sample, *args, **kwargs)
 
-    def can_insert(self, *args: Any, **kwargs: Any) -> futures.Future:
-        return self._replay._submit(self._replay.can_insert, *args, **kwargs)
+    def can_insert(self, n: int = 1, table: str = DEFAULT_TABLE, wait: float = 0.0) -> futures.Future:
+        """Courier's own future (no thread of this client's: an actor asks before every trajectory)."""
+        rpc = self._replay.courier_client.with_timeout(wait + self._replay._rpc_margin)
+        return rpc.futures.can_insert(n, table=table, wait=wait)
 
 
 # Several nodes ------------------------------------------------------------------------------
