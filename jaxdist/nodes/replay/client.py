@@ -180,8 +180,7 @@ class ReplayClient:
         """Whether an insert of n would proceed now, or (``wait`` > 0) within ``wait`` seconds
         (the node waits one slice at most). The call's deadline is ``wait`` plus ``rpc_margin``:
         a node that dies mid-call does not hold the caller for the client's whole timeout."""
-        rpc = self.courier_client.with_timeout(wait + self._rpc_margin)
-        return rpc.call("can_insert", n, table=table, wait=wait)
+        return self.futures.can_insert(n, table, wait).result()
 
     def info(self, table: str = DEFAULT_TABLE) -> dict[str, Any]:
         return self._call("info", table=table)

@@ -255,12 +255,7 @@ class _ReplayService:
         """Whether an insert of n would proceed now, or within ``wait`` seconds (at most one wait
         slice, and only while a waiting place is free: else it answers at once)."""
         target = self._table(table)
-        if wait > 0 and self._waiting.acquire(blocking=False):
-            try:
-                return target.can_insert(n, min(wait, self._max_wait))
-            finally:
-                self._waiting.release()
-        return target.can_insert(n)
+        return self._bounded(table, lambda slice_: target.can_insert(n, slice_), wait)
 
     def info(self, table: str = DEFAULT_TABLE) -> dict[str, Any]:
         return self._table(table).info()

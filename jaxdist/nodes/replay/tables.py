@@ -763,10 +763,13 @@ class _Table:
         finished data waits in a blocked insert."""
         if not 0 <= wait < float("inf"):
             raise ValueError(f"wait must be a finite number of seconds >= 0, got {wait!r}")
+        def settled() -> bool:
+            return self._closed or self._can_insert(n)
+
         with self._cond:
-            if wait > 0 and not (self._closed or self._can_insert(n)):
+            if wait > 0 and not settled():
                 self._counts["room_waits"] += 1
-            return bool(self._cond.wait_for(lambda: self._closed or self._can_insert(n), wait)) and not self._closed
+            return self._cond.wait_for(settled, wait) and not self._closed
 
     def size(self) -> int:
         with self._cond:
