@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import collections
 import random
+import threading
 import zlib
 
 import jaxdist as jd
@@ -35,14 +36,20 @@ class Mapper:
 
 
 class Reducer:
+    """Courier serves calls on a pool of threads, and Counter.update is a read-modify-write loop
+    in Python: without the lock, two mappers' partitions arriving together lose counts."""
+
     def __init__(self) -> None:
         self._counts: collections.Counter = collections.Counter()
+        self._lock = threading.Lock()
 
     def reduce(self, counts: dict[str, int]) -> None:
-        self._counts.update(counts)
+        with self._lock:
+            self._counts.update(counts)
 
     def result(self) -> dict[str, int]:
-        return dict(self._counts)
+        with self._lock:
+            return dict(self._counts)
 
 
 class Coordinator:
