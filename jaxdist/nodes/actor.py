@@ -69,6 +69,11 @@ Room = Callable[[int, float], "futures.Future[bool]"]
 """``room(items, wait)``: a future of whether the sink takes ``items`` more now, or within
 ``wait`` seconds (a future, so that the acting thread never blocks on a sink that went away)."""
 
+ROOM_HOLD = 2.0
+"""How long a replay node keeps the room a JAX-backend actor was told of for that actor's insert
+(playing a trajectory takes milliseconds; an actor that dies in between costs the table this):
+without it, actors that ask together all see the same free slot and the queue fills ahead."""
+
 PARAMS_BEFORE_PLAY_TIMEOUT = 0.25
 """How long a JAX-backend actor waits for its fetch of the newest parameters before a trajectory
 (a fetch takes about a millisecond; a source that is away or gone costs this, then the actor
@@ -388,7 +393,7 @@ def _insert(replay: Any, table: str, timeout: float, columns: dict[str, np.ndarr
 
 
 def _room(replay: Any, table: str, items: int, wait: float) -> "futures.Future[bool]":
-    return replay.futures.can_insert(items, table=table, wait=wait)
+    return replay.futures.can_insert(items, table=table, wait=wait, hold=ROOM_HOLD)
 
 
 def _send_items(sink: Callable[[list], Any], columns: dict[str, np.ndarray]) -> Any:

@@ -220,7 +220,7 @@ class HungReplay:
     def __init__(self) -> None:
         self.asked, self.release = threading.Event(), threading.Event()
 
-    def can_insert(self, n=1, table="default", wait=0.0):
+    def can_insert(self, n=1, table="default", wait=0.0, hold=0.0):
         self.asked.set()
         self.release.wait(600)
         return True

@@ -176,11 +176,12 @@ class ReplayClient:
     def can_sample(self, n: int = 1, table: str = DEFAULT_TABLE) -> bool:
         return self._call("can_sample", n, table=table)
 
-    def can_insert(self, n: int = 1, table: str = DEFAULT_TABLE, wait: float = 0.0) -> bool:
+    def can_insert(self, n: int = 1, table: str = DEFAULT_TABLE, wait: float = 0.0, hold: float = 0.0) -> bool:
         """Whether an insert of n would proceed now, or (``wait`` > 0) within ``wait`` seconds
-        (the node waits one slice at most). The call's deadline is ``wait`` plus ``rpc_margin``:
+        (the node waits one slice at most); with ``hold``, a True answer keeps that room for the
+        next inserts for ``hold`` seconds. The call's deadline is ``wait`` plus ``rpc_margin``:
         a node that dies mid-call does not hold the caller for the client's whole timeout."""
-        return self.futures.can_insert(n, table, wait).result()
+        return self.futures.can_insert(n, table, wait, hold).result()
 
     def info(self, table: str = DEFAULT_TABLE) -> dict[str, Any]:
         return self._call("info", table=table)
@@ -248,10 +249,11 @@ class _ReplayFutures:
     def sample(self, *args: Any, **kwargs: Any) -> futures.Future:
         return self._replay._submit(self._replay.sample, *args, **kwargs)
 
-    def can_insert(self, n: int = 1, table: str = DEFAULT_TABLE, wait: float = 0.0) -> futures.Future:
+    def can_insert(self, n: int = 1, table: str = DEFAULT_TABLE, wait: float = 0.0,
+                   hold: float = 0.0) -> futures.Future:
         """Courier's own future (no thread of this client's: an actor asks before every trajectory)."""
         rpc = self._replay.courier_client.with_timeout(wait + self._replay._rpc_margin)
-        return rpc.futures.can_insert(n, table=table, wait=wait)
+        return rpc.futures.can_insert(n, table=table, wait=wait, hold=hold)
 
 
 # Several nodes ------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ Served methods: ``insert(item, priority=None, table="default", timeout=None) -> 
 ``sample(batch_size, table=..., timeout=None, info=False) -> {"keys", "data", "probabilities"}``
 (with ``info``, also ``"info": {"priorities", "times_sampled", "table_size"}``),
 ``update_priorities(keys, priorities, table=...)``, ``delete(keys, table=...) -> count``,
-``reset(table=...)``, ``can_sample(n, table=...)``, ``can_insert(n, table=..., wait=...)``,
+``reset(table=...)``, ``can_sample(n, table=...)``, ``can_insert(n, table=..., wait=..., hold=...)``,
 ``info(table=...)``, ``size(table=...)``, ``stats()`` (per table) and ``checkpoint() -> step``.
 The inserts take a list of table names for ``table`` (and a ``{name: priorities}`` dict for
 the priorities, or one value for all): the batch goes into every one of them atomically, and
@@ -67,6 +67,9 @@ from jaxdist.nodes.replay.tables import (Table, TableSpec, insert_rows_into, row
 from jaxdist.program import AddressTable, Executable, Handle, Node, NodeContext
 
 log = logging.getLogger(__name__)
+
+MAX_HOLD = 60.0
+"""The longest ``can_insert(..., hold=...)`` a peer may ask for."""
 
 
 class ReplayNode(Node):
@@ -251,11 +254,15 @@ class _ReplayService:
     def can_sample(self, n: int = 1, table: str = DEFAULT_TABLE) -> bool:
         return self._table(table).can_sample(n)
 
-    def can_insert(self, n: int = 1, table: str = DEFAULT_TABLE, wait: float = 0.0) -> bool:
+    def can_insert(self, n: int = 1, table: str = DEFAULT_TABLE, wait: float = 0.0, hold: float = 0.0) -> bool:
         """Whether an insert of n would proceed now, or within ``wait`` seconds (at most one wait
-        slice, and only while a waiting place is free: else it answers at once)."""
+        slice, and only while a waiting place is free: else it answers at once); with ``hold``,
+        a True answer keeps the room for the next inserts that long (see ``Table.can_insert``)."""
+        if not hold <= MAX_HOLD:
+            raise ValueError(f"hold must be at most {MAX_HOLD} s (room held longer starves the table's other "
+                             f"producers), got {hold!r}")
         target = self._table(table)
-        return self._bounded(table, lambda slice_: target.can_insert(n, slice_), wait)
+        return self._bounded(table, lambda slice_: target.can_insert(n, slice_, hold), wait)
 
     def info(self, table: str = DEFAULT_TABLE) -> dict[str, Any]:
         return self._table(table).info()

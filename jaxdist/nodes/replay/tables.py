@@ -28,6 +28,13 @@ samples) is served as inserts arrive: the sampler takes the limiter's allowance 
 counted as samples so inserters carry on, and draws the whole batch once it has it. A sampler
 that times out gives its allowance back, so nothing is lost.
 
+A producer may ask for room before it makes its data and have the table hold it:
+``can_insert(n, wait, hold=seconds)`` answering True keeps room for n items out of everyone
+else's reach (other ``can_insert`` calls and inserts) until the next inserts use it or ``hold``
+seconds pass. Held room is not per caller: any insert uses the oldest held room first, so several
+actors that each ask before they play fill a queue exactly, instead of all seeing its one free
+slot.
+
 A table remembers the arguments it was built with (``table.spec``); a fresh table pickles as
 them, so a program can ship ``Fifo(64)`` to a node's process. A used table refuses to pickle
 rather than silently arrive empty: its contents travel through ``state()`` / ``load_state()``.
@@ -42,6 +49,7 @@ checkpoint while shutting down.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
@@ -496,6 +504,7 @@ class _Table:
                             sample_waits=0, room_waits=0, timeouts=0, stale_priority_updates=0)
         self._since_reset = dict(inserts=0, samples=0)  # the counts the rate limiter sees
         self._reserved = 0  # samples taken from the limiter by oversized samplers not yet drawn
+        self._held = HeldRoom()
         self._empty()
 
     def _empty(self) -> None:
@@ -705,6 +714,7 @@ class _Table:
             self._empty()
             self._on_reset()
             self._since_reset = dict(inserts=0, samples=0)
+            self._held.clear()
             self._cond.notify_all()
 
     def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> None:
@@ -756,20 +766,26 @@ class _Table:
         with self._cond:
             return self._can_sample(n)
 
-    def can_insert(self, n: int = 1, wait: float = 0.0) -> bool:
+    def can_insert(self, n: int = 1, wait: float = 0.0, hold: float = 0.0) -> bool:
         """Whether an insert of n would proceed now (Reverb's ``Table.can_insert``), or, with
         ``wait`` > 0, once it would within ``wait`` seconds: a producer that waits for room before
         it makes its data (an actor playing a trajectory) hands over fresher data than one whose
-        finished data waits in a blocked insert."""
-        if not 0 <= wait < float("inf"):
-            raise ValueError(f"wait must be a finite number of seconds >= 0, got {wait!r}")
+        finished data waits in a blocked insert. With ``hold`` > 0 a True answer also holds the
+        room for the next inserts, at most ``hold`` seconds (see the module doc)."""
+        for name, seconds in (("wait", wait), ("hold", hold)):
+            if not 0 <= seconds < float("inf"):
+                raise ValueError(f"{name} must be a finite number of seconds >= 0, got {seconds!r}")
+
         def settled() -> bool:
             return self._closed or self._can_insert(n)
 
         with self._cond:
             if wait > 0 and not settled():
                 self._counts["room_waits"] += 1
-            return self._cond.wait_for(settled, wait) and not self._closed
+            room = self._wait_for(settled, wait) and not self._closed
+            if room and hold > 0:
+                self._held.add(n, hold)
+            return room
 
     def size(self) -> int:
         with self._cond:
@@ -789,6 +805,7 @@ class _Table:
             return dict(kind=type(self).__name__, max_size=self.max_size, current_size=self._size,
                         max_times_sampled=self.max_times_sampled, rate_limiter=repr(self.rate_limiter),
                         limiter_inserts=counts["inserts"], limiter_samples=counts["samples"],
+                        held_room=self._held.total(),
                         signature=None if self.signature is None else _describe(self._items.fixed[0]),
                         **self._counts)
 
@@ -796,6 +813,7 @@ class _Table:
         """Wakes every waiter with TableClosedError and refuses later inserts, samples and updates."""
         with self._cond:
             self._closed = True
+            self._held.clear()
             self._cond.notify_all()
 
     def share_lock(self, *others: "_Table") -> None:
@@ -857,6 +875,7 @@ class _Table:
             self._rng = _rng_from_state(state["rng"])
             self._on_insert(slots, np.empty(0, np.int64))
             self._load_extra_state(state, slots)
+            self._held.clear()
             self._cond.notify_all()
 
     # --- waiting ---------------------------------------------------------------------------------
@@ -866,7 +885,11 @@ class _Table:
                     samples=self._since_reset["samples"] + self._reserved)
 
     def _can_insert(self, n: int) -> bool:
-        return self.rate_limiter.can_insert(n, **self._limiter_counts())
+        """Room held for others counts as inserted already."""
+        counts, held = self._limiter_counts(), self._held.total()
+        counts["size"] += held
+        counts["inserts"] += held
+        return self.rate_limiter.can_insert(n, **counts)
 
     def _can_sample(self, n: int) -> bool:
         if self.max_times_sampled and self._draws_left < n:
@@ -915,10 +938,20 @@ class _Table:
         if ready():
             return
         self._counts[counter] += 1
-        if not self._cond.wait_for(lambda: self._closed or ready(), timeout):
+        if not self._wait_for(lambda: self._closed or ready(), timeout):
             self._counts["timeouts"] += 1
             raise TimeoutError(f"{blocked()} (gave up after {timeout} s)")
         self._check_open()
+
+    def _wait_for(self, ready: Callable[[], bool], timeout: float | None) -> bool:
+        """``Condition.wait_for``, also waking when held room lapses (nothing notifies that)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while not ready():
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self._cond.wait(self._held.until_next_lapse(left))
+        return True
 
     # --- what a selector may add -----------------------------------------------------------------
 
@@ -974,6 +1007,8 @@ def insert_rows_into(tables: Sequence[_Table], rows: list[_Rows], n: int, priori
         prepared = [table._prepare(rows, n, p) for table, p in zip(tables, priorities, strict=True)]
         if n == 0:
             return [np.empty(0, np.int64) for _ in tables]
+        for table in tables:
+            table._held.use(n)
 
         def blocked() -> str:
             return next(t._insert_blocked(n) for t in tables if not t._can_insert(n))
@@ -983,6 +1018,47 @@ def insert_rows_into(tables: Sequence[_Table], rows: list[_Rows], n: int, priori
         for table in tables:
             table._check_open()
         return [table._commit(rows, n, p) for table, p in zip(tables, prepared)]
+
+
+class HeldRoom:
+    """Room ``can_insert(..., hold=...)`` keeps for the next inserts: [lapse time, items] in the
+    order it was asked for. Guarded by its table's lock."""
+
+    def __init__(self) -> None:
+        self._holds: list[list] = []
+
+    def add(self, items: int, seconds: float) -> None:
+        self._holds.append([time.monotonic() + seconds, items])
+
+    def use(self, items: int) -> None:
+        """An insert of ``items`` takes the oldest held room first."""
+        self._drop_lapsed()
+        while items > 0 and self._holds:
+            taken = min(items, self._holds[0][1])
+            self._holds[0][1] -= taken
+            items -= taken
+            if not self._holds[0][1]:
+                self._holds.pop(0)
+
+    def total(self) -> int:
+        self._drop_lapsed()
+        return sum(items for _, items in self._holds)
+
+    def until_next_lapse(self, timeout: float | None) -> float | None:
+        """How long a waiter may sleep before held room lapses (at most ``timeout``)."""
+        self._drop_lapsed()
+        if not self._holds:
+            return timeout
+        left = min(lapse for lapse, _ in self._holds) - time.monotonic()
+        return max(0.0, left) if timeout is None else max(0.0, min(timeout, left))
+
+    def clear(self) -> None:
+        self._holds.clear()
+
+    def _drop_lapsed(self) -> None:
+        if self._holds:
+            now = time.monotonic()
+            self._holds = [hold for hold in self._holds if hold[0] > now]
 
 
 class Fifo(_Table):

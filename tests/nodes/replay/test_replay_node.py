@@ -228,7 +228,7 @@ def test_the_node_answers_try_again_within_a_slice_and_helpers_wait_the_full_tim
         replay.close()
 
 
-def test_can_insert_waits_for_room_within_a_slice_and_answers_at_once_without_a_waiting_place(tmp_path):
+def test_can_insert_waits_for_room_within_a_slice_answers_at_once_without_a_waiting_place_and_holds_room(tmp_path):
     program = jd.Program("room")
     handle = program.add_node(ReplayNode(Fifo(4), max_wait=2.0, thread_pool_size=4, max_waiting=1))
     with launched(program, tmp_path) as running:
@@ -245,8 +245,14 @@ def test_can_insert_waits_for_room_within_a_slice_and_answers_at_once_without_a_
         assert time.monotonic() - start < 1.5
         assert rn.ids(replay.sample(3)["data"]) == [(0, 0), (0, 1), (0, 2)]
         assert waiting.result(10) is True  # the queue emptied while it waited
+        assert replay.can_insert(3, hold=30.0) and not replay.can_insert(2)  # held for the asker's insert
+        assert replay.info()["held_room"] == 3
+        replay.insert_many([rn.chunk(1, i) for i in range(3)])
+        assert replay.info()["held_room"] == 0 and replay.can_insert(1)
         with pytest.raises(ValueError, match="wait must be a finite number of seconds"):
             Fifo(2).can_insert(1, wait=-1.0)
+        with pytest.raises(ValueError, match="hold must be at most 60.0 s"):
+            replay.can_insert(1, hold=3600.0)
         replay.close()
 
 

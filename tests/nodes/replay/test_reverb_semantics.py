@@ -80,6 +80,33 @@ def test_can_sample_and_can_insert_answer_for_the_limiter_and_the_contents():
     assert table.can_sample(1000)
 
 
+def test_room_held_for_one_producer_is_out_of_the_others_reach_until_its_insert_uses_it():
+    queue = Table.queue(4)
+    assert queue.can_insert(2, hold=30.0) and queue.can_insert(2, hold=30.0)
+    assert not queue.can_insert(1) and queue.info()["held_room"] == 4  # two actors, one free batch each
+    assert not queue.can_sample(1)  # held room is not data
+    queue.insert_many([value(0), value(1)])  # the first producer's insert uses its room
+    assert queue.info()["held_room"] == 2 and not queue.can_insert(1)
+    queue.insert_many([value(2), value(3)])
+    assert queue.info()["held_room"] == 0 and queue.size() == 4
+    assert ids(queue.sample(4)) == [0, 1, 2, 3]
+    assert queue.can_insert(2, hold=30.0)
+    queue.reset()
+    assert queue.info()["held_room"] == 0 and queue.can_insert(4)
+    with pytest.raises(ValueError, match="hold must be a finite number of seconds"):
+        queue.can_insert(1, hold=float("inf"))
+
+
+def test_held_room_lapses_and_a_producer_waiting_for_it_is_woken_then():
+    queue = Table.queue(2)
+    assert queue.can_insert(2, hold=0.3)  # its producer never inserts (it died)
+    start = time.monotonic()
+    assert queue.can_insert(2, wait=10.0)  # nothing notifies the lapse: the wait wakes for it
+    assert 0.25 <= time.monotonic() - start < 5.0
+    assert queue.can_insert(2, hold=0.3)
+    queue.insert_many([value(0), value(1)], timeout=10.0)  # an insert waits for nothing held for it
+
+
 def test_an_item_is_removed_once_sampled_max_times_sampled_times():
     table = Uniform(10, max_times_sampled=3, seed=0)
     table.insert_many([value(0), value(1)])
