@@ -29,11 +29,11 @@ counted as samples so inserters carry on, and draws the whole batch once it has 
 that times out gives its allowance back, so nothing is lost.
 
 A producer may ask for room before it makes its data and have the table hold it:
-``can_insert(n, wait, hold=seconds)`` answering True keeps room for n items out of everyone
-else's reach (other ``can_insert`` calls and inserts) until the next inserts use it or ``hold``
-seconds pass. Held room is not per caller: any insert uses the oldest held room first, so several
-actors that each ask before they play fill a queue exactly, instead of all seeing its one free
-slot.
+``can_insert(n, wait, hold=seconds)`` answering True keeps room for n items: other
+``can_insert`` calls count it as taken until the next inserts use it or ``hold`` seconds pass.
+Held room is not per caller: any insert uses the oldest held room first (so an insert is never
+refused for room held for someone), and several actors that each ask before they play fill a
+queue exactly, instead of all seeing its one free slot.
 
 A table remembers the arguments it was built with (``table.spec``); a fresh table pickles as
 them, so a program can ship ``Fifo(64)`` to a node's process. A used table refuses to pickle
