@@ -25,13 +25,15 @@ trajectories sent with futures, parameters refreshed in the background.
 - ``sink``: where trajectories go: a replay node's client (each env's trajectory one item,
   all of a send in one atomic ``insert_batch``: one array per field on the wire, not one per
   env; a JAX-backend actor asks it for room, ``can_insert``, before it plays), any callable ``sink(items)``, or None (dropped: for benchmarks). Sends run on background threads; at most ``max_in_flight`` are pending. A
-  send the receiver cannot take now (it is restarting: ``ConnectionError``; a full queue past
-  ``insert_timeout``: ``TimeoutError``) is retried with jittered exponential backoff (0.05 s
+  send the receiver cannot take now (it is restarting: ``ConnectionError``, or a replay node's
+  closed table as it shuts down; a full queue past ``insert_timeout``: ``TimeoutError``) is retried with jittered exponential backoff (0.05 s
   doubling to 2 s) for up to ``send_retry_for`` seconds, holding its slot: those slots are the
   bounded buffer that rides out a restart. When every slot is taken, the actor waits for the
   oldest (back-pressure) at most ``max_send_wait`` seconds, then drops the new trajectory
   (counted in ``stats()["dropped"]`` and reported in the log when sends recover) and keeps
   acting. A send cut by a crash may have been stored: a retry can duplicate it (at least once).
+  An outage is reported once it has lasted ``OUTAGE_REPORT_AFTER`` seconds: a program's ordered
+  stop takes the learner's process, with its queue, a moment before the actors.
 
 **Trajectories.** Every ``trajectory_length`` (T) steps each env's last ``T + 1`` rows go out as
 one item, a dict of arrays with a leading ``T + 1`` axis: the ``jaxdist.envs.TimeStep`` fields
@@ -73,6 +75,9 @@ ROOM_HOLD = 2.0
 """How long a replay node keeps the room a JAX-backend actor was told of for that actor's insert
 (playing a trajectory takes milliseconds; an actor that dies in between costs the table this):
 without it, actors that ask together all see the same free slot and the queue fills ahead."""
+
+OUTAGE_REPORT_AFTER = 1.0
+"""How long sends fail before the log says so (and, later, that they recovered)."""
 
 PARAMS_BEFORE_PLAY_TIMEOUT = 0.25
 """How long a JAX-backend actor waits for its fetch of the newest parameters before a trajectory
@@ -389,7 +394,14 @@ def _make_send(sink: Any, table: str, timeout: float) -> tuple[Callable[[dict], 
 
 
 def _insert(replay: Any, table: str, timeout: float, columns: dict[str, np.ndarray]) -> None:
-    replay.insert_batch(columns, table=table, timeout=timeout)
+    try:
+        replay.insert_batch(columns, table=table, timeout=timeout)
+    except courier.RemoteError as exc:
+        from jaxdist.nodes.replay import closed_table
+
+        if closed_table(exc):  # its node is shutting down: away, as a restarting node is
+            raise ConnectionError(_first_line(exc)) from exc
+        raise
 
 
 def _room(replay: Any, table: str, items: int, wait: float) -> "futures.Future[bool]":
@@ -486,9 +498,7 @@ class _Sender:
                 wait = delay * (0.5 + random.random())
                 if time.monotonic() + wait > give_up_at or self._closed.is_set():
                     raise
-                self._begin_outage(exc)
-                with self._lock:
-                    self._counts["send_retries"] += 1
+                self._in_outage(exc)
                 if self._closed.wait(wait):
                     raise
                 delay = min(2 * delay, self._backoff[1])
@@ -507,13 +517,23 @@ class _Sender:
         self._closed.set()  # sends waiting to retry give up
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def _begin_outage(self, error: BaseException) -> None:
+    def _in_outage(self, error: BaseException) -> None:
+        """Counts a retry, and when sends began to fail (reported by ``_reap`` if it lasts)."""
         with self._lock:
-            if self._outage is not None:
+            self._counts["send_retries"] += 1
+            if self._outage is None:
+                self._outage = {"since": time.monotonic(), "dropped": self._counts["dropped"], "reported": False,
+                                "error": _first_line(error)}
+
+    def _report_outage(self) -> None:
+        """Says in the log that sends fail, once they have for OUTAGE_REPORT_AFTER seconds."""
+        with self._lock:
+            outage = self._outage
+            if outage is None or outage["reported"] or time.monotonic() - outage["since"] < OUTAGE_REPORT_AFTER:
                 return
-            self._outage = {"since": time.monotonic(), "dropped": self._counts["dropped"]}
-        print(f"{self._name}: sending a trajectory failed, retrying with backoff (acting goes on): "
-              f"{_first_line(error)}", flush=True)
+            outage["reported"] = True
+        print(f"{self._name}: sending trajectories has failed for {time.monotonic() - outage['since']:.1f} s, "
+              f"retrying with backoff (acting goes on): {outage['error']}", flush=True)
 
     def _reap(self) -> None:
         for future in [f for f in self._pending if f.done()]:
@@ -526,14 +546,16 @@ class _Sender:
                     self._outage = None
             if error is None:
                 self._failing = False
-                if outage is not None:
-                    print(f"{self._name}: sends succeed again after {time.monotonic() - outage['since']:.1f} s; "
+                lasted = 0.0 if outage is None else time.monotonic() - outage["since"]
+                if outage is not None and (outage["reported"] or lasted >= OUTAGE_REPORT_AFTER):
+                    print(f"{self._name}: sends succeed again after {lasted:.1f} s; "
                           f"{self._counts['dropped'] - outage['dropped']} trajectories dropped meanwhile "
                           f"(at most {self._max_in_flight} held for retry)", flush=True)
             elif not self._failing:  # once until a send succeeds again
                 self._failing = True
                 print(f"{self._name}: a trajectory was not sent (acting goes on): {type(error).__name__}: "
                       f"{_first_line(error)}", flush=True)
+        self._report_outage()
 
 
 def _first_line(error: BaseException) -> str:

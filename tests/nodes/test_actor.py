@@ -4,6 +4,7 @@ parameter source or a sink that goes away."""
 from __future__ import annotations
 
 import threading
+import time
 
 import jax
 import numpy as np
@@ -15,7 +16,9 @@ from jaxdist.agents.networks import ActorCritic
 from jaxdist.agents.policies import ActorCriticPolicy
 from jaxdist.spaces import ActionSpace, EnvInfo
 from jaxdist.envs import EnvSpec
-from jaxdist.nodes.actor import Actor
+from jaxdist.nodes import actor as actor_module
+from jaxdist.nodes.actor import OUTAGE_REPORT_AFTER, Actor
+from jaxdist.nodes.replay import Fifo
 from jaxdist.nodes.parameter_server import ParameterServer
 from waiting import returns, wait_until
 
@@ -174,9 +177,11 @@ def test_trajectories_made_while_the_receiver_restarts_are_retried_into_a_bounde
     try:
         wait_until(lambda: actor.stats()["in_flight"] == 3)  # three sends hang in the receiver
         server.stop(grace=0)  # which goes away (a replay node crashing) with the three in flight
+        went_away = time.monotonic()
         first.released.set()
         # Cut calls are retried with backoff; retried calls wait for the server to come back.
         wait_until(lambda: actor.stats()["send_retries"] >= 3 and actor.stats()["dropped"] >= 5)
+        wait_until(lambda: time.monotonic() - went_away > OUTAGE_REPORT_AFTER + 0.5, "an outage long enough to report")
         held = actor.stats()["in_flight"]
         assert held == 3  # the bounded buffer: every slot holds a trajectory being retried
         server = courier.Server(second, address=address).start()  # back at the same address
@@ -192,8 +197,52 @@ def test_trajectories_made_while_the_receiver_restarts_are_retried_into_a_bounde
     # Every trajectory made is accounted for: sent, dropped (counted) or still in flight.
     assert stats["trajectories"] == stats["sent"] + stats["dropped"] + stats["in_flight"]
     log = capfd.readouterr().out
-    assert "actor-under-test: sending a trajectory failed, retrying with backoff" in log
+    assert "actor-under-test: sending trajectories has failed for" in log and "retrying with backoff" in log
     assert "actor-under-test: sends succeed again after" in log and "trajectories dropped meanwhile" in log
+
+
+class ShuttingDownReplay(Recorder):
+    """A replay node whose tables are closed (it is shutting down) until `reopen` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reopen = threading.Event()
+        self.refused = 0
+
+    def insert_batch(self, batch, priorities=None, table="default", timeout=None):
+        if not self.reopen.is_set():
+            self.refused += 1
+            closed = Fifo(4)
+            closed.close()
+            closed.insert_batch({"reward": np.zeros(1)})  # the table's own TableClosedError
+        return super().insert_batch(batch, priorities, table, timeout)
+
+
+def test_a_replay_node_shutting_down_is_an_outage_ridden_out_and_a_short_one_is_not_reported(capfd, monkeypatch):
+    """A program's ordered stop takes the learner's process, with its queue, a moment before the
+    actors: sends then met a closed table, each counted as lost and reported ("a trajectory was
+    not sent ... TableClosedError") at the end of every successful demo run."""
+    monkeypatch.setattr(actor_module, "OUTAGE_REPORT_AFTER", 10.0)  # "short" however loaded the machine
+    replay = ShuttingDownReplay()
+    server = courier.Server(replay).start()
+    actor = Actor(POLICY, EnvSpec("CartPole-v1", 2), ParameterServer(params(), version=0),
+                  courier.Client(server.address, timeout=5), trajectory_length=4, max_in_flight=2,
+                  max_send_wait=0.01, name="actor-under-test")
+    thread = threading.Thread(target=actor.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: replay.refused >= 2)
+        replay.reopen.set()  # back within the time an outage goes unreported
+        wait_until(lambda: actor.stats()["sent"] >= 4)
+        stats = actor.stats()
+    finally:
+        actor._max_steps = 0
+        thread.join(timeout=10)
+        actor.close()
+        server.stop(grace=0)
+    assert stats["send_errors"] == 0 and stats["send_retries"] >= 2  # retried, not given up
+    log = capfd.readouterr().out
+    assert "was not sent" not in log and "failed" not in log and "succeed again" not in log, log
 
 
 def test_a_stop_does_not_wait_out_max_send_wait_behind_a_receiver_that_is_gone(tmp_path):

@@ -41,6 +41,11 @@ MAX_SERVER_WAIT = 10.0
 _MIN_BACKOFF, _MAX_BACKOFF = 0.002, 0.05  # after a BUSY answer: the node could not wait at all
 
 
+def closed_table(exc: BaseException) -> bool:
+    """Whether `exc` is a replay node's table closed as the node shuts down, seen over the wire."""
+    return isinstance(exc, CourierError) and str(exc).startswith("TableClosedError: ")
+
+
 def try_again_kind(exc: BaseException) -> str | None:
     """"busy" or "not_ready" when `exc` is a replay node's ask-again answer; None otherwise."""
     if not isinstance(exc, TimeoutError) or isinstance(exc, CourierError):  # a courier deadline is not one
