@@ -26,10 +26,10 @@ trajectories sent with futures, parameters refreshed in the background.
   all of a send in one atomic ``insert_batch``: one array per field on the wire, not one per
   env; a JAX-backend actor asks it for room, ``can_insert``, before it plays), any callable ``sink(items)``, or None (dropped: for benchmarks). Sends run on background threads; at most ``max_in_flight`` are pending. A
   send the receiver cannot take now (it is restarting: ``ConnectionError``, or a replay node's
-  closed table as it shuts down; a full queue past ``insert_timeout``: ``TimeoutError``) is retried with jittered exponential backoff (0.05 s
-  doubling to 2 s) for up to ``send_retry_for`` seconds, holding its slot: those slots are the
-  bounded buffer that rides out a restart. When every slot is taken, the actor waits for the
-  oldest (back-pressure) at most ``max_send_wait`` seconds, then drops the new trajectory
+  closed table as it shuts down; a full queue past ``insert_timeout``: ``TimeoutError``) is
+  retried with jittered exponential backoff (0.05 s doubling to 2 s) for up to ``send_retry_for``
+  seconds, holding its slot: those slots are the bounded buffer that rides out a restart. When
+  every slot is taken, the actor waits for the oldest (back-pressure) at most ``max_send_wait`` seconds, then drops the new trajectory
   (counted in ``stats()["dropped"]`` and reported in the log when sends recover) and keeps
   acting. A send cut by a crash may have been stored: a retry can duplicate it (at least once).
   An outage is reported once it has lasted ``OUTAGE_REPORT_AFTER`` seconds: a program's ordered
@@ -536,6 +536,7 @@ class _Sender:
               f"retrying with backoff (acting goes on): {outage['error']}", flush=True)
 
     def _reap(self) -> None:
+        self._report_outage()  # first: an outage that lasted is reported even if it ends now
         for future in [f for f in self._pending if f.done()]:
             self._pending.remove(future)
             error = future.exception() if not future.cancelled() else None
@@ -546,16 +547,14 @@ class _Sender:
                     self._outage = None
             if error is None:
                 self._failing = False
-                lasted = 0.0 if outage is None else time.monotonic() - outage["since"]
-                if outage is not None and (outage["reported"] or lasted >= OUTAGE_REPORT_AFTER):
-                    print(f"{self._name}: sends succeed again after {lasted:.1f} s; "
+                if outage is not None and outage["reported"]:
+                    print(f"{self._name}: sends succeed again after {time.monotonic() - outage['since']:.1f} s; "
                           f"{self._counts['dropped'] - outage['dropped']} trajectories dropped meanwhile "
                           f"(at most {self._max_in_flight} held for retry)", flush=True)
             elif not self._failing:  # once until a send succeeds again
                 self._failing = True
                 print(f"{self._name}: a trajectory was not sent (acting goes on): {type(error).__name__}: "
                       f"{_first_line(error)}", flush=True)
-        self._report_outage()
 
 
 def _first_line(error: BaseException) -> str:

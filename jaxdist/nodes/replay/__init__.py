@@ -10,5 +10,5 @@ from jaxdist.nodes.replay.tables import (Fifo, Lifo, MaxHeap, MinHeap, Prioritiz
 
 __all__ = ["Fifo", "Lifo", "MaxHeap", "MinHeap", "MinSize", "Prioritized", "PriorityWriter", "Queue", "RateLimiter",
            "ReplayClient", "ReplayNode", "Sample", "SampleInfo", "SampleTimeoutError", "SampleToInsertRatio", "Stack",
-           "Table", "TableClosedError", "TableSpec", "Uniform", "closed_table", "insert_into", "sample_many", "try_again_kind",
-           "update_priorities_many"]
+           "Table", "TableClosedError", "TableSpec", "Uniform", "closed_table", "insert_into", "sample_many",
+           "try_again_kind", "update_priorities_many"]
