@@ -12,32 +12,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from actor_critic_math import (CARTPOLE, PENDULUM, acting_logp, assert_data_parallel_matches_jit,
+                               assert_moved_and_merged_statistics, mlp_reference, pendulum_batch,
+                               prob_of_action_one)
 from eight_devices import assert_pmap_equals_jit, flat_tree, on_eight_devices
 
-from jaxdist import parallel
-from jaxdist.agents import actor_critic, distributions, normalization
+from jaxdist.agents import actor_critic
 from jaxdist.agents.impala import learning
 from jaxdist.agents.impala import IMPALAConfig
 from jaxdist.agents.impala.vtrace import vtrace
 from jaxdist.agents.policies import ActorCriticPolicy
-from jaxdist.spaces import ActionSpace, EnvInfo
+from jaxdist.spaces import EnvInfo
 
 # total_steps makes 10 updates of 8 trajectories x 16 transitions (the learning-rate schedule).
 CONFIG = IMPALAConfig(hidden=(16, 16), batch_trajectories=8, trajectory_length=16, total_steps=10 * 8 * 16)
-ENV = EnvInfo((4,), "float32", ActionSpace(num_actions=2))
-PENDULUM = EnvInfo((3,), "float32", ActionSpace(shape=(1,), low=(-2.0,), high=(2.0,)))
+ENV = CARTPOLE
 
 
 def init(config: IMPALAConfig = CONFIG, env: EnvInfo = ENV, seed: int = 0) -> dict:
     return actor_critic.init(config, env, learning.optimizer, jax.random.key(seed))
-
-
-def mlp_reference(torso: dict, head: dict, x: np.ndarray) -> np.ndarray:
-    """tanh(x W + b) per layer of the torso (Dense_0, Dense_1, ...), then the linear head."""
-    dense = lambda layer, x: x @ np.asarray(layer["kernel"], np.float64) + np.asarray(layer["bias"], np.float64)  # noqa: E731
-    for name in sorted(torso):
-        x = np.tanh(dense(torso[name], x))
-    return dense(head, x)
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -112,23 +105,18 @@ def test_impala_loss_matches_numpy_with_rhos_from_the_behaviour_log_probabilitie
     np.testing.assert_allclose(float(loss), expected["loss"], rtol=2e-4, atol=2e-5)
 
 
-def prob_of_action_one(params, obs) -> float:
-    logits = actor_critic.network(CONFIG, ENV).apply(params, obs, method="policy")
-    return float(jnp.mean(jax.nn.softmax(logits)[:, 1]))
-
-
 def test_the_update_learns_the_better_action_from_an_older_policy_and_counts_versions():
     rng = np.random.default_rng(0)
     config = dataclasses.replace(CONFIG, learning_rate=1e-2, anneal_lr=False)
     update = jax.jit(functools.partial(learning.update, config, ENV))
     state = init(config)
     probe = rng.normal(size=(256, 4)).astype(np.float32)
-    before = prob_of_action_one(state["params"], probe)
+    before = prob_of_action_one(CONFIG, state["params"], probe)
     for i in range(20):  # acted by a behaviour policy that prefers the worse action, 2 versions ago
         batch = bandit_batch(rng, version=max(0, i - 2), behaviour_logits=(1.0, -1.0))
         state, metrics = update(state, batch, jax.random.key(i))
     assert int(state["version"]) == 20
-    assert prob_of_action_one(state["params"], probe) > before + 0.1
+    assert prob_of_action_one(CONFIG, state["params"], probe) > before + 0.1
     assert float(metrics["transitions"]) == 8 * 8  # half the steps cross a boundary
     assert float(metrics["policy_lag_mean"]) == 2.0 and float(metrics["policy_lag_max"]) == 2.0
 
@@ -145,15 +133,8 @@ def test_the_policy_samples_and_sends_the_behaviour_log_probabilities():
 
 
 def test_the_update_runs_data_parallel_through_parallel_py():
-    batch = bandit_batch(np.random.default_rng(0))
-    step = parallel.data_parallel(functools.partial(learning.update, CONFIG, ENV))
-    state = step.replicate(init())
-    state, metrics = step(state, step.shard_batch(batch), jax.random.key(1))
-    reference, expected = jax.jit(functools.partial(learning.update, CONFIG, ENV))(init(), batch, jax.random.key(1))
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), state["params"],
-                 reference["params"])
-    np.testing.assert_allclose(float(metrics["loss"]), float(expected["loss"]), rtol=1e-5)
-
+    update = functools.partial(learning.update, CONFIG, ENV)
+    assert_data_parallel_matches_jit(update, init(), bandit_batch(np.random.default_rng(0)))
 
 # Normalisation on, and shards of unequal weight: random episode ends, observations far from 0/1.
 SHARDED_CONFIG = dataclasses.replace(CONFIG, normalize_observations=True, scale_rewards=True)
@@ -186,38 +167,6 @@ def test_eight_devices_pmap_on_shards_equals_jit_on_the_global_batch(tmp_path):
 # A continuous action space --------------------------------------------------------------------
 
 
-def pendulum_batch(rng: np.random.Generator, trajectories: int = 4, rows: int = 21) -> dict:
-    """Pendulum-like rows: observations far from mean 0 / variance 1, raw (unclipped) Gaussian
-    actions, rewards in [-16, 0], one truncated episode (then a reset row); no ``logp`` yet."""
-    shape = (trajectories, rows)
-    truncated = np.zeros(shape, bool)
-    truncated[1, 10] = True
-    reward = (-16 * rng.random(shape)).astype(np.float32)
-    reward[1, 11] = 0.0
-    obs = rng.normal(size=(*shape, 3)) * np.array([0.5, 2.0, 4.0]) + np.array([1.0, -1.0, 3.0])
-    return {"obs": obs.astype(np.float32), "action": (1.5 * rng.normal(size=(*shape, 1))).astype(np.float32),
-            "reward": reward, "terminated": np.zeros(shape, bool), "truncated": truncated,
-            "version": np.zeros(shape, np.int32)}
-
-
-def acting_logp(config, state: dict, batch: dict) -> np.ndarray:
-    """``log mu(a|x)`` of the learner's current policy acting as an actor does: on observations
-    normalised with the statistics published with the parameters (those before the batch)."""
-    obs = normalization.normalize(state["obs_norm"], batch["obs"])
-    dist = actor_critic.network(config, PENDULUM).apply(state["params"], obs, method="policy")
-    return np.asarray(distributions.log_prob(PENDULUM.action, dist, batch["action"]))
-
-
-def moments(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """NumPy mean and variance of ``samples`` (rows) merged into normalization's prior: mean 0
-    and variance 1 of weight 1e-4 (see tests/agents/test_normalization.py)."""
-    samples = samples.astype(np.float64)
-    n, prior = len(samples), 1e-4
-    mean = samples.sum(0) / (n + prior)
-    var = (((samples - mean) ** 2).sum(0) + prior * (1.0 + mean ** 2)) / (n + prior)
-    return mean, var
-
-
 PENDULUM_CONFIG = IMPALAConfig(env_id="Pendulum-v1", hidden=(16, 16), batch_trajectories=4, trajectory_length=20,
                                total_steps=10 * 4 * 20, gamma=0.9, ent_coef=0.0, normalize_observations=True,
                                scale_rewards=True)
@@ -229,21 +178,14 @@ def test_a_continuous_update_normalises_with_the_actors_statistics_and_merges_th
     rng = np.random.default_rng(0)
     state, seen = init(config, PENDULUM), []
     for i in range(2):  # the second batch meets statistics the first one set
-        batch = pendulum_batch(rng)
+        batch = pendulum_batch(rng, trajectories=4, rows=21)
         batch["logp"] = acting_logp(config, state, batch)
         new_state, metrics = update(state, batch, jax.random.key(i))
         assert np.isfinite(float(metrics["loss"])) and float(metrics["transitions"]) == 4 * 20 - 1
         # mu = pi, the learner normalising as the actor did: every importance weight is 1.
         np.testing.assert_allclose(float(metrics["rho_mean"]), 1.0, rtol=1e-6)
-        for name, (old, new) in zip(flat_tree(state["params"]), zip(jax.tree.leaves(state["params"]),
-                                                                    jax.tree.leaves(new_state["params"]))):
-            assert not np.array_equal(old, new), f"{name} did not move"
         seen.append(batch["obs"][:, :-1].reshape(-1, 3))  # the last row is the next batch's first
-        mean, var = moments(np.concatenate(seen))
-        np.testing.assert_allclose(new_state["obs_norm"].mean, mean, rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(new_state["obs_norm"].var, var, rtol=1e-5)
-        np.testing.assert_allclose(new_state["obs_norm"].count, len(np.concatenate(seen)) + 1e-4, rtol=1e-6)
-        assert float(new_state["return_norm"].count) > float(state["return_norm"].count) + 1  # rewards scaled
+        assert_moved_and_merged_statistics(state, new_state, seen)
         state = new_state
 
 

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from actor_critic_math import moments
 
 from jaxdist.agents import normalization as N
 
@@ -19,16 +20,6 @@ def batches(seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     scale, offset = np.array([0.1, 3.0, 50.0]), np.array([5.0, -2.0, 300.0])
     return [(rng.normal(size=(b, 4, 3)) * scale + offset).astype(np.float32) for b in (5, 17, 1, 32)]
-
-
-def moments(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """NumPy mean and variance of ``samples`` (rows) plus the initial stats' prior: weight 1e-4 at
-    mean 0 and variance 1 (negligible, except against a mean of 300 over a few hundred rows)."""
-    samples = samples.astype(np.float64)
-    n, prior = len(samples), 1e-4
-    mean = samples.sum(0) / (n + prior)
-    var = (((samples - mean) ** 2).sum(0) + prior * (1.0 + mean ** 2)) / (n + prior)
-    return mean, var
 
 
 def test_incremental_updates_match_numpy_over_all_samples():

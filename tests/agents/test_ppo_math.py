@@ -11,19 +11,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from actor_critic_math import (CARTPOLE, PENDULUM, acting_logp, assert_data_parallel_matches_jit,
+                               assert_moved_and_merged_statistics, mlp_reference, pendulum_batch,
+                               prob_of_action_one)
 from eight_devices import assert_pmap_equals_jit, flat_tree, on_eight_devices
 
-from jaxdist import parallel
-from jaxdist.agents import actor_critic, distributions, normalization
+from jaxdist.agents import actor_critic
 from jaxdist.agents.ppo import learning
 from jaxdist.agents.ppo import PPOConfig
-from jaxdist.spaces import ActionSpace, EnvInfo
+from jaxdist.spaces import EnvInfo
 
 # Bandit batches of 8 trajectories x 16 transitions; total_steps makes 10 updates (the schedule).
 CONFIG = PPOConfig(hidden=(16, 16), epochs=2, minibatches=2, batch_trajectories=8, trajectory_length=16,
                    total_steps=10 * 8 * 16)
-ENV = EnvInfo((4,), "float32", ActionSpace(num_actions=2))
-PENDULUM = EnvInfo((3,), "float32", ActionSpace(shape=(1,), low=(-2.0,), high=(2.0,)))
+ENV = CARTPOLE
 
 
 def init(config: PPOConfig = CONFIG, env: EnvInfo = ENV, seed: int = 0) -> dict:
@@ -82,14 +83,6 @@ def test_gae_by_hand_a_terminal_row_cuts_and_a_truncated_one_bootstraps(kind, ex
 
 
 # Loss ------------------------------------------------------------------------------------------
-
-
-def mlp_reference(torso: dict, head: dict, x: np.ndarray) -> np.ndarray:
-    """tanh(x W + b) per layer of the torso (Dense_0, Dense_1, ...), then the linear head."""
-    dense = lambda layer, x: x @ np.asarray(layer["kernel"], np.float64) + np.asarray(layer["bias"], np.float64)  # noqa: E731
-    for name in sorted(torso):
-        x = np.tanh(dense(torso[name], x))
-    return dense(head, x)
 
 
 def ppo_loss_reference(params, minibatch, config):
@@ -152,22 +145,17 @@ def bandit_batch(rng: np.random.Generator, trajectories: int = 8, rows: int = 17
             "logp": np.full(shape, np.log(0.5), np.float32), "version": np.full(shape, version, np.int32)}
 
 
-def prob_of_action_one(params, obs) -> float:
-    logits = actor_critic.network(CONFIG, ENV).apply(params, obs, method="policy")
-    return float(jnp.mean(jax.nn.softmax(logits)[:, 1]))
-
-
 def test_the_update_moves_the_policy_toward_the_better_action_and_counts_versions():
     rng = np.random.default_rng(0)
     hp = dataclasses.replace(CONFIG, learning_rate=1e-2, anneal_lr=False)
     update = jax.jit(functools.partial(learning.update, hp, ENV))
     state = init(hp)
     probe = rng.normal(size=(256, 4)).astype(np.float32)
-    before = prob_of_action_one(state["params"], probe)
+    before = prob_of_action_one(CONFIG, state["params"], probe)
     for i in range(5):
         state, metrics = update(state, bandit_batch(rng, version=i), jax.random.key(i))
     assert int(state["version"]) == 5
-    assert prob_of_action_one(state["params"], probe) > before + 0.1
+    assert prob_of_action_one(CONFIG, state["params"], probe) > before + 0.1
     assert float(metrics["transitions"]) == 8 * 8  # half the steps cross a boundary
     assert float(metrics["policy_lag_mean"]) == 0.0 and float(metrics["stale_fraction"]) == 0.0
 
@@ -193,50 +181,10 @@ def test_transitions_older_than_the_lag_bound_are_not_learned_from():
 
 
 def test_the_update_runs_data_parallel_through_parallel_py():
-    rng = np.random.default_rng(0)
-    batch = bandit_batch(rng)
-    step = parallel.data_parallel(functools.partial(learning.update, CONFIG, ENV))
-    state = step.replicate(init())
-    state, metrics = step(state, step.shard_batch(batch), jax.random.key(1))
-    reference, expected = jax.jit(functools.partial(learning.update, CONFIG, ENV))(init(), batch, jax.random.key(1))
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), state["params"],
-                 reference["params"])
-    np.testing.assert_allclose(float(metrics["loss"]), float(expected["loss"]), rtol=1e-5)
-
+    update = functools.partial(learning.update, CONFIG, ENV)
+    assert_data_parallel_matches_jit(update, init(), bandit_batch(np.random.default_rng(0)))
 
 # A continuous action space --------------------------------------------------------------------
-
-
-def pendulum_batch(rng: np.random.Generator, trajectories: int = 4, rows: int = 33) -> dict:
-    """Pendulum-like rows: observations far from mean 0 / variance 1, raw (unclipped) Gaussian
-    actions, rewards in [-16, 0], one truncated episode (then a reset row); no ``logp`` yet."""
-    shape = (trajectories, rows)
-    truncated = np.zeros(shape, bool)
-    truncated[1, 10] = True
-    reward = (-16 * rng.random(shape)).astype(np.float32)
-    reward[1, 11] = 0.0
-    obs = rng.normal(size=(*shape, 3)) * np.array([0.5, 2.0, 4.0]) + np.array([1.0, -1.0, 3.0])
-    return {"obs": obs.astype(np.float32), "action": (1.5 * rng.normal(size=(*shape, 1))).astype(np.float32),
-            "reward": reward, "terminated": np.zeros(shape, bool), "truncated": truncated,
-            "version": np.zeros(shape, np.int32)}
-
-
-def acting_logp(config, state: dict, batch: dict, normalize: bool = True) -> np.ndarray:
-    """``log mu(a|x)`` of the learner's current policy acting as an actor does: on observations
-    normalised with the statistics published with the parameters (those before the batch)."""
-    obs = normalization.normalize(state["obs_norm"], batch["obs"]) if normalize else batch["obs"]
-    dist = actor_critic.network(config, PENDULUM).apply(state["params"], obs, method="policy")
-    return np.asarray(distributions.log_prob(PENDULUM.action, dist, batch["action"]))
-
-
-def moments(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """NumPy mean and variance of ``samples`` (rows) merged into normalization's prior: mean 0
-    and variance 1 of weight 1e-4 (see tests/agents/test_normalization.py)."""
-    samples = samples.astype(np.float64)
-    n, prior = len(samples), 1e-4
-    mean = samples.sum(0) / (n + prior)
-    var = (((samples - mean) ** 2).sum(0) + prior * (1.0 + mean ** 2)) / (n + prior)
-    return mean, var
 
 
 # One SGD step per update: its ratio is pi / mu on the first minibatch step, read in the metrics.
@@ -251,7 +199,7 @@ def test_a_continuous_update_normalises_with_the_actors_statistics_and_merges_th
     rng = np.random.default_rng(0)
     state, seen = init(config, PENDULUM), []
     for i in range(2):  # the second batch meets statistics the first one set
-        batch = pendulum_batch(rng)
+        batch = pendulum_batch(rng, trajectories=4, rows=33)
         batch["logp"] = acting_logp(config, state, batch)
         new_state, metrics = update(state, batch, jax.random.key(i))
         assert np.isfinite(float(metrics["loss"])) and float(metrics["transitions"]) == 4 * 32 - 1
@@ -259,15 +207,8 @@ def test_a_continuous_update_normalises_with_the_actors_statistics_and_merges_th
         # normalised advantages, 0); the learner normalised as the actor did.
         assert abs(float(metrics["approx_kl"])) < 1e-8 and float(metrics["clip_fraction"]) == 0.0
         assert abs(float(metrics["policy_loss"])) < 1e-6
-        for name, (old, new) in zip(flat_tree(state["params"]), zip(jax.tree.leaves(state["params"]),
-                                                                    jax.tree.leaves(new_state["params"]))):
-            assert not np.array_equal(old, new), f"{name} did not move"
         seen.append(batch["obs"][:, :-1].reshape(-1, 3))  # the last row is the next batch's first
-        mean, var = moments(np.concatenate(seen))
-        np.testing.assert_allclose(new_state["obs_norm"].mean, mean, rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(new_state["obs_norm"].var, var, rtol=1e-5)
-        np.testing.assert_allclose(new_state["obs_norm"].count, len(np.concatenate(seen)) + 1e-4, rtol=1e-6)
-        assert float(new_state["return_norm"].count) > float(state["return_norm"].count) + 1  # rewards scaled
+        assert_moved_and_merged_statistics(state, new_state, seen)
         state = new_state
     # The same batch acted on raw observations (not as the learner normalises): the ratio is not 1.
     batch["logp"] = acting_logp(config, state, batch, normalize=False)

@@ -6,6 +6,7 @@ so it can be far longer than the wait should take on a busy machine.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
@@ -33,3 +34,25 @@ def returns(call: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
         raise AssertionError(f"{what} did not return within {timeout} s") from None
     finally:
         worker.shutdown(wait=False)
+
+
+def run_threads(*targets: Callable[[], Any], join_timeout: float = 15.0) -> None:
+    """Runs the targets concurrently; re-raises the first failure; fails if one is still
+    blocked after `join_timeout` seconds."""
+    errors: list[BaseException] = []
+
+    def guarded(target: Callable[[], Any]) -> None:
+        try:
+            target()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(t,), daemon=True) for t in targets]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + join_timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    assert not any(thread.is_alive() for thread in threads), "a thread is still blocked"
+    if errors:
+        raise errors[0]

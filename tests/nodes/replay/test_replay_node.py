@@ -15,7 +15,7 @@ import pytest
 
 import jaxdist as jd
 import replay_nodes as rn
-from waiting import wait_until
+from waiting import run_threads, wait_until
 from jaxdist import courier
 from jaxdist.nodes.replay import (Fifo, MinSize, Prioritized, ReplayClient, ReplayNode, SampleToInsertRatio,
                                   SampleTimeoutError, Uniform, sample_many, try_again_kind, update_priorities_many)
@@ -34,27 +34,6 @@ def launched(program: jd.Program, run_dir, launcher: str = "threads"):
 
 def courier_client(running, node_name: str = "replay/0") -> courier.Client:
     return courier.Client(running.addresses[node_name], token=running.token)
-
-
-def run_threads(targets, join_timeout: float = 30.0) -> None:
-    """Runs the targets concurrently; re-raises the first failure; fails if one hangs."""
-    errors: list[BaseException] = []
-
-    def guarded(target):
-        try:
-            target()
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=guarded, args=(t,), daemon=True) for t in targets]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + join_timeout
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    assert not any(thread.is_alive() for thread in threads), "a thread is still blocked"
-    if errors:
-        raise errors[0]
 
 
 def restore_latest(run_dir, node_name: str, tables: dict) -> int | None:
@@ -116,11 +95,11 @@ def test_concurrent_writers_over_rpc_lose_nothing_and_a_fifo_delivers_each_item_
 
         def writers_then_stop() -> None:
             try:
-                run_threads([lambda w=w: writer(w) for w in range(writers)])
+                run_threads(*[lambda w=w: writer(w) for w in range(writers)], join_timeout=30)
             finally:
                 writing.clear()
 
-        run_threads([writers_then_stop, drain_fifo, reprioritize], join_timeout=60)
+        run_threads(writers_then_stop, drain_fifo, reprioritize, join_timeout=60)
         step = replay.checkpoint()
         stats = replay.stats()
 

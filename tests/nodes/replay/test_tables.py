@@ -1,13 +1,12 @@
 import collections
 import threading
-import time
 
 import numpy as np
 import pytest
 
 from jaxdist.nodes.replay import (Fifo, MinSize, Prioritized, SampleToInsertRatio, TableClosedError,
                                   Uniform)
-from waiting import wait_until
+from waiting import run_threads, wait_until
 
 Step = collections.namedtuple("Step", "obs reward")
 
@@ -15,27 +14,6 @@ Step = collections.namedtuple("Step", "obs reward")
 def item(writer: int, seq: int) -> dict:
     """A small trajectory-like pytree whose contents identify it."""
     return {"id": np.array([writer, seq]), "step": Step(np.full((2, 3), seq, np.float32), float(writer))}
-
-
-def run_threads(*targets, join_timeout: float = 15.0) -> None:
-    """Runs the targets concurrently, re-raises the first failure, and fails if any thread hangs."""
-    errors = []
-
-    def guarded(target):
-        try:
-            target()
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=guarded, args=(t,), daemon=True) for t in targets]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + join_timeout
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    assert not any(thread.is_alive() for thread in threads), "a thread is still blocked"
-    if errors:
-        raise errors[0]
 
 
 def once(condition, fn) -> None:
