@@ -111,12 +111,12 @@ def test_the_update_learns_the_better_action_from_an_older_policy_and_counts_ver
     update = jax.jit(functools.partial(learning.update, config, ENV))
     state = init(config)
     probe = rng.normal(size=(256, 4)).astype(np.float32)
-    before = prob_of_action_one(CONFIG, state["params"], probe)
+    before = prob_of_action_one(config, state["params"], probe)
     for i in range(20):  # acted by a behaviour policy that prefers the worse action, 2 versions ago
         batch = bandit_batch(rng, version=max(0, i - 2), behaviour_logits=(1.0, -1.0))
         state, metrics = update(state, batch, jax.random.key(i))
     assert int(state["version"]) == 20
-    assert prob_of_action_one(CONFIG, state["params"], probe) > before + 0.1
+    assert prob_of_action_one(config, state["params"], probe) > before + 0.1
     assert float(metrics["transitions"]) == 8 * 8  # half the steps cross a boundary
     assert float(metrics["policy_lag_mean"]) == 2.0 and float(metrics["policy_lag_max"]) == 2.0
 
@@ -135,6 +135,7 @@ def test_the_policy_samples_and_sends_the_behaviour_log_probabilities():
 def test_the_update_runs_data_parallel_through_parallel_py():
     update = functools.partial(learning.update, CONFIG, ENV)
     assert_data_parallel_matches_jit(update, init(), bandit_batch(np.random.default_rng(0)))
+
 
 # Normalisation on, and shards of unequal weight: random episode ends, observations far from 0/1.
 SHARDED_CONFIG = dataclasses.replace(CONFIG, normalize_observations=True, scale_rewards=True)

@@ -151,11 +151,11 @@ def test_the_update_moves_the_policy_toward_the_better_action_and_counts_version
     update = jax.jit(functools.partial(learning.update, hp, ENV))
     state = init(hp)
     probe = rng.normal(size=(256, 4)).astype(np.float32)
-    before = prob_of_action_one(CONFIG, state["params"], probe)
+    before = prob_of_action_one(hp, state["params"], probe)
     for i in range(5):
         state, metrics = update(state, bandit_batch(rng, version=i), jax.random.key(i))
     assert int(state["version"]) == 5
-    assert prob_of_action_one(CONFIG, state["params"], probe) > before + 0.1
+    assert prob_of_action_one(hp, state["params"], probe) > before + 0.1
     assert float(metrics["transitions"]) == 8 * 8  # half the steps cross a boundary
     assert float(metrics["policy_lag_mean"]) == 0.0 and float(metrics["stale_fraction"]) == 0.0
 
@@ -183,6 +183,7 @@ def test_transitions_older_than_the_lag_bound_are_not_learned_from():
 def test_the_update_runs_data_parallel_through_parallel_py():
     update = functools.partial(learning.update, CONFIG, ENV)
     assert_data_parallel_matches_jit(update, init(), bandit_batch(np.random.default_rng(0)))
+
 
 # A continuous action space --------------------------------------------------------------------
 
