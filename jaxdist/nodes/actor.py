@@ -394,14 +394,7 @@ def _make_send(sink: Any, table: str, timeout: float) -> tuple[Callable[[dict], 
 
 
 def _insert(replay: Any, table: str, timeout: float, columns: dict[str, np.ndarray]) -> None:
-    try:
-        replay.insert_batch(columns, table=table, timeout=timeout)
-    except courier.RemoteError as exc:
-        from jaxdist.nodes.replay import closed_table
-
-        if closed_table(exc):  # its node is shutting down: away, as a restarting node is
-            raise ConnectionError(_first_line(exc)) from exc
-        raise
+    replay.insert_batch(columns, table=table, timeout=timeout)  # a node shutting down: ConnectionError
 
 
 def _room(replay: Any, table: str, items: int, wait: float) -> "futures.Future[bool]":

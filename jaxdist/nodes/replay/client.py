@@ -6,6 +6,7 @@ starts with ``NOT_READY`` (it waited its slice and is still blocked) or ``BUSY``
 already wait in the node, so it could not wait at all). Those answers mean "ask again"; the
 helpers here do, until the caller's own timeout, and raise a plain ``TimeoutError`` naming what
 blocked them when it passes. A timeout the node can serve within one slice is final at the node.
+A node shutting down (its tables closed) is, to these calls, a node away: ``ConnectionError``.
 
 ``ReplayClient(client)`` wraps the courier client a replay node's handle becomes::
 
@@ -41,7 +42,7 @@ MAX_SERVER_WAIT = 10.0
 _MIN_BACKOFF, _MAX_BACKOFF = 0.002, 0.05  # after a BUSY answer: the node could not wait at all
 
 
-def closed_table(exc: BaseException) -> bool:
+def _closed_table(exc: BaseException) -> bool:
     """Whether `exc` is a replay node's table closed as the node shuts down, seen over the wire."""
     return isinstance(exc, CourierError) and str(exc).startswith("TableClosedError: ")
 
@@ -228,6 +229,11 @@ class ReplayClient:
                 delay = backoff.after(kind, deadline)
                 if delay:
                     time.sleep(delay)
+            except CourierError as exc:
+                if _closed_table(exc):  # the node is shutting down: away, as a restarting node is
+                    raise ConnectionError(f"{method} on {self.address}: the replay node is shutting down "
+                                          f"({_reason(exc)})") from exc
+                raise
 
     def _submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> futures.Future:
         with self._lock:

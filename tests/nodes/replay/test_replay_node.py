@@ -237,6 +237,36 @@ def test_can_insert_waits_for_room_within_a_slice_answers_at_once_without_a_wait
 
 # --- Several nodes -------------------------------------------------------------------------------
 
+class ShuttingDownNode:
+    """A replay node as it shuts down: every insert and sample meets its closed table."""
+
+    def insert_batch(self, batch, priorities=None, table="default", timeout=None):
+        self._closed_table()
+
+    def sample(self, batch_size, table="default", timeout=None, info=False):
+        self._closed_table()
+
+    @staticmethod
+    def _closed_table():
+        closed = Fifo(4)
+        closed.close()
+        closed.insert_batch({"reward": np.zeros(1)})  # the table's own TableClosedError
+
+
+def test_a_node_shutting_down_is_away_to_its_clients_a_connection_error():
+    """Actors ride out a ConnectionError as an outage; a closed table was a RemoteError, which
+    lost the trajectory, at the end of every agent run (the learner's process stops first)."""
+    server = courier.Server(ShuttingDownNode()).start()
+    replay = ReplayClient(courier.Client(server.address, timeout=10))
+    try:
+        with pytest.raises(ConnectionError, match="insert_batch on .*: the replay node is shutting down"):
+            replay.insert_batch({"reward": np.zeros(2)})
+        with pytest.raises(ConnectionError, match="sample on .*: the replay node is shutting down"):
+            replay.futures.sample(1).result()
+    finally:
+        server.stop(grace=0)
+
+
 def test_sample_many_splits_one_batch_over_nodes_and_priorities_go_home(tmp_path):
     program = jd.Program("mempool")
     with program.group("replay"):
