@@ -106,6 +106,10 @@ class Checkpointer:
         if step is None:
             raise FileNotFoundError(f"no complete checkpoint in {self.directory}; check "
                                     "latest_step() before restoring")
+        saved = sorted(self._manager.all_steps())
+        if step not in saved:
+            raise FileNotFoundError(f"no checkpoint of step {step} in {self.directory}; the saved steps are "
+                                    f"{', '.join(map(str, saved))}")
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
         return self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
 

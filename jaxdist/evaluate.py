@@ -1,18 +1,23 @@
 """Play a trained policy: ``python -m jaxdist.evaluate RUN_DIR --episodes N [--video DIR]``.
 
-Loads the run's config and latest learner checkpoint (``jaxdist.agents.load_policy``), plays
-``episodes`` episodes of its env one after another on fresh seeds, prints each return and the
-mean, and with ``--video`` records them with gymnasium's ``RecordVideo`` where the env renders
-(``pip install 'jaxdist[video]'``).
+Loads the run's config and latest learner checkpoint, or ``--step``'s, and of a run of several
+seeds ``--run-seed``'s policy (``jaxdist.agents.load_policy``), plays ``episodes`` episodes of
+its env one after another on fresh seeds, prints each return and the mean, and with ``--video``
+records them with gymnasium's ``RecordVideo`` where the env renders (``pip install
+'jaxdist[video]'``). A run directory, step or seed with no policy is an error line, not a
+traceback.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 import tyro
+
+if TYPE_CHECKING:
+    from jaxdist.agents.trained import TrainedPolicy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,6 +25,10 @@ class Arguments:
     run_dir: Annotated[str, tyro.conf.Positional]
     """A run directory, e.g. runs/ppo-cartpole-seed0."""
     episodes: int = 10
+    step: int | None = None
+    """Play the checkpoint of this learner update (default: the latest)."""
+    run_seed: int = 0
+    """Of a run that trained several seeds at once (--num-seeds), this seed's policy."""
     video: str | None = None
     """Write one MP4 per episode into this directory (the env must render rgb_array frames)."""
     seed: int = 1_000_000
@@ -28,13 +37,19 @@ class Arguments:
     """Sample (or explore) as the actors did instead of acting deterministically."""
 
 
-def evaluate(arguments: Arguments) -> list[float]:
+def load(arguments: Arguments) -> TrainedPolicy:
+    """The policy to play; ValueError or FileNotFoundError where the arguments name none."""
+    from jaxdist.agents import load_policy
+
+    if arguments.episodes < 1:
+        raise ValueError(f"--episodes must be at least 1, got {arguments.episodes}")
+    return load_policy(arguments.run_dir, step=arguments.step, run_seed=arguments.run_seed)
+
+
+def play(policy: TrainedPolicy, arguments: Arguments) -> list[float]:
     """The episodes' returns (also printed)."""
     import gymnasium as gym
 
-    from jaxdist.agents import load_policy
-
-    policy = load_policy(arguments.run_dir)
     env = gym.make(policy.env_id, render_mode="rgb_array" if arguments.video else None)
     if arguments.video:
         env = gym.wrappers.RecordVideo(env, arguments.video, episode_trigger=lambda episode: True,
@@ -67,7 +82,12 @@ def evaluate(arguments: Arguments) -> list[float]:
 
 
 def main() -> None:
-    evaluate(tyro.cli(Arguments, description=__doc__))
+    arguments = tyro.cli(Arguments, description=__doc__)
+    try:
+        policy = load(arguments)
+    except (ValueError, FileNotFoundError) as error:  # the message says what to pass instead
+        raise SystemExit(f"error: {error}") from None
+    play(policy, arguments)
 
 
 if __name__ == "__main__":

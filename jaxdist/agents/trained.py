@@ -66,14 +66,20 @@ def load_policy(run_dir: str, step: int | None = None, seed: int = 0, run_seed: 
     module = importlib.import_module(package)
     agent = module.agent(configs.from_dict(getattr(module, config_class), saved))
     anakin = agent.config.architecture == "anakin"
-    if anakin and not 0 <= run_seed < agent.config.num_seeds:
-        raise ValueError(f"{run_dir} trained {agent.config.num_seeds} seed(s); run_seed={run_seed} is not one of them")
+    seeds = agent.config.num_seeds
+    if not 0 <= run_seed < seeds:
+        raise ValueError(f"{run_dir} trained {seeds} seed(s) at once (num_seeds): run_seed must be "
+                         f"{'0' if seeds == 1 else f'0 to {seeds - 1}'}, got {run_seed}")
     logic = distributed.anakin_logic(agent) if anakin else agent.learner_logic(agent.config, agent.env)
     template = {"state": logic.init(jax.random.key(0)), "step": jnp.zeros((), jnp.int32)}
-    with Checkpointer(_learner_checkpoints(run_dir, agent)) as checkpointer:
+    no_checkpoint = FileNotFoundError(f"{run_dir} has no complete learner checkpoint yet: train longer (the learner "
+                                      f"saves every {agent.config.checkpoint_every_updates} updates and at a stop)")
+    directory = _learner_checkpoints(run_dir, agent)
+    if not os.path.isdir(directory):  # a Checkpointer would create it: reading a run must not change it
+        raise no_checkpoint
+    with Checkpointer(directory) as checkpointer:
         if checkpointer.latest_step() is None:
-            raise FileNotFoundError(f"{run_dir} has no complete learner checkpoint yet: train longer (the learner "
-                                    f"saves every {agent.config.checkpoint_every_updates} updates and at a stop)")
+            raise no_checkpoint
         restored = checkpointer.restore(template, step)
     params = logic.params(restored["state"])
     if anakin:  # its parameters carry a leading seed axis

@@ -1,0 +1,90 @@
+"""``load_policy`` and ``python -m jaxdist.evaluate`` on a run directory whose learner checkpoints
+are real Orbax saves of an (untrained) PPO state, at updates 2 and 4: a step, a seed or a
+directory with no policy is a clear error (a line, from the command), and reading a run
+changes nothing in it."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxdist import evaluate
+from jaxdist.agents import config as configs
+from jaxdist.agents import load_policy, ppo
+from jaxdist.checkpoint import Checkpointer, checkpoint_dir
+
+SAVED_STEPS = (2, 4)
+
+
+def untrained_run(run_dir: str, saved_steps: tuple[int, ...]) -> str:
+    config = ppo.PPOConfig()
+    configs.save(run_dir, "ppo", config)
+    agent = ppo.agent(config)
+    if saved_steps:
+        state = agent.learner_logic(config, agent.env).init(jax.random.key(0))
+        directory = checkpoint_dir(run_dir, agent.topology().learner.node_name)
+        with Checkpointer(directory, async_save=False) as checkpointer:
+            for step in saved_steps:
+                checkpointer.save(step, {"state": state, "step": jnp.asarray(step, jnp.int32)})
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return untrained_run(str(tmp_path_factory.mktemp("run")), SAVED_STEPS)
+
+
+def run_cli(monkeypatch: pytest.MonkeyPatch, *arguments: str) -> None:
+    monkeypatch.setattr(sys, "argv", ["python -m jaxdist.evaluate", *arguments])
+    evaluate.main()
+
+
+def test_the_policy_of_any_saved_step_is_loaded_and_acts(run_dir):
+    for step in SAVED_STEPS:
+        policy = load_policy(run_dir, step=step)
+        assert policy.step == step
+        assert policy.act(np.zeros((3, 4), np.float32)).shape == (3,)
+    assert load_policy(run_dir).step == max(SAVED_STEPS)
+
+
+def test_a_step_that_was_not_saved_names_the_saved_ones(run_dir):
+    with pytest.raises(FileNotFoundError, match="no checkpoint of step 3 in .*; the saved steps are 2, 4"):
+        load_policy(run_dir, step=3)
+
+
+def test_a_run_seed_the_run_did_not_train_is_refused_rather_than_answered_by_seed_0(run_dir):
+    with pytest.raises(ValueError, match="trained 1 seed.*run_seed must be 0, got 1"):
+        load_policy(run_dir, run_seed=1)
+
+
+def test_reading_a_run_without_checkpoints_says_so_and_creates_nothing(tmp_path):
+    run = untrained_run(str(tmp_path / "run"), saved_steps=())
+    with pytest.raises(FileNotFoundError, match="has no complete learner checkpoint yet: train longer"):
+        load_policy(run)
+    assert os.listdir(run) == [configs.CONFIG_FILE]
+
+
+def test_the_command_plays_the_step_it_is_given(run_dir, monkeypatch, capsys):
+    run_cli(monkeypatch, run_dir, "--step", "2", "--episodes", "2")
+    out = capsys.readouterr().out
+    assert out.count("episode ") == 2 and "ppo on CartPole-v1 at update 2: mean return" in out, out
+
+
+@pytest.mark.parametrize("arguments, error", [
+    (("--step", "3"), "error: no checkpoint of step 3 in .*; the saved steps are 2, 4"),
+    (("--run-seed", "1"), "error: .* trained 1 seed.*run_seed must be 0, got 1"),
+    (("--episodes", "0"), "error: --episodes must be at least 1, got 0"),
+])
+def test_the_command_answers_arguments_that_name_no_policy_with_one_line(run_dir, monkeypatch, arguments, error):
+    with pytest.raises(SystemExit, match=error):
+        run_cli(monkeypatch, run_dir, *arguments)
+
+
+def test_the_command_answers_a_directory_that_is_no_run_with_one_line(tmp_path, monkeypatch):
+    with pytest.raises(SystemExit, match=f"error: {tmp_path} has no config.json: is it the run directory"):
+        run_cli(monkeypatch, str(tmp_path))
