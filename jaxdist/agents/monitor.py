@@ -329,10 +329,7 @@ class Monitor:
         return max(steps, default=None)
 
     def summary(self) -> dict[str, Any]:
-        steady = None  # from the first update to the last env step (the stop is not acting time)
-        if self._first_update is not None:
-            (t0, s0), (t1, s1) = self._first_update, self._last_acting
-            steady = (s1 - s0) / (t1 - t0) if t1 > t0 else None
+        steady = None if self._first_update is None else steady_rate(self._first_update, self._last_acting)
         return {
             "agent": self.agent.name, "env_id": self.config.env_id, "seed": self.config.seed,
             "target_return": self.config.target_return,
@@ -403,6 +400,15 @@ class _Watched:
     since: int = 0  # the next of its episodes to fetch
     steps: int = 0  # its env steps as last reported
     earlier: int = 0  # env steps of its earlier lives (a restarted actor counts afresh)
+
+
+def steady_rate(first_update: tuple[float, int], last_acting: tuple[float, int]) -> float | None:
+    """Env steps/s from the first update seen to the last env step, as (time, env steps) pairs
+    (start-up and the stop are not acting time); None where no env step came after the first
+    update was seen (a run shorter than a poll, or an Anakin run whose every update landed
+    between two polls): there is no steady rate to report, which is not a rate of 0."""
+    (t0, s0), (t1, s1) = first_update, last_acting
+    return (s1 - s0) / (t1 - t0) if t1 > t0 and s1 > s0 else None
 
 
 def plot_learning_curve(run_dir: str, title: str, target: float | None) -> None:
