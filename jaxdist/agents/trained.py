@@ -1,5 +1,6 @@
 """Acting with a trained policy: ``load_policy(run_dir)`` rebuilds an agent from the config saved
-in its run directory and restores the latest learner checkpoint, outside any program.
+in its run directory and restores the latest learner checkpoint (ES: the master's mean
+parameters), outside any program.
 
     policy = jaxdist.agents.load_policy("runs/ppo-cartpole-seed0")
     actions = policy.act(observations)            # a batch in, a batch out (deterministic)
@@ -17,24 +18,26 @@ from jaxdist.agents import config as configs
 from jaxdist.agents import distributed
 
 AGENTS = {"ppo": ("jaxdist.agents.ppo", "PPOConfig"), "impala": ("jaxdist.agents.impala", "IMPALAConfig"),
-          "apex": ("jaxdist.agents.apex", "ApexConfig")}
+          "apex": ("jaxdist.agents.apex", "ApexConfig"), "es": ("jaxdist.agents.es", "ESConfig")}
 """Agent name (as saved in ``config.json``) -> (its package, its config class)."""
 
 
 class TrainedPolicy:
     """A trained agent's policy at one checkpoint: ``act(observations)`` for a batch of
     observations (``(N, *obs_shape)``) returns ``N`` actions; ``deterministic=False`` samples
-    (or explores) as actor 0 did."""
+    (or explores) as actor 0 did (ES's policy is deterministic either way: it explores in
+    parameter space). ``policies`` are the actors' policy callables, by ``deterministic``."""
 
-    def __init__(self, agent: Any, params: Any, step: int, seed: int = 0) -> None:
+    def __init__(self, agent: Any, params: Any, step: int, policies: dict[bool, Any], obs_shape: tuple[int, ...],
+                 seed: int = 0) -> None:
         import jax
 
         from jaxdist.nodes.actor import jitted_step
 
         self.agent, self.config, self.step = agent, agent.config, step
         self._params = jax.device_put(params)
-        self._steps = {True: jitted_step(agent.policy(agent.config, agent.env, None)),
-                       False: jitted_step(agent.policy(agent.config, agent.env, 0))}
+        self._steps = {deterministic: jitted_step(policy) for deterministic, policy in policies.items()}
+        self._obs_shape = tuple(obs_shape)
         self._key = jax.random.key_data(jax.random.key(seed))
 
     @property
@@ -43,8 +46,8 @@ class TrainedPolicy:
 
     def act(self, observations: Any, deterministic: bool = True) -> np.ndarray:
         observations = np.asarray(observations)
-        if observations.shape[1:] != tuple(self.agent.env.obs_shape):
-            raise ValueError(f"act() takes a batch of observations shaped (N, {', '.join(map(str, self.agent.env.obs_shape))})"
+        if observations.shape[1:] != self._obs_shape:
+            raise ValueError(f"act() takes a batch of observations shaped (N, {', '.join(map(str, self._obs_shape))})"
                              f" for {self.env_id}; got {observations.shape} (add a leading axis for one observation)")
         self._key, action, _ = self._steps[deterministic](self._params, observations, self._key)
         return np.asarray(action)
@@ -54,37 +57,64 @@ def load_policy(run_dir: str, step: int | None = None, seed: int = 0, run_seed: 
     """The policy of the run in ``run_dir``: its saved config, its learner's latest checkpoint
     (or ``step``); of a run of several seeds at once (``num_seeds``), seed ``run_seed``'s.
     ``seed`` seeds the sampling of ``act(..., deterministic=False)``."""
-    import jax
-    import jax.numpy as jnp
-
-    from jaxdist.checkpoint import Checkpointer
-
     name, saved = configs.load(run_dir)
     if name not in AGENTS:
         raise ValueError(f"{run_dir} was trained by agent {name!r}; load_policy knows {', '.join(AGENTS)}")
     package, config_class = AGENTS[name]
     module = importlib.import_module(package)
     agent = module.agent(configs.from_dict(getattr(module, config_class), saved))
-    anakin = agent.config.architecture == "anakin"
-    seeds = agent.config.num_seeds
+    seeds = getattr(agent.config, "num_seeds", 1)  # ES trains one
     if not 0 <= run_seed < seeds:
         raise ValueError(f"{run_dir} trained {seeds} seed(s) at once (num_seeds): run_seed must be "
                          f"{'0' if seeds == 1 else f'0 to {seeds - 1}'}, got {run_seed}")
+    if name == "es":
+        return _es_policy(run_dir, agent, step, seed)
+    return _learner_policy(run_dir, agent, step, seed, run_seed)
+
+
+def _learner_policy(run_dir: str, agent: Any, step: int | None, seed: int, run_seed: int) -> TrainedPolicy:
+    """An actor-learner agent's: the learner's published parameters, the actors' policy."""
+    import jax
+    import jax.numpy as jnp
+
+    anakin = agent.config.architecture == "anakin"
     logic = distributed.anakin_logic(agent) if anakin else agent.learner_logic(agent.config, agent.env)
-    template = {"state": logic.init(jax.random.key(0)), "step": jnp.zeros((), jnp.int32)}
+    restored = _restore(run_dir, agent, {"state": logic.init(jax.random.key(0)), "step": jnp.zeros((), jnp.int32)}, step,
+                        f"{agent.config.checkpoint_every_updates} updates")
+    params = logic.params(restored["state"])
+    if anakin:  # its parameters carry a leading seed axis
+        params = jax.tree.map(lambda leaf: leaf[run_seed], params)
+    policies = {deterministic: agent.policy(agent.config, agent.env, None if deterministic else 0)
+                for deterministic in (True, False)}
+    return TrainedPolicy(agent, params, int(restored["step"]), policies, agent.env.obs_shape, seed)
+
+
+def _es_policy(run_dir: str, agent: Any, step: int | None, seed: int) -> TrainedPolicy:
+    """ES's: the master's mean parameters, played greedily by its flat-vector MLP."""
+    from jaxdist.agents.es import search
+
+    rollouts = search.Rollouts(agent.config)
+    restored = _restore(run_dir, agent, search.initial_state(agent.config, rollouts.policy), step,
+                        f"{agent.config.checkpoint_every_generations} generations")
+    policy = rollouts.policy
+    return TrainedPolicy(agent, restored["theta"], int(restored["generation"]), {True: policy, False: policy},
+                         (rollouts.dynamics.obs_size,), seed)
+
+
+def _restore(run_dir: str, agent: Any, template: Any, step: int | None, every: str) -> Any:
+    """The learner's checkpoint of ``step`` (default: the latest), shaped as ``template``; the
+    learner saves every ``every`` ("10 updates")."""
+    from jaxdist.checkpoint import Checkpointer
+
     no_checkpoint = FileNotFoundError(f"{run_dir} has no complete learner checkpoint yet: train longer (the learner "
-                                      f"saves every {agent.config.checkpoint_every_updates} updates and at a stop)")
+                                      f"saves every {every} and at a stop)")
     directory = _learner_checkpoints(run_dir, agent)
     if not os.path.isdir(directory):  # a Checkpointer would create it: reading a run must not change it
         raise no_checkpoint
     with Checkpointer(directory) as checkpointer:
         if checkpointer.latest_step() is None:
             raise no_checkpoint
-        restored = checkpointer.restore(template, step)
-    params = logic.params(restored["state"])
-    if anakin:  # its parameters carry a leading seed axis
-        params = jax.tree.map(lambda leaf: leaf[run_seed], params)
-    return TrainedPolicy(agent, params, int(restored["step"]), seed)
+        return checkpointer.restore(template, step)
 
 
 def _learner_checkpoints(run_dir: str, agent: Any) -> str:

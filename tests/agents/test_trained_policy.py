@@ -88,3 +88,38 @@ def test_the_command_answers_arguments_that_name_no_policy_with_one_line(run_dir
 def test_the_command_answers_a_directory_that_is_no_run_with_one_line(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match=f"error: {tmp_path} has no config.json: is it the run directory"):
         run_cli(monkeypatch, str(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def es_run_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, np.ndarray]:
+    """An ES run one generation in (a real update from made-up fitness), saved by the master's
+    own Search: its run directory and its mean parameters."""
+    from jaxdist.agents import es
+    from jaxdist.agents.es.search import Rollouts, Search
+
+    run = str(tmp_path_factory.mktemp("es-run"))
+    config = es.ESConfig()
+    configs.save(run, "es", config)
+    search = Search(config, Rollouts(config).policy, checkpoint_dir(run, es.agent(config).topology().learner.node_name))
+    search.step(search.seeds(), np.random.default_rng(0).normal(size=(config.pairs, 2)), env_steps=1_000)
+    search.save()
+    search.close()
+    return run, np.asarray(search.theta)
+
+
+def test_an_es_run_gives_the_policy_of_its_mean_parameters(es_run_dir):
+    from jaxdist.agents.es.policy import Policy
+    from jaxdist.jax_envs import jax_env
+
+    run, theta = es_run_dir
+    policy = load_policy(run)
+    observations = np.random.default_rng(1).normal(size=(5, 4)).astype(np.float32)
+    expected = np.asarray(jax.vmap(Policy.for_env(jax_env("CartPole-v1"), (32, 32)).act, (None, 0))(theta, observations))
+    assert policy.step == 1 and policy.env_id == "CartPole-v1"
+    np.testing.assert_array_equal(policy.act(observations), expected)
+    np.testing.assert_array_equal(policy.act(observations, deterministic=False), expected)  # ES acts greedily
+
+
+def test_the_command_plays_an_es_run(es_run_dir, monkeypatch, capsys):
+    run_cli(monkeypatch, es_run_dir[0], "--episodes", "1")
+    assert "es on CartPole-v1 at update 1: mean return" in capsys.readouterr().out

@@ -47,6 +47,11 @@ class Policy:
             pieces += [scale * jax.random.normal(layer_key, (fan_in * fan_out,)), jnp.zeros(fan_out)]
         return jnp.concatenate(pieces)
 
+    def __call__(self, params: jax.Array, obs: jax.Array, key: jax.Array) -> tuple[jax.Array, dict]:
+        """The actors' policy signature (``jaxdist.nodes.actor``): a batch of observations ->
+        their actions and no extras; the key is unused."""
+        return jax.vmap(self.act, (None, 0))(params, obs), {}
+
     def act(self, params: jax.Array, obs: jax.Array) -> jax.Array:
         """The action for one observation (``vmap`` it for batches)."""
         x, offset = obs.astype(params.dtype), 0

@@ -32,8 +32,7 @@ TRAIN, EVAL = 0, 1  # the two streams of start states (learning.episode_keys' pu
 def episodes(policy: Policy, dynamics: JaxEnv, params: jax.Array, keys: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Returns and lengths, both ``[P, E]``, of ``params[p]`` (``[P, D]``) in the episodes that
     start from ``reset(keys[e])``: every parameter vector meets the same start states."""
-    act = lambda theta, obs, key: (jax.vmap(policy.act, (None, 0))(theta, obs), {})  # noqa: E731
-    return jax.vmap(lambda theta: jax_rollout.episodes(act, dynamics, theta, keys, jax.random.key(0)))(params)
+    return jax.vmap(lambda theta: jax_rollout.episodes(policy, dynamics, theta, keys, jax.random.key(0)))(params)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
@@ -72,15 +71,26 @@ class Rollouts:
         return np.asarray(returns[0])
 
 
+def initial_state(config: ESConfig, policy: Policy) -> dict[str, Any]:
+    """What the master checkpoints, before the first generation: the mean parameters, the
+    optimizer's state, the generation and the env steps (the template a checkpoint restores into)."""
+    theta = policy.init(jax.random.key(config.seed))
+    return {"theta": theta, "opt_state": _optimizer(config).init(theta), "generation": 0, "env_steps": 0}
+
+
+def _optimizer(config: ESConfig) -> Any:
+    return learning.optimizer(config.optimizer, config.learning_rate, config.weight_decay, config.momentum)
+
+
 class Search:
     """Mean parameters and optimizer state, advanced one generation at a time; restored from
     ``checkpoint_directory`` when it holds a checkpoint (whose step is the generation)."""
 
     def __init__(self, config: ESConfig, policy: Policy, checkpoint_directory: str) -> None:
         self.config = config
-        self._tx = learning.optimizer(config.optimizer, config.learning_rate, config.weight_decay, config.momentum)
-        self.theta = policy.init(jax.random.key(config.seed))
-        self.opt_state = self._tx.init(self.theta)
+        self._tx = _optimizer(config)
+        initial = initial_state(config, policy)
+        self.theta, self.opt_state = initial["theta"], initial["opt_state"]
         self.generation, self.env_steps = 0, 0
         self._checkpointer = Checkpointer(checkpoint_directory, save_every_steps=config.checkpoint_every_generations,
                                           keep=2)
