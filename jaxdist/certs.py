@@ -103,7 +103,13 @@ def main(argv: list[str] | None = None) -> None:
     bad = [host for host in hosts if "/" in host or host.startswith(".")]
     if not hosts or bad:
         parser.error(f"--hosts takes host names or addresses separated by commas; got {args.hosts!r}")
-    for path in make(args.directory, hosts, args.days):
+    if args.days < 1:
+        parser.error(f"--days must be at least 1 (certificates of {args.days} days are never valid)")
+    try:
+        written = make(args.directory, hosts, args.days)
+    except OSError as error:  # a directory that cannot be made or written
+        parser.error(f"cannot write the certificates into {args.directory}: {error.strerror or error}")
+    for path in written:
         print(path)
 
 

@@ -99,3 +99,23 @@ def test_the_environment_names_the_credentials_and_a_missing_file_says_how_to_ma
         from_environment({TLS_DIR_ENV: ca_dir})
     with pytest.raises(FileNotFoundError, match=r"python -m jaxdist.certs .* --hosts m9"):
         TLS.load(ca_dir, "m9")
+
+
+@pytest.mark.parametrize("arguments, error", [
+    (["--hosts", "m0", "--days", "0"], "--days must be at least 1"),
+    (["--hosts", ","], "--hosts takes host names or addresses separated by commas"),
+])
+def test_the_command_refuses_certificates_that_could_never_be_used(tmp_path, capsys, arguments, error):
+    with pytest.raises(SystemExit) as exit_:
+        certs.main([str(tmp_path / "run"), *arguments])
+    assert exit_.value.code == 2 and error in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_the_command_says_which_directory_it_cannot_write_into(tmp_path, capsys):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    with pytest.raises(SystemExit) as exit_:
+        certs.main([str(blocked / "run"), "--hosts", "m0"])
+    assert exit_.value.code == 2
+    assert f"cannot write the certificates into {blocked / 'run'}: Not a directory" in capsys.readouterr().err
