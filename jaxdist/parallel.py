@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
-from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import AxisType, Mesh, NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
 PyTree = Any
@@ -165,6 +165,13 @@ class DataParallel:
         return jax.tree.map(
             lambda x: jax.device_put(jnp.broadcast_to(x, (n, *jnp.shape(x))), self._local_split),
             tree)
+
+    def restore_layout(self, template: PyTree) -> PyTree:
+        """Shapes and dtypes of ``template`` (arrays or ``jax.ShapeDtypeStruct``s) placed where a
+        checkpoint is restored for the step: replicated under jit; under pmap on this process's
+        first device, for ``replicate`` to copy to every device."""
+        sharding = self._replicated if self.mode == "jit" else SingleDeviceSharding(self.mesh.local_mesh.devices.flat[0])
+        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), x.dtype, sharding=sharding), template)
 
     def _replicate_leaf(self, x: Any) -> jax.Array:
         fresh = jnp.copy(x)

@@ -79,8 +79,8 @@ def _learner_policy(run_dir: str, agent: Any, step: int | None, seed: int, run_s
 
     anakin = agent.config.architecture == "anakin"
     logic = distributed.anakin_logic(agent) if anakin else agent.learner_logic(agent.config, agent.env)
-    restored = _restore(run_dir, agent, {"state": logic.init(jax.random.key(0)), "step": jnp.zeros((), jnp.int32)}, step,
-                        f"{agent.config.checkpoint_every_updates} updates")
+    template = jax.eval_shape(lambda: {"state": logic.init(jax.random.key(0)), "step": jnp.zeros((), jnp.int32)})
+    restored = _restore(run_dir, agent, template, step, f"{agent.config.checkpoint_every_updates} updates")
     params = logic.params(restored["state"])
     if anakin:  # its parameters carry a leading seed axis
         params = jax.tree.map(lambda leaf: leaf[run_seed], params)

@@ -18,6 +18,7 @@ import jaxdist as jd
 import learner_nodes as ln
 from jaxdist import courier
 from jaxdist.checkpoint import Checkpointer, checkpoint_dir
+from jaxdist.learner_logic import LearnerLogic
 from jaxdist.metrics import read_metrics
 from jaxdist.nodes.learner import Learner, ReplaySource
 from jaxdist.nodes.parameter_server import MAX_WAIT
@@ -284,6 +285,32 @@ def test_a_resumed_run_seeks_its_source_and_ends_where_an_uninterrupted_one_does
     assert resumed["version"] == uninterrupted["version"] == 15
     for name in uninterrupted["params"]:
         np.testing.assert_array_equal(resumed["params"][name], uninterrupted["params"][name])
+
+
+def test_a_restoring_learner_never_runs_init_its_checkpoint_is_the_state(tmp_path):
+    """A fresh state is only the restore's template: traced for its shapes, never compiled or
+    run (a restart serves sooner by that much)."""
+    runs = []
+
+    def counted_init(rng: jax.Array) -> dict:
+        jax.debug.callback(lambda: runs.append(1))
+        return ln.init(rng)
+
+    def make(max_steps: int) -> Learner:
+        return Learner(LearnerLogic(init=counted_init, update=ln.clean_update), ln.RegressionBatches(),
+                       max_steps=max_steps, metrics=False, run_dir=str(tmp_path), name="learner/0",
+                       checkpoint={"save_every_steps": 5, "async_save": False})
+
+    first = make(5)
+    first.run()
+    saved = first.get()
+    first.close()
+    assert len(runs) == 1
+    restored = make(10)
+    assert restored.restored_step == 5 and len(runs) == 1
+    for name, value in saved["params"].items():
+        np.testing.assert_array_equal(restored.get()["params"][name], value)
+    restored.close()
 
 
 def test_learner_logic_and_options_are_checked_with_clear_messages(tmp_path):
