@@ -26,7 +26,7 @@ class Arguments:
     """A run directory, e.g. runs/ppo-cartpole-seed0."""
     episodes: int = 10
     step: int | None = None
-    """Play the checkpoint of this learner update (default: the latest)."""
+    """Play the checkpoint of this learner update (ES: generation; default: the latest)."""
     run_seed: int = 0
     """Of a run that trained several seeds at once (--num-seeds), this seed's policy."""
     video: str | None = None
