@@ -8,6 +8,7 @@ parameters), outside any program.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from typing import Any
@@ -75,11 +76,12 @@ def load_policy(run_dir: str, step: int | None = None, seed: int = 0, run_seed: 
 def _learner_policy(run_dir: str, agent: Any, step: int | None, seed: int, run_seed: int) -> TrainedPolicy:
     """An actor-learner agent's: the learner's published parameters, the actors' policy."""
     import jax
-    import jax.numpy as jnp
+
+    from jaxdist.nodes.learner import initial_state
 
     anakin = agent.config.architecture == "anakin"
     logic = distributed.anakin_logic(agent) if anakin else agent.learner_logic(agent.config, agent.env)
-    template = jax.eval_shape(lambda: {"state": logic.init(jax.random.key(0)), "step": jnp.zeros((), jnp.int32)})
+    template = jax.eval_shape(functools.partial(initial_state, logic), jax.random.key(0))
     restored = _restore(run_dir, agent, template, step, f"{agent.config.checkpoint_every_updates} updates")
     params = logic.params(restored["state"])
     if anakin:  # its parameters carry a leading seed axis

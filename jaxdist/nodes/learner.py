@@ -39,6 +39,7 @@ The callables must pickle to reach a process: module-level functions, or datacla
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import queue
 import threading
@@ -218,7 +219,7 @@ class Learner:
 
         init_key, update_key = jax.random.split(jax.random.key(seed))
         self.restored_step = self._ckpt.latest_step() if self._ckpt is not None else None
-        self._train = (self._dp.replicate(self._fresh(init_key)) if self.restored_step is None
+        self._train = (self._dp.replicate(initial_state(logic, init_key)) if self.restored_step is None
                        else self._restore(init_key))
         self._step = int(jax.device_get(self._dp.unreplicate(self._train["step"])))
         key_data = jax.random.key_data(update_key)
@@ -392,14 +393,11 @@ class Learner:
         # pmap state is stacked per device: save one copy, so any device count can restore it.
         return self._train if self._dp.mode == "jit" else self._dp.unreplicate(self._train)
 
-    def _fresh(self, init_key: jax.Array) -> PyTree:
-        return {"state": self._logic.init(init_key), "step": jnp.zeros((), jnp.int32)}
-
     def _restore(self, init_key: jax.Array) -> PyTree:
         """The latest checkpoint, in the step's layout. A fresh state is only its template, so
         it is traced, not made (``eval_shape``: 0.2 s where compiling and running ``init`` took
         0.6-0.9 s on this 2-core CPU): a restart serves that much sooner."""
-        template = self._dp.restore_layout(jax.eval_shape(self._fresh, init_key))
+        template = self._dp.restore_layout(jax.eval_shape(functools.partial(initial_state, self._logic), init_key))
         restored = self._ckpt.restore(template)
         return restored if self._dp.mode == "jit" else self._dp.replicate(restored)
 
@@ -493,6 +491,12 @@ DISTRIBUTED_DEFAULTS = {"heartbeat_timeout_seconds": 10, "initialization_timeout
 collective; the coordination service's heartbeat then aborts them (JAX's default waits 100 s)
 and the supervisor restarts the whole group from its checkpoint. Override with
 ``JAXDIST_HEARTBEAT_TIMEOUT`` (seconds)."""
+
+
+def initial_state(logic: LearnerLogic, init_key: jax.Array) -> PyTree:
+    """What a learner checkpoints, before its first step: its state and step. A restore (the
+    learner's, ``load_policy``'s) needs only its shapes: ``jax.eval_shape`` of this."""
+    return {"state": logic.init(init_key), "step": jnp.zeros((), jnp.int32)}
 
 
 def _distributed_arguments(distributed: Mapping[str, Any] | str) -> dict[str, Any]:

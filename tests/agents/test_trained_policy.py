@@ -17,6 +17,7 @@ from jaxdist import evaluate
 from jaxdist.agents import config as configs
 from jaxdist.agents import load_policy, ppo
 from jaxdist.checkpoint import Checkpointer, checkpoint_dir
+from jaxdist.nodes.learner import initial_state
 
 SAVED_STEPS = (2, 4)
 
@@ -26,11 +27,11 @@ def untrained_run(run_dir: str, saved_steps: tuple[int, ...]) -> str:
     configs.save(run_dir, "ppo", config)
     agent = ppo.agent(config)
     if saved_steps:
-        state = agent.learner_logic(config, agent.env).init(jax.random.key(0))
+        fresh = initial_state(agent.learner_logic(config, agent.env), jax.random.key(0))
         directory = checkpoint_dir(run_dir, agent.topology().learner.node_name)
         with Checkpointer(directory, async_save=False) as checkpointer:
             for step in saved_steps:
-                checkpointer.save(step, {"state": state, "step": jnp.asarray(step, jnp.int32)})
+                checkpointer.save(step, {**fresh, "step": jnp.asarray(step, jnp.int32)})
     return run_dir
 
 

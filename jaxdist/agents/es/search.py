@@ -89,16 +89,14 @@ class Search:
     def __init__(self, config: ESConfig, policy: Policy, checkpoint_directory: str) -> None:
         self.config = config
         self._tx = _optimizer(config)
-        initial = initial_state(config, policy)
-        self.theta, self.opt_state = initial["theta"], initial["opt_state"]
-        self.generation, self.env_steps = 0, 0
         self._checkpointer = Checkpointer(checkpoint_directory, save_every_steps=config.checkpoint_every_generations,
                                           keep=2)
         self.restored_generation = self._checkpointer.latest_step() or 0
+        state = initial_state(config, policy)
         if self.restored_generation:
-            state = self._checkpointer.restore(self._state())
-            self.theta, self.opt_state = state["theta"], state["opt_state"]
-            self.generation, self.env_steps = int(state["generation"]), int(state["env_steps"])
+            state = self._checkpointer.restore(state)
+        self.theta, self.opt_state = state["theta"], state["opt_state"]
+        self.generation, self.env_steps = int(state["generation"]), int(state["env_steps"])
 
     def seeds(self) -> np.ndarray:
         return learning.generation_seeds(self.config.seed, self.generation, self.config.pairs)
