@@ -86,10 +86,18 @@ def envpool_installed() -> bool:
     return importlib.util.find_spec("envpool") is not None
 
 
+def backend_unavailable(backend: str) -> str | None:
+    """Why ``backend`` cannot run here, said as what to install; None when it can."""
+    if backend == "envpool" and not envpool_installed():
+        return "env backend 'envpool' needs EnvPool, which is not installed: pip install envpool (Linux, Python <= 3.11)"
+    return None
+
+
 def resolve_backend(env_id: str, backend: str = "auto") -> str:
     """The backend ``auto`` picks for ``env_id`` (or ``backend`` itself, checked)."""
-    if backend == "envpool" and not envpool_installed():
-        raise ImportError("backend='envpool' needs EnvPool: pip install envpool (Linux, Python <= 3.11)")
+    missing = backend_unavailable(backend)
+    if missing:
+        raise ImportError(missing)
     if backend != "auto":
         return backend
     import gymnasium as gym

@@ -21,6 +21,8 @@ from typing import Annotated, Any, Literal
 
 from jaxdist.agents import config as configs
 from jaxdist.agents.config import AgentConfig, Presets
+from jaxdist.launch.output import log_path
+from jaxdist.launch.running import NodeFailedError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +92,9 @@ def parse(config_type: type[AgentConfig], presets: Presets, description: str | N
 
 def prepare_run_dir(run_dir: str, agent: str, config: AgentConfig, run: RunOptions) -> None:
     """Start over on ``--fresh``; on a resume, refuse a config that differs from the saved one
-    unless ``--allow-config-change``."""
+    unless ``--allow-config-change``. Then save the config this launch runs (its learner saves
+    it again as it starts), so that a launch that fails before then still leaves a run directory
+    that resumes, and that ``--fresh`` recognises as a run."""
     saved_file = os.path.join(run_dir, configs.CONFIG_FILE)
     if run.fresh:
         if os.path.exists(run_dir) and not os.path.exists(saved_file) \
@@ -98,9 +102,12 @@ def prepare_run_dir(run_dir: str, agent: str, config: AgentConfig, run: RunOptio
             raise SystemExit(f"--fresh deletes the run directory, but {run_dir} holds no jaxdist run "
                              f"(no {configs.CONFIG_FILE}): choose another --run-dir")
         shutil.rmtree(run_dir, ignore_errors=True)
-        return
-    if not os.path.exists(saved_file) or run.allow_config_change:
-        return
+    elif os.path.exists(saved_file) and not run.allow_config_change:
+        _refuse_another_config(run_dir, agent, config)
+    configs.save(run_dir, agent, config)
+
+
+def _refuse_another_config(run_dir: str, agent: str, config: AgentConfig) -> None:
     saved_agent, saved = configs.load(run_dir)
     changed = configs.differences(saved, config) if saved_agent == agent else {"agent": (saved_agent, agent)}
     changed.pop("stop_at_target", None)  # when to stop is not what is learned
@@ -127,11 +134,23 @@ def main(agent: str, config_type: type[AgentConfig], presets: Presets, make_agen
     launch_options = run.launch_options()
     if run.launcher == "ray":  # groups go to hosts as under multihost, a host being a Ray node
         launch_options = {**(launch_options or {}), "placement": built.topology().placement}
-    summary = train(built, launcher=run.launcher, run_dir=run_dir, start_time=start_time,
-                    compilation_cache=os.path.expanduser(run.compilation_cache) or None, echo=not run.quiet,
-                    track=run.track, launch_options=launch_options)
+    try:
+        summary = train(built, launcher=run.launcher, run_dir=run_dir, start_time=start_time,
+                        compilation_cache=os.path.expanduser(run.compilation_cache) or None, echo=not run.quiet,
+                        track=run.track, launch_options=launch_options)
+    except NodeFailedError as failure:
+        raise SystemExit(f"error: {failure_summary(failure, run_dir)}") from None
     report(summary, run_dir)
     return summary
+
+
+def failure_summary(failure: NodeFailedError, run_dir: str) -> str:
+    """One line for a node that failed past its restarts: what happened, the exception it
+    ended with, and where its whole traceback is (the nodes' output above has it too, unless
+    --quiet). The launching process's own stack would only bury it."""
+    lines = [line.strip() for line in failure.details.splitlines() if line.strip()] or ["no details"]
+    what = [] if lines[0].startswith("Traceback") or len(lines) == 1 else [lines[0]]
+    return f"node '{failure.node_name}' failed: {' '.join([*what, lines[-1]])} (its log: {log_path(run_dir, failure.node_name)})"
 
 
 def report(summary: dict[str, Any], run_dir: str) -> None:

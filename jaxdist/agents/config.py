@@ -10,11 +10,58 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from jaxdist.envs import backend_unavailable
+
 CONFIG_FILE = "config.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """The values a numeric field admits, written as its error message states them."""
+
+    low: float
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+
+    def admits(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below  # NaN admits neither
+
+    def __str__(self) -> str:
+        if self.high == math.inf:
+            return f"{'>' if self.low_open else '>='} {_number(self.low)}"
+        return (f"in {'(' if self.low_open else '['}{_number(self.low)}, {_number(self.high)}"
+                f"{')' if self.high_open else ']'}")
+
+
+AT_LEAST_ONE = Bound(1)
+NON_NEGATIVE = Bound(0)
+POSITIVE = Bound(0, low_open=True)
+UNIT_INTERVAL = Bound(0, 1)
+SEED = Bound(0, 2**32 - 1)
+
+
+def check_bounds(config: Any, bounds: Mapping[str, Bound]) -> None:
+    """Refuse the first field outside its bound, by name: a hyperparameter out of range trains
+    nonsense or crashes nodes over and over, so it is refused before anything starts. A field
+    that is None keeps its own meaning (a default); a tuple's every element is checked."""
+    for name, bound in bounds.items():
+        value = getattr(config, name)
+        values = () if value is None else value if isinstance(value, tuple) else (value,)
+        if not all(bound.admits(element) for element in values):
+            each = " each" if isinstance(value, tuple) else ""
+            raise ValueError(f"{name} must be {bound}{each}, got {value!r}")
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,11 +130,16 @@ class AgentConfig:
         if self.num_seeds > 1 and self.architecture != "anakin":
             raise ValueError(f"num_seeds={self.num_seeds} trains seeds vmapped inside one learner: it needs "
                              f"--architecture anakin (or launch one run per seed)")
-        for name in ("num_seeds", "num_actors", "envs_per_actor", "trajectory_length", "total_steps", "eval_every_updates",
-                     "eval_episodes", "learner_hosts", "learner_steps_per_call", "publish_every_updates",
-                     "max_in_flight", "checkpoint_every_updates", "log_every_updates"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_bounds(self, {
+            **dict.fromkeys(("num_seeds", "num_actors", "envs_per_actor", "trajectory_length", "total_steps",
+                             "eval_every_updates", "eval_episodes", "learner_hosts", "learner_steps_per_call",
+                             "publish_every_updates", "max_in_flight", "checkpoint_every_updates",
+                             "log_every_updates", "hidden"), AT_LEAST_ONE),
+            **dict.fromkeys(("learner_prefetch", "param_refresh_seconds", "max_send_wait"), NON_NEGATIVE),
+            "seed": SEED, "replay_checkpoint_seconds": POSITIVE})
+        missing = backend_unavailable(self.env_backend)
+        if missing:
+            raise ValueError(missing)
         if self.num_actors % self.learner_hosts:
             raise ValueError(f"learner_hosts ({self.learner_hosts}) must divide num_actors ({self.num_actors}): "
                              f"each host's learner learns from its own actors' share; pass e.g. "
@@ -96,8 +148,6 @@ class AgentConfig:
             raise ValueError(f"learner_hosts ({self.learner_hosts}) must divide the batch ({self.batch_size})")
         if self.stop_at_target and self.target_return is None:
             raise ValueError(f"stop_at_target needs a target_return: {self.env_id} has no preset one")
-        if self.replay_checkpoint_seconds is not None and not self.replay_checkpoint_seconds > 0:
-            raise ValueError(f"replay_checkpoint_seconds must be > 0 or None, got {self.replay_checkpoint_seconds}")
 
     @property
     def batch_size(self) -> int:
@@ -154,7 +204,7 @@ def save(run_dir: str, agent: str, config: AgentConfig) -> None:
     """``<run_dir>/config.json``: the agent's name and its resolved config. Written whole, through
     a file of this process's own: every host of a multihost run saves it into one shared
     directory, and with one temporary name a host's replace could take another's file away."""
-    os.makedirs(run_dir, exist_ok=True)
+    os.makedirs(run_dir, mode=0o700, exist_ok=True)  # as launchers make run directories: the owner's alone
     path = os.path.join(run_dir, CONFIG_FILE)
     staged = f"{path}.{os.getpid()}.tmp"
     with open(staged, "w") as f:

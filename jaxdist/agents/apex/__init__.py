@@ -13,7 +13,8 @@ import math
 import jaxdist as jd
 from jaxdist.agents import distributed
 from jaxdist.agents.apex import acting
-from jaxdist.agents.config import AgentConfig, Presets
+from jaxdist.agents.config import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, AgentConfig, Bound, Presets,
+                                   check_bounds)
 from jaxdist.spaces import env_info
 
 
@@ -89,16 +90,19 @@ class ApexConfig(AgentConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("n_step", "batch_size", "target_update_period"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0 < self.gamma <= 1:
-            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
+        if self.architecture != "sebulba":
+            raise ValueError(f"architecture {self.architecture!r} learns on-policy from the envs it plays; Ape-X "
+                             f"learns from a replay of transitions: use --architecture sebulba")
+        check_bounds(self, {
+            **dict.fromkeys(("n_step", "batch_size", "target_update_period"), AT_LEAST_ONE),
+            **dict.fromkeys(("learning_rate", "adam_eps", "max_grad_norm", "huber_delta", "samples_per_insert"),
+                            POSITIVE),
+            **dict.fromkeys(("base_epsilon", "importance_exponent"), UNIT_INTERVAL),
+            **dict.fromkeys(("epsilon_alpha", "priority_exponent"), NON_NEGATIVE),
+            "gamma": Bound(0, 1, low_open=True)})
         if not self.batch_size <= self.min_replay <= self.replay_size:
             raise ValueError(f"need batch_size ({self.batch_size}) <= min_replay ({self.min_replay}) <= "
                              f"replay_size ({self.replay_size})")
-        if self.samples_per_insert <= 0:
-            raise ValueError(f"samples_per_insert must be > 0, got {self.samples_per_insert}")
 
     @property
     def transitions_per_send(self) -> int:

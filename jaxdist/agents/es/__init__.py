@@ -21,7 +21,7 @@ import dataclasses
 from typing import Literal
 
 import jaxdist as jd
-from jaxdist.agents.config import Presets
+from jaxdist.agents.config import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, SEED, Bound, Presets, check_bounds
 from jaxdist.agents.distributed import Topology, env_slug
 from jaxdist.agents.es.nodes import Master, Worker
 
@@ -95,17 +95,17 @@ class ESConfig:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
         object.__setattr__(self, "hidden", tuple(self.hidden))
-        for name in ("num_workers", "population", "pairs_per_task", "episodes_per_member", "total_steps",
-                     "eval_episodes", "checkpoint_every_generations"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_bounds(self, {
+            **dict.fromkeys(("num_workers", "population", "pairs_per_task", "episodes_per_member", "total_steps",
+                             "eval_episodes", "checkpoint_every_generations", "hidden"), AT_LEAST_ONE),
+            **dict.fromkeys(("sigma", "learning_rate", "task_timeout", "backup_after", "unavailable_timeout"),
+                            POSITIVE),
+            "seed": SEED, "momentum": Bound(0, 1, high_open=True), "weight_decay": NON_NEGATIVE})
         if self.population % (2 * self.pairs_per_task):
             raise ValueError(f"population {self.population} must split into antithetic pairs in tasks of "
                              f"{self.pairs_per_task} pairs: make it a multiple of {2 * self.pairs_per_task}")
         if self.optimizer not in ("adam", "sgd"):
             raise ValueError(f"optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
-        if self.sigma <= 0 or self.learning_rate <= 0:
-            raise ValueError(f"sigma and learning_rate must be > 0, got {self.sigma} and {self.learning_rate}")
 
     @property
     def pairs(self) -> int:

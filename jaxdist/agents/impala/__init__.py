@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 
 from jaxdist.agents import distributed, policies
-from jaxdist.agents.config import AgentConfig, Presets
+from jaxdist.agents.config import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, AgentConfig, Presets,
+                                   check_bounds)
 from jaxdist.spaces import env_info
 
 
@@ -56,6 +57,11 @@ class IMPALAConfig(AgentConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_bounds(self, {
+            **dict.fromkeys(("batch_trajectories", "queue_trajectories"), AT_LEAST_ONE),
+            **dict.fromkeys(("learning_rate", "rho_bar", "c_bar", "pg_rho_bar", "max_grad_norm"), POSITIVE),
+            **dict.fromkeys(("gamma", "trace_lambda"), UNIT_INTERVAL),
+            **dict.fromkeys(("baseline_cost", "ent_coef"), NON_NEGATIVE)})
         if self.queue_size < self.batch_trajectories:
             raise ValueError(f"queue_trajectories ({self.queue_size}) must hold one batch "
                              f"({self.batch_trajectories})")

@@ -11,7 +11,8 @@ import dataclasses
 
 import jaxdist as jd
 from jaxdist.agents import distributed, policies
-from jaxdist.agents.config import AgentConfig, Presets
+from jaxdist.agents.config import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, AgentConfig, Presets,
+                                   check_bounds)
 from jaxdist.spaces import env_info
 
 
@@ -53,9 +54,11 @@ class PPOConfig(AgentConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("epochs", "minibatches"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_bounds(self, {
+            **dict.fromkeys(("epochs", "minibatches", "batch_trajectories", "queue_trajectories"), AT_LEAST_ONE),
+            **dict.fromkeys(("learning_rate", "clip_eps", "max_grad_norm"), POSITIVE),
+            **dict.fromkeys(("gamma", "gae_lambda"), UNIT_INTERVAL),
+            **dict.fromkeys(("vf_coef", "ent_coef", "max_policy_lag"), NON_NEGATIVE)})
         if (self.batch_size // self.learner_hosts * self.trajectory_length) % self.minibatches:
             raise ValueError(f"an update's {self.batch_size} x {self.trajectory_length} transitions do not split "
                              f"into {self.minibatches} minibatches")

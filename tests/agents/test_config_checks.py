@@ -1,0 +1,133 @@
+"""What an agent's command line refuses before anything starts, and how it reports what fails
+after: hyperparameters out of range (which trained nonsense silently, or crashed nodes over and
+over), a backend whose library is missing, an architecture the agent cannot run, and a node
+that fails as it starts (one line naming the node, its exception and its log, not the
+launching process's stack)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+import jaxdist as jd
+from jaxdist import envs
+from jaxdist.agents import apex, es, impala, ppo
+from jaxdist.agents import config as configs
+from jaxdist.agents.cli import RunOptions, failure_summary, parse, prepare_run_dir
+from jaxdist.agents.config import Bound, check_bounds, with_preset
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SUPPORT = os.path.join(REPO, "tests", "support")
+
+OUT_OF_RANGE = [
+    (ppo.PPOConfig, "gamma", 1.5, r"gamma must be in \[0, 1\], got 1.5"),
+    (ppo.PPOConfig, "gae_lambda", -0.1, r"gae_lambda must be in \[0, 1\]"),
+    (ppo.PPOConfig, "learning_rate", -1.0, "learning_rate must be > 0, got -1.0"),
+    (ppo.PPOConfig, "learning_rate", math.nan, "learning_rate must be > 0, got nan"),
+    (ppo.PPOConfig, "clip_eps", 0.0, "clip_eps must be > 0"),
+    (ppo.PPOConfig, "max_grad_norm", 0.0, "max_grad_norm must be > 0"),
+    (ppo.PPOConfig, "ent_coef", -0.01, "ent_coef must be >= 0"),
+    (ppo.PPOConfig, "max_policy_lag", -1, "max_policy_lag must be >= 0"),
+    (ppo.PPOConfig, "queue_trajectories", 0, "queue_trajectories must be >= 1"),
+    (ppo.PPOConfig, "seed", -1, r"seed must be in \[0, 4294967295\], got -1"),
+    (ppo.PPOConfig, "hidden", (64, 0), r"hidden must be >= 1 each, got \(64, 0\)"),
+    (ppo.PPOConfig, "learner_prefetch", -1, "learner_prefetch must be >= 0"),
+    (ppo.PPOConfig, "replay_checkpoint_seconds", 0.0, "replay_checkpoint_seconds must be > 0"),
+    (impala.IMPALAConfig, "rho_bar", -1.0, "rho_bar must be > 0"),
+    (impala.IMPALAConfig, "trace_lambda", 1.5, r"trace_lambda must be in \[0, 1\]"),
+    (impala.IMPALAConfig, "baseline_cost", -0.5, "baseline_cost must be >= 0"),
+    (apex.ApexConfig, "gamma", 0.0, r"gamma must be in \(0, 1\]"),
+    (apex.ApexConfig, "base_epsilon", 2.0, r"base_epsilon must be in \[0, 1\]"),
+    (apex.ApexConfig, "huber_delta", 0.0, "huber_delta must be > 0"),
+    (apex.ApexConfig, "importance_exponent", -0.4, r"importance_exponent must be in \[0, 1\]"),
+    (es.ESConfig, "hidden", (0,), "hidden must be >= 1 each"),
+    (es.ESConfig, "momentum", 1.0, r"momentum must be in \[0, 1\), got 1.0"),
+    (es.ESConfig, "sigma", 0.0, "sigma must be > 0"),
+    (es.ESConfig, "seed", -3, "seed must be in"),
+]
+
+
+@pytest.mark.parametrize("config_type, name, value, message", OUT_OF_RANGE,
+                         ids=[f"{c.__name__}-{n}-{v}" for c, n, v, _ in OUT_OF_RANGE])
+def test_a_value_out_of_range_is_refused_by_name(config_type, name, value, message):
+    with pytest.raises(ValueError, match=message):
+        config_type(**{name: value})
+
+
+@pytest.mark.parametrize("agent", [ppo, impala, apex, es], ids=lambda module: module.__name__.rsplit(".", 1)[1])
+def test_every_preset_is_in_range(agent):
+    config_type = {ppo: ppo.PPOConfig, impala: impala.IMPALAConfig, apex: apex.ApexConfig, es: es.ESConfig}[agent]
+    for key in agent.PRESETS:
+        env_id, backend = key if isinstance(key, tuple) else (key, None)
+        with_preset(config_type, env_id, agent.PRESETS, **({"env_backend": backend} if backend else {}))
+
+
+def test_bounds_state_their_range_and_leave_none_to_the_field():
+    assert [str(bound) for bound in (Bound(1), Bound(0, low_open=True), Bound(0, 1), Bound(0, 1, high_open=True),
+                                     Bound(0.5, 2.5))] == [">= 1", "> 0", "in [0, 1]", "in [0, 1)", "in [0.5, 2.5]"]
+    check_bounds(ppo.PPOConfig(), {"batch_trajectories": Bound(1)})  # None: one per env
+    assert ppo.PPOConfig(gamma=0.0, hidden=()).hidden == ()  # the ends of a range, and a linear network
+
+
+def test_the_command_line_says_which_flag_is_out_of_range():
+    with pytest.raises(SystemExit, match=r"^error: gamma must be in \[0, 1\], got 1.5$"):
+        parse(ppo.PPOConfig, ppo.PRESETS, None, ["--gamma", "1.5"])
+
+
+def test_a_backend_whose_library_is_missing_is_refused_before_launching(monkeypatch):
+    monkeypatch.setattr(envs, "envpool_installed", lambda: False)  # the machine without EnvPool
+    with pytest.raises(SystemExit, match="env backend 'envpool' needs EnvPool, which is not installed: pip install"):
+        parse(ppo.PPOConfig, ppo.PRESETS, None, ["--env-id", "Pendulum-v1", "--env-backend", "envpool"])
+
+
+def test_apex_refuses_the_anakin_architecture_in_its_config():
+    with pytest.raises(ValueError, match="Ape-X learns from a replay of transitions: use --architecture sebulba"):
+        apex.ApexConfig(architecture="anakin")
+
+
+def test_a_new_run_directory_holds_its_config_before_launching_so_fresh_knows_it(tmp_path):
+    """A launch that failed before its learner started left a run directory without its config;
+    ``--fresh`` then refused it as not a run ("choose another --run-dir")."""
+    run_dir = str(tmp_path / "run")
+    config = ppo.PPOConfig(gamma=0.9)
+    prepare_run_dir(run_dir, "ppo", config, RunOptions())
+    assert json.loads((tmp_path / "run" / configs.CONFIG_FILE).read_text())["config"]["gamma"] == 0.9
+    assert stat.S_IMODE(os.stat(run_dir).st_mode) == 0o700
+    prepare_run_dir(run_dir, "ppo", ppo.PPOConfig(gamma=0.95), RunOptions(fresh=True))
+    assert configs.load(run_dir)[1]["gamma"] == 0.95
+    with pytest.raises(SystemExit, match="gamma: 0.95 -> 0.99"):
+        prepare_run_dir(run_dir, "ppo", ppo.PPOConfig(gamma=0.99), RunOptions())
+    prepare_run_dir(run_dir, "ppo", ppo.PPOConfig(gamma=0.99), RunOptions(allow_config_change=True))
+    assert configs.load(run_dir)[1]["gamma"] == 0.99  # the config the run now runs
+
+
+def test_a_failed_node_is_summed_up_in_one_line_with_its_log(tmp_path):
+    traceback = 'Traceback (most recent call last):\n  File "x.py", line 1, in f\nValueError: no JAX version\n'
+    assert failure_summary(jd.NodeFailedError("actor/1", traceback), str(tmp_path)) == (
+        f"node 'actor/1' failed: ValueError: no JAX version (its log: {tmp_path}/logs/actor-1.log)")
+    loop = f"crashed 3 times, more than its restart limit allows; last:\n{traceback}"
+    assert failure_summary(jd.NodeFailedError("learner/0", loop), str(tmp_path)).startswith(
+        "node 'learner/0' failed: crashed 3 times, more than its restart limit allows; last: ValueError: no JAX")
+    assert failure_summary(jd.NodeFailedError("actor/0", "killed by SIGKILL"), str(tmp_path)).startswith(
+        "node 'actor/0' failed: killed by SIGKILL (its log:")
+
+
+def test_a_node_that_fails_as_it_starts_ends_the_script_with_one_error_line(tmp_path):
+    """Before, the launching process's own traceback (monitor, running.wait) came out around
+    the node's, and the script's last line was NodeFailedError's repr of it."""
+    done = subprocess.run(
+        [sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--quiet", "--compilation-cache", "",
+         "--env-id", "pixel_envs:PixelChase-v0", "--env-backend", "jax", "--num-actors", "1",
+         "--envs-per-actor", "2", "--run-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=SUPPORT))
+    assert done.returncode == 1, done.stdout + done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: node '") and "ValueError: no JAX version of 'PixelChase-v0'" in last, done.stderr
+    assert f"(its log: {tmp_path}/logs/" in last
+    assert "Traceback" not in done.stderr
