@@ -3,6 +3,7 @@ update on it, the topology, eight devices under pmap, and the script as a user r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 from jaxdist import jax_envs
-from jaxdist.agents import anakin, apex, load_policy, ppo
+from jaxdist.agents import anakin, load_policy, ppo
 from jaxdist.agents.config import with_preset
 from jaxdist.metrics import read_metrics
 from jaxdist.nodes.learner import Learner
@@ -105,8 +106,8 @@ def test_seeds_learn_independently_and_are_logged_each():
 def test_the_anakin_topology_is_one_learner_and_refuses_replay_agents_and_seeds_without_it():
     topology = ppo.agent(CONFIG).topology()
     assert topology.actors == [] and [node.name for node in topology.program.nodes()] == ["learner/0"]
-    with pytest.raises(ValueError, match="on-policy agents.*architecture='sebulba'"):
-        apex.agent(apex.ApexConfig(architecture="anakin")).topology()
+    with pytest.raises(ValueError, match="on-policy agents.*architecture='sebulba'"):  # Ape-X's config says it first
+        dataclasses.replace(ppo.agent(CONFIG), prioritized=True).topology()
     with pytest.raises(ValueError, match="num_seeds=4 .* needs --architecture anakin"):
         ppo.PPOConfig(num_seeds=4)
 
