@@ -11,7 +11,8 @@ __version__ = "0.2.0.dev0"
 
 from jaxdist import courier, metrics
 from jaxdist.nodes import replay
-from jaxdist.launch import NodeFailedError, Restart, Running, current_node, launch, stop, stop_requested, wait_for_stop
+from jaxdist.launch import (LaunchError, NodeFailedError, Restart, Running, current_node, launch, stop, stop_requested,
+                            wait_for_stop)
 from jaxdist.launch.placement import on_host, per_host, spread
 from jaxdist.nodes.cacher import CacherNode
 from jaxdist.nodes.colocation import ColocationNode
@@ -43,6 +44,7 @@ __all__ = [
     "Learner",
     "LearnerLogic",
     "Node",
+    "LaunchError",
     "NodeFailedError",
     "ParameterServer",
     "Pool",

@@ -91,8 +91,17 @@ def test_unshippable_argument_is_named_before_anything_starts():
 def test_unknown_launcher_lists_available_ones():
     program = jd.Program("p")
     program.add_node(jd.PyNode(work))
-    with pytest.raises(ValueError, match="unknown launcher 'slurm'; available: multihost, processes, ray, threads"):
+    with pytest.raises(jd.LaunchError, match="unknown launcher 'slurm'; available: multihost, processes, ray, threads"):
         jd.launch(program, launcher="slurm")
+
+
+def test_a_launchers_refusal_of_its_arguments_is_a_launch_error():
+    """A launcher's own checks (here of a host index) raise ``jd.LaunchError``, a ValueError a
+    caller can tell from a failure inside the program; the scripts print it as one line."""
+    program = jd.Program("p")
+    program.add_node(jd.PyNode(work))
+    with pytest.raises(jd.LaunchError, match=r"host index 3 is outside the 1 hosts \['127.0.0.1'\]"):
+        jd.launch(program, launcher="multihost", hosts=["127.0.0.1"], host_index=3, token="secret", echo=False)
 
 
 def test_empty_program_is_refused():

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 from jaxdist.agents import config as configs
 from jaxdist.agents.config import AgentConfig, Presets
 from jaxdist.launch.output import log_path
-from jaxdist.launch.running import NodeFailedError
+from jaxdist.launch.running import LaunchError, NodeFailedError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,14 +56,26 @@ class RunOptions:
     ray_address: str | None = None
     """ray: the cluster ('auto', 'ray://head:10001'; default: $RAY_ADDRESS, else a new local one)."""
 
+    def __post_init__(self) -> None:
+        for name, (launchers, _) in _LAUNCHER_OPTIONS.items():
+            if getattr(self, name) is not None and self.launcher not in launchers:
+                raise ValueError(f"--{name.replace('_', '-')} is an option of --launcher {' or '.join(launchers)}, "
+                                 f"not of {self.launcher}: drop it, or name that launcher")
+
     def launch_options(self) -> dict[str, Any] | None:
-        if self.launcher == "ray":
-            options = {"address": self.ray_address, "tls_dir": self.tls_dir}
-            return {name: value for name, value in options.items() if value is not None} or None
-        if self.launcher != "multihost":
-            return None
-        names = ("hosts", "host_index", "coordinator", "base_port", "tls_dir")
-        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        """What ``jd.launch`` takes from these flags under this launcher."""
+        return {option: getattr(self, name) for name, (launchers, option) in _LAUNCHER_OPTIONS.items()
+                if self.launcher in launchers and getattr(self, name) is not None} or None
+
+
+_LAUNCHER_OPTIONS = {  # flag -> (the launchers that take it, its name among jd.launch's options)
+    "hosts": (("multihost",), "hosts"),
+    "host_index": (("multihost",), "host_index"),
+    "coordinator": (("multihost",), "coordinator"),
+    "base_port": (("multihost",), "base_port"),
+    "tls_dir": (("multihost", "ray"), "tls_dir"),
+    "ray_address": (("ray",), "address"),
+}
 
 
 def parse(config_type: type[AgentConfig], presets: Presets, description: str | None,
@@ -138,6 +150,8 @@ def main(agent: str, config_type: type[AgentConfig], presets: Presets, make_agen
         summary = train(built, launcher=run.launcher, run_dir=run_dir, start_time=start_time,
                         compilation_cache=os.path.expanduser(run.compilation_cache) or None, echo=not run.quiet,
                         track=run.track, launch_options=launch_options)
+    except LaunchError as refused:  # e.g. multihost without the hosts it needs
+        raise SystemExit(f"error: {refused}") from None
     except NodeFailedError as failure:
         raise SystemExit(f"error: {failure_summary(failure, run_dir)}") from None
     report(summary, run_dir)

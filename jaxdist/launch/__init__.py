@@ -10,7 +10,7 @@ from typing import Any
 
 from jaxdist.launch.context import current_node, stop, stop_requested, wait_for_stop
 from jaxdist.launch.restart import Restart
-from jaxdist.launch.running import RUNNING, NodeFailedError, Running
+from jaxdist.launch.running import RUNNING, LaunchError, NodeFailedError, Running
 from jaxdist.launch import launchers
 from jaxdist.program import Program
 
@@ -78,14 +78,20 @@ def launch(program: Program, launcher: str = "processes", **options: Any) -> Run
         as under ``"multihost"``, with a certificate per Ray node's IP.
 
     A script that launches `processes`, `multihost` or `ray` needs the ``if __name__ == "__main__":``
-    guard: node processes import the script's main module again.
+    guard: node processes import the script's main module again. Arguments that make no launch
+    (or hosts that cannot be detected) raise ``LaunchError`` before the program runs.
     """
     if _importing_main_for_a_node():
         raise SystemExit(NO_MAIN_GUARD)
     if launcher not in available_launchers():
-        raise ValueError(f"unknown launcher {launcher!r}; available: {', '.join(available_launchers())}")
+        raise LaunchError(f"unknown launcher {launcher!r}; available: {', '.join(available_launchers())}")
     module = importlib.import_module(f"jaxdist.launch.launchers.{launcher}")
-    running = module.launch(program, **options)
+    try:
+        running = module.launch(program, **options)
+    except LaunchError:
+        raise
+    except ValueError as error:  # the launchers' checks of what they were given, made before starting
+        raise LaunchError(str(error)) from error
     if launcher != "multihost" and "units" not in options:  # the whole program is here
         _say_if_nothing_runs(running)
     return running
@@ -100,6 +106,7 @@ def _say_if_nothing_runs(running: Running) -> None:
 
 
 __all__ = [
+    "LaunchError",
     "NodeFailedError",
     "Restart",
     "Running",

@@ -28,6 +28,11 @@ class NodeFailedError(RuntimeError):
         self.details = details
 
 
+class LaunchError(ValueError):
+    """A launch refused before its program ran: its arguments, or what it detected of the hosts,
+    do not make a launch (the message says what to change)."""
+
+
 @dataclasses.dataclass
 class NodeStatus:
     state: str = STARTING

@@ -86,6 +86,19 @@ def test_a_backend_whose_library_is_missing_is_refused_before_launching(monkeypa
         parse(ppo.PPOConfig, ppo.PRESETS, None, ["--env-id", "Pendulum-v1", "--env-backend", "envpool"])
 
 
+def test_a_launchers_flag_given_to_another_launcher_is_refused():
+    """``--hosts a,b`` without ``--launcher multihost`` was ignored: the run went on, on one host."""
+    with pytest.raises(SystemExit, match="^error: --hosts is an option of --launcher multihost, not of processes"):
+        parse(ppo.PPOConfig, ppo.PRESETS, None, ["--hosts", "a,b"])
+    with pytest.raises(SystemExit, match="--tls-dir is an option of --launcher multihost or ray, not of threads"):
+        parse(ppo.PPOConfig, ppo.PRESETS, None, ["--launcher", "threads", "--tls-dir", "certs"])
+    assert RunOptions(launcher="ray", ray_address="auto", tls_dir="certs").launch_options() == {
+        "address": "auto", "tls_dir": "certs"}
+    assert RunOptions(launcher="multihost", hosts="h0,h1", host_index=1).launch_options() == {
+        "hosts": "h0,h1", "host_index": 1}
+    assert RunOptions().launch_options() is None
+
+
 def test_apex_refuses_the_anakin_architecture_in_its_config():
     with pytest.raises(ValueError, match="Ape-X learns from a replay of transitions: use --architecture sebulba"):
         apex.ApexConfig(architecture="anakin")
@@ -118,14 +131,24 @@ def test_a_failed_node_is_summed_up_in_one_line_with_its_log(tmp_path):
         "node 'actor/0' failed: killed by SIGKILL (its log:")
 
 
+def script(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--quiet",
+                           "--compilation-cache", "", *args], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=SUPPORT))
+
+
+def test_a_launch_refused_ends_the_script_with_one_error_line(tmp_path):
+    done = script("--launcher", "multihost", "--hosts", "127.0.0.1", "--host-index", "3", "--run-dir", str(tmp_path))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == ["error: host index 3 is outside the 1 hosts ['127.0.0.1'] (explicit); "
+                                                "indices run from 0 to 0"], done.stderr
+
+
 def test_a_node_that_fails_as_it_starts_ends_the_script_with_one_error_line(tmp_path):
     """Before, the launching process's own traceback (monitor, running.wait) came out around
     the node's, and the script's last line was NodeFailedError's repr of it."""
-    done = subprocess.run(
-        [sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--quiet", "--compilation-cache", "",
-         "--env-id", "pixel_envs:PixelChase-v0", "--env-backend", "jax", "--num-actors", "1",
-         "--envs-per-actor", "2", "--run-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=SUPPORT))
+    done = script("--env-id", "pixel_envs:PixelChase-v0", "--env-backend", "jax", "--num-actors", "1",
+                  "--envs-per-actor", "2", "--run-dir", str(tmp_path))
     assert done.returncode == 1, done.stdout + done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("error: node '") and "ValueError: no JAX version of 'PixelChase-v0'" in last, done.stderr
