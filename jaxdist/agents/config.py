@@ -12,6 +12,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -58,6 +59,25 @@ def check_bounds(config: Any, bounds: Mapping[str, Bound]) -> None:
         if not all(bound.admits(element) for element in values):
             each = " each" if isinstance(value, tuple) else ""
             raise ValueError(f"{name} must be {bound}{each}, got {value!r}")
+
+
+CNN_MIN_SIZE = 36  # the Nature-DQN torso's VALID convolutions take 36 -> 8 -> 3 -> 1 pixels
+_FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+
+
+def check_network_name(network: Any) -> None:
+    """``network`` is ``mlp``, ``cnn`` or ``package.module:function`` (from Python, also a
+    callable); whether the function exists is known only where it is imported."""
+    if isinstance(network, str) and network not in ("mlp", "cnn") and not _FACTORY.fullmatch(network):
+        raise ValueError(f"network must be 'mlp', 'cnn' or 'package.module:function'; got {network!r}")
+
+
+def check_network_input(network: Any, env_id: str, obs_shape: tuple[int, ...]) -> None:
+    """Refuse the Nature-DQN torso for observations it cannot take, before a learner fails on them."""
+    if network == "cnn" and (len(obs_shape) != 3 or min(obs_shape[:2]) < CNN_MIN_SIZE):
+        raise ValueError(f"network 'cnn' (the Nature-DQN torso) takes images (height, width, channels) of at least "
+                         f"{CNN_MIN_SIZE} pixels a side; {env_id}'s observations are {obs_shape}: use --network mlp "
+                         f"or a torso of your own")
 
 
 def _number(value: float) -> str:
@@ -137,6 +157,7 @@ class AgentConfig:
                              "log_every_updates", "hidden"), AT_LEAST_ONE),
             **dict.fromkeys(("learner_prefetch", "param_refresh_seconds", "max_send_wait"), NON_NEGATIVE),
             "seed": SEED, "replay_checkpoint_seconds": POSITIVE})
+        check_network_name(self.network)
         missing = backend_unavailable(self.env_backend)
         if missing:
             raise ValueError(missing)

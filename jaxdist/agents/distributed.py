@@ -40,7 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jaxdist as jd
-from jaxdist.agents.config import AgentConfig, save
+from jaxdist.agents.config import AgentConfig, check_network_input, save
 from jaxdist.spaces import EnvInfo
 from jaxdist.envs import EnvSpec
 
@@ -85,6 +85,9 @@ class Agent:
     replay_table: Callable[[Any], Any]
     sink: Callable[[Any, Any], Any] | None = None
     prioritized: bool = False
+
+    def __post_init__(self) -> None:
+        check_network_input(self.config.network, self.config.env_id, self.env.obs_shape)
 
     def topology(self) -> Topology:
         if self.config.architecture == "anakin":

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdist.agents.config import check_network_name
 from jaxdist.agents.distributions import Dist
 from jaxdist.spaces import ActionSpace
 
@@ -53,7 +54,8 @@ class MLP(nn.Module):
 
 class NatureCNN(nn.Module):
     """The Nature-DQN torso (Mnih et al., 2015): conv 32 8x8 stride 4, 64 4x4 stride 2, 64 3x3
-    stride 1 (VALID, ReLU), flatten, Dense 512 ReLU. Images ``(..., H, W, C)``; uint8 is scaled
+    stride 1 (VALID, ReLU), flatten, Dense 512 ReLU. Images ``(..., H, W, C)``, at least
+    36 pixels a side (``config.CNN_MIN_SIZE``); uint8 is scaled
     by 1/255 here, so actors can send frames as bytes; floats are taken as already scaled."""
 
     kernel_init: Initializer = nn.initializers.orthogonal(np.sqrt(2))
@@ -96,9 +98,8 @@ def torso(network: Network, hidden: Sequence[int], *,
 
 
 def _import_factory(spec: str) -> Callable[[], Any]:
+    check_network_name(spec)
     module_name, _, name = spec.partition(":")
-    if not module_name or not name:
-        raise ValueError(f"network must be 'mlp', 'cnn' or 'package.module:function'; got {spec!r}")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:

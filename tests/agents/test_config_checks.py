@@ -99,6 +99,19 @@ def test_a_launchers_flag_given_to_another_launcher_is_refused():
     assert RunOptions().launch_options() is None
 
 
+def test_a_network_is_refused_by_its_name_or_by_the_observations_it_cannot_take():
+    """``--network bogus`` and ``--network cnn`` on CartPole failed in the learner, after the launch."""
+    with pytest.raises(ValueError, match="network must be 'mlp', 'cnn' or 'package.module:function'; got 'bogus'"):
+        ppo.PPOConfig(network="bogus")
+    assert ppo.PPOConfig(network="my_package.nets:torso").network == "my_package.nets:torso"
+    with pytest.raises(ValueError, match=r"takes images \(height, width, channels\) of at least 36 pixels a side; "
+                                         r"CartPole-v1's observations are \(4,\)"):
+        ppo.agent(ppo.PPOConfig(network="cnn"))
+    with pytest.raises(ValueError, match="network 'cnn'"):
+        apex.agent(apex.ApexConfig(network="cnn"))
+    assert ppo.agent(ppo.PPOConfig(env_id="pixel_envs:PixelChase-v0", network="cnn")).env.obs_shape == (36, 36, 1)
+
+
 def test_apex_refuses_the_anakin_architecture_in_its_config():
     with pytest.raises(ValueError, match="Ape-X learns from a replay of transitions: use --architecture sebulba"):
         apex.ApexConfig(architecture="anakin")
@@ -129,6 +142,10 @@ def test_a_failed_node_is_summed_up_in_one_line_with_its_log(tmp_path):
         "node 'learner/0' failed: crashed 3 times, more than its restart limit allows; last: ValueError: no JAX")
     assert failure_summary(jd.NodeFailedError("actor/0", "killed by SIGKILL"), str(tmp_path)).startswith(
         "node 'actor/0' failed: killed by SIGKILL (its log:")
+    jax_filtered = (traceback.replace("no JAX version", "network must be 'mlp'") + "--------------------\n"
+                    "For simplicity, JAX has removed its internal frames from the traceback of the following exception.")
+    assert failure_summary(jd.NodeFailedError("learner/0", jax_filtered), str(tmp_path)).startswith(
+        "node 'learner/0' failed: ValueError: network must be 'mlp' (its log:")
 
 
 def script(*args: str) -> subprocess.CompletedProcess:
