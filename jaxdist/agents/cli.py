@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 from jaxdist.agents import config as configs
 from jaxdist.agents.config import AgentConfig, Presets
+from jaxdist.launch import run_lock
 from jaxdist.launch.output import log_path
 from jaxdist.launch.running import LaunchError, NodeFailedError
 
@@ -106,7 +107,15 @@ def prepare_run_dir(run_dir: str, agent: str, config: AgentConfig, run: RunOptio
     """Start over on ``--fresh``; on a resume, refuse a config that differs from the saved one
     unless ``--allow-config-change``. Then save the config this launch runs (its learner saves
     it again as it starts), so that a launch that fails before then still leaves a run directory
-    that resumes, and that ``--fresh`` recognises as a run."""
+    that resumes, and that ``--fresh`` recognises as a run. A directory a running launch holds
+    is left alone: its launch would refuse this one anyway, after its config had been replaced
+    or its files deleted."""
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise SystemExit(f"error: --run-dir {run_dir} is a file, not a directory: choose another --run-dir")
+    holder = run_lock.holder(run_dir) if os.path.isdir(run_dir) else None
+    if holder:
+        raise SystemExit(f"error: {run_dir} is in use by a launch that is running ({holder}): wait for it to end "
+                         f"or stop it, or choose another --run-dir")
     saved_file = os.path.join(run_dir, configs.CONFIG_FILE)
     if run.fresh:
         if os.path.exists(run_dir) and not os.path.exists(saved_file) \

@@ -11,10 +11,13 @@ import abc
 import dataclasses
 import threading
 import weakref
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from jaxdist.launch import preflight
 from jaxdist.program import Handle, Node, Program, group_of
+
+if TYPE_CHECKING:
+    from jaxdist.launch.run_lock import RunLock
 
 STARTING, RUNNING, FINISHED, FAILED, STOPPED = "starting", "running", "finished", "failed", "stopped"
 
@@ -79,9 +82,15 @@ class Running(abc.ABC):
         self._stop_reason = ""
         self._stop_listeners: list[Callable[[str], None]] = []
         self._scale_lock = threading.Lock()  # one scale at a time, and none across the teardown
+        self._run_lock: RunLock | None = None
         _LAUNCHED.add(self)
 
     # Called by launchers --------------------------------------------------------------------
+
+    def hold_until_over(self, run_lock: "RunLock") -> None:
+        """For launchers, before starting any node: keep the run directory's lock (taken for
+        this launch, see `jaxdist.launch.run_lock`) until the program is over."""
+        self._run_lock = run_lock
 
     def node_started(self, name: str, has_run: bool, pid: int | None = None) -> None:
         """For launchers: the node runs (``has_run``: it has work of its own)."""
@@ -295,4 +304,6 @@ class Running(abc.ABC):
                 for status in self._statuses.values():
                     if status.state in (STARTING, RUNNING):
                         status.state = STOPPED
+            if self._run_lock is not None:
+                self._run_lock.release()
             self._done.set()

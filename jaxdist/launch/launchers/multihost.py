@@ -119,9 +119,9 @@ def launch(
         units=the_plan.units_on(cluster.host_index),
         addresses=the_plan.addresses,
         bind_host=bind_host,
+        host_index=cluster.host_index,
         **options,
     )
-    running.host_index = cluster.host_index
     running.runs_here = lambda label, index: (placement or {}).get(label, placement_module.DEFAULT).host_of(
         label, index, len(cluster.hosts)) == cluster.host_index  # what `scale` adds: this host's share
     if len(cluster.hosts) > 1:

@@ -30,6 +30,7 @@ from jaxdist.launch.output import log_path
 from jaxdist.launch.process_tree import describe_exit, signal_tree
 from jaxdist.launch.restart import Restart
 from jaxdist.launch.restart import policies as restart_policies
+from jaxdist.launch.run_lock import RunLock
 from jaxdist.launch.running import RUNNING, NodeStatus, Running
 from jaxdist.program import AddressTable, Node, NodeContext, Program
 
@@ -52,6 +53,7 @@ def launch(
     units: Collection[str] | None = None,
     addresses: AddressTable | None = None,
     bind_host: str | None = None,
+    host_index: int = 0,
 ) -> Running:
     """Start `program` as processes; returns once every node runs (or one failed: see `wait`).
 
@@ -62,7 +64,8 @@ def launch(
     For the multihost launcher, which runs a share of a program on each host: `units` names the
     units to start here (default: all); `addresses` is a fixed address table (nodes started
     elsewhere included) that nodes are constructed against and that local nodes bind, on
-    `bind_host` instead of the table's host when given (e.g. "0.0.0.0").
+    `bind_host` instead of the table's host when given (e.g. "0.0.0.0"); `host_index` is this
+    host's (its share locks the run directory apart from the other hosts', see `run_lock`).
     """
     preflight.check_program(program)
     resources = preflight.check_resources(program, resources, SUPPORTED_RESOURCES)
@@ -72,7 +75,14 @@ def launch(
     running = _ProcessesRunning(program, run_dir, token or preflight.new_token(), resources, policies, grace,
                                 restart)
     running.fix_addresses(units, addresses or {}, bind_host)
-    running.start(echo, interrupt_after, start_timeout)
+    running.host_index = host_index
+    run_lock = RunLock(run_dir, host_index)
+    running.hold_until_over(run_lock)
+    try:
+        running.start(echo, interrupt_after, start_timeout)
+    except BaseException:
+        run_lock.release()
+        raise
     return running
 
 

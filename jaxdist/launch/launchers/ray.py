@@ -52,6 +52,7 @@ from jaxdist.launch.launchers.multihost import AUTO, _distributed_group, _use_tl
 from jaxdist.launch.placement import Placement
 from jaxdist.launch.restart import NEVER, Restart
 from jaxdist.launch.restart import policies as restart_policies
+from jaxdist.launch.run_lock import RunLock
 from jaxdist.launch.running import FAILED, FINISHED, RUNNING, STARTING, STOPPED, WORK_DONE, NodeStatus, Running
 from jaxdist.program import AddressTable, Node, Program
 
@@ -108,10 +109,11 @@ def launch(
     restart_policies(program, restart)  # its mistakes said before Ray starts
     preflight.check_shippable(program)
     run_dir = preflight.prepare_run_dir(program, run_dir)
+    run_lock = RunLock(run_dir)
     owns_connection = not ray.is_initialized()
-    if owns_connection:
-        ray.init(address=address, log_to_driver=echo)
     try:
+        if owns_connection:
+            ray.init(address=address, log_to_driver=echo)
         layout = _layout(program, placement, num_hosts or _default_hosts(program, placement, ray), resources)
         distributed = _distributed_group(layout.plan, distributed) if layout.plan else None
         tls_dir = tls_dir or os.environ.get(tls.TLS_DIR_ENV)
@@ -121,10 +123,12 @@ def launch(
             _use_tls(tls_dir, [host if host != NODE_IP else ray.util.get_node_ip_address()], 0)
         group = _placement_group(ray, layout, start_timeout)
     except BaseException:
-        if owns_connection:
+        run_lock.release()
+        if owns_connection and ray.is_initialized():
             ray.shutdown()
         raise
     running = _RayRunning(program, run_dir, token or preflight.new_token(), grace, ray, group, owns_connection)
+    running.hold_until_over(run_lock)
     try:
         running.start(layout, resources, restart, (host, tls_dir), distributed, (echo, interrupt_after, start_timeout))
     except BaseException:

@@ -18,6 +18,7 @@ from jaxdist.launch import context, preflight, sigterm
 from jaxdist.launch.clients import ClientPool
 from jaxdist.launch.interrupt import raise_in_thread
 from jaxdist.launch.output import ThreadOutput
+from jaxdist.launch.run_lock import RunLock
 from jaxdist.launch.running import Running
 from jaxdist.program import Executable, NodeContext, Program
 
@@ -39,7 +40,13 @@ def launch(
     preflight.check_resources(program, resources, supported={})
     run_dir = preflight.prepare_run_dir(program, run_dir)
     running = _ThreadsRunning(program, run_dir, token or preflight.new_token(), grace, interrupt_after, echo)
-    running.start()
+    run_lock = RunLock(run_dir)
+    running.hold_until_over(run_lock)
+    try:
+        running.start()
+    except BaseException:
+        run_lock.release()
+        raise
     return running
 
 
