@@ -13,13 +13,17 @@ it could split the lock between a holder and a newcomer that opened it before th
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import glob
+import logging
 import os
 import socket
 import time
 
 from jaxdist.launch.running import LaunchError
+
+log = logging.getLogger(__name__)
 
 
 def lock_path(run_dir: str, host_index: int = 0) -> str:
@@ -62,11 +66,19 @@ def holder(run_dir: str) -> str | None:
 
 
 def _try_lock(fd: int) -> bool:
+    """Whether this descriptor now holds the lock; on a filesystem without locks, yes (a
+    launch is not refused for what its filesystem cannot do, only told)."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
     except BlockingIOError:
         return False
+    except OSError as error:
+        if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+        log.warning("this filesystem does not lock files (%s): nothing stops another launch from using the same "
+                    "run directory at once", error)
+        return True
 
 
 def _read(fd: int) -> str:

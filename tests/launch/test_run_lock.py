@@ -4,6 +4,7 @@ evaluations); now it is refused, naming the launch that holds the directory."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -95,3 +96,13 @@ def test_the_command_line_leaves_a_run_directory_in_use_alone(tmp_path):
     with pytest.raises(SystemExit, match="is a file, not a directory"):
         prepare_run_dir(str(a_file), "ppo", ppo.PPOConfig(), RunOptions(fresh=True))
     assert a_file.read_text() == "mine"
+
+
+def test_a_filesystem_without_locks_is_told_not_refused(tmp_path, monkeypatch, caplog):
+    """Some network and FUSE filesystems answer flock with ENOLCK: a launch there goes ahead."""
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(run_lock.fcntl, "flock", no_locks)
+    RunLock(str(tmp_path)).release()
+    assert "this filesystem does not lock files" in caplog.text
