@@ -109,10 +109,10 @@ def prepare_run_dir(run_dir: str, agent: str, config: AgentConfig, run: RunOptio
     it again as it starts), so that a launch that fails before then still leaves a run directory
     that resumes, and that ``--fresh`` recognises as a run. A directory a running launch holds
     is left alone: its launch would refuse this one anyway, after its config had been replaced
-    or its files deleted."""
+    or its files deleted (under multihost the other hosts' shares hold it as this one starts)."""
     if os.path.exists(run_dir) and not os.path.isdir(run_dir):
         raise SystemExit(f"error: --run-dir {run_dir} is a file, not a directory: choose another --run-dir")
-    holder = run_lock.holder(run_dir) if os.path.isdir(run_dir) else None
+    holder = run_lock.holder(run_dir) if os.path.isdir(run_dir) and run.launcher != "multihost" else None
     if holder:
         raise SystemExit(f"error: {run_dir} is in use by a launch that is running ({holder}): wait for it to end "
                          f"or stop it, or choose another --run-dir")

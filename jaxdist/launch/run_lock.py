@@ -26,8 +26,7 @@ from jaxdist.launch.running import LaunchError
 log = logging.getLogger(__name__)
 
 
-def lock_path(run_dir: str, host_index: int = 0) -> str:
-    return os.path.join(run_dir, f".launch-host{host_index}.lock")
+LOCK_FILE = ".launch-host{}.lock"  # formatted with the host index (0 but under multihost)
 
 
 class RunLock:
@@ -35,7 +34,8 @@ class RunLock:
 
     def __init__(self, run_dir: str, host_index: int = 0) -> None:
         """Take the lock, or raise `LaunchError` naming the launch that holds it."""
-        self._fd: int | None = os.open(lock_path(run_dir, host_index), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        path = os.path.join(run_dir, LOCK_FILE.format(host_index))
+        self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         if not _try_lock(self._fd):
             holder = _read(self._fd)
             self.release()
@@ -55,7 +55,7 @@ class RunLock:
 def holder(run_dir: str) -> str | None:
     """Who holds a lock in `run_dir` now (any host's share), or None: for a caller about to
     delete the directory."""
-    for path in sorted(glob.glob(os.path.join(run_dir, ".launch-host*.lock"))):
+    for path in sorted(glob.glob(os.path.join(run_dir, LOCK_FILE.format("*")))):
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         try:
             if not _try_lock(fd):

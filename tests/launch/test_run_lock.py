@@ -89,6 +89,8 @@ def test_the_command_line_leaves_a_run_directory_in_use_alone(tmp_path):
             with pytest.raises(SystemExit, match=rf"^error: {tmp_path} is in use by a launch that is running \(pid "):
                 prepare_run_dir(str(tmp_path), "ppo", ppo.PPOConfig(gamma=0.5), options)
         assert (tmp_path / "config.json").exists() and '"gamma": 0.9' in (tmp_path / "config.json").read_text()
+        # Under multihost every host's share holds its own lock in the one directory as the others start.
+        prepare_run_dir(str(tmp_path), "ppo", ppo.PPOConfig(gamma=0.9), RunOptions(launcher="multihost"))
     finally:
         held.release()
     a_file = tmp_path / "notes.txt"
