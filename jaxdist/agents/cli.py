@@ -120,7 +120,7 @@ def prepare_run_dir(run_dir: str, agent: str, config: AgentConfig, run: RunOptio
     if run.fresh:
         if os.path.exists(run_dir) and not os.path.exists(saved_file) \
                 and not os.path.isdir(os.path.join(run_dir, "checkpoints")):
-            raise SystemExit(f"--fresh deletes the run directory, but {run_dir} holds no jaxdist run "
+            raise SystemExit(f"error: --fresh deletes the run directory, but {run_dir} holds no jaxdist run "
                              f"(no {configs.CONFIG_FILE}): choose another --run-dir")
         shutil.rmtree(run_dir, ignore_errors=True)
     elif os.path.exists(saved_file) and not run.allow_config_change:
@@ -134,7 +134,7 @@ def _refuse_another_config(run_dir: str, agent: str, config: AgentConfig) -> Non
     changed.pop("stop_at_target", None)  # when to stop is not what is learned
     if changed:
         lines = "\n".join(f"  {name}: {before!r} -> {after!r}" for name, (before, after) in changed.items())
-        raise SystemExit(f"{run_dir} holds a run started with another config; these fields differ:\n{lines}\n"
+        raise SystemExit(f"error: {run_dir} holds a run started with another config; these fields differ:\n{lines}\n"
                          f"Resume with the saved config (drop those flags), start over with --fresh, pass "
                          f"--allow-config-change to resume anyway, or choose another --run-dir.")
 
