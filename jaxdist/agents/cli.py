@@ -168,22 +168,10 @@ def main(agent: str, config_type: type[AgentConfig], presets: Presets, make_agen
 
 
 def failure_summary(failure: NodeFailedError, run_dir: str) -> str:
-    """One line for a node that failed past its restarts: what happened, the exception it
-    ended with, and where its whole traceback is (the nodes' output above has it too, unless
-    --quiet). The launching process's own stack would only bury it."""
-    lines = [line.rstrip() for line in failure.details.strip().splitlines()] or ["no details"]
-    exception = _exception_line(lines)
-    what = [] if lines[0].startswith("Traceback") or lines[0] == exception else [lines[0]]
-    log = log_path(run_dir, failure.node_name)
-    return f"node '{failure.node_name}' failed: {' '.join([*what, exception])} (its log: {log})"
-
-
-def _exception_line(traceback_lines: list[str]) -> str:
-    """The line that names the exception: the first unindented one after the last frame (JAX
-    appends a note below it; a message may run over several lines)."""
-    frames = [i for i, line in enumerate(traceback_lines) if line.startswith("  File ")]
-    after = traceback_lines[frames[-1] + 1:] if frames else traceback_lines
-    return next((line for line in after if line and not line.startswith(" ")), traceback_lines[-1])
+    """One line for a node that failed past its restarts, and where its whole traceback is (the
+    nodes' output above has it too, unless --quiet): the launching process's own stack would
+    only bury it."""
+    return f"node '{failure.node_name}' failed: {failure.headline} (its log: {log_path(run_dir, failure.node_name)})"
 
 
 def report(summary: dict[str, Any], run_dir: str) -> None:
