@@ -21,9 +21,10 @@ seed axis.
 **Evaluation** happens inside the update: every ``eval_every`` updates each seed's
 deterministic policy plays ``eval_episodes`` whole episodes from fresh start states (one
 ``lax.scan`` of the env's ``max_steps``), and the returns come out as the metric
-``eval_returns``; :class:`EvaluationRecorder`, the learner's ``after_update``, writes them to
-``evaluations.csv`` as the evaluator node does for the distributed mode, and stops the program
-at the target.
+``eval_returns``; so does the learner's last update, whatever the interval (the policy training
+ends with is always evaluated). :class:`EvaluationRecorder`, the learner's ``after_update``,
+writes them to ``evaluations.csv`` as the evaluator node does for the distributed mode, and stops
+the program at the target.
 """
 
 from __future__ import annotations
@@ -48,16 +49,18 @@ PyTree = Any
 
 
 def logic(agent_logic: LearnerLogic, policy: Any, evaluation_policy: Any, env_id: str, num_envs: int, length: int,
-          *, num_seeds: int = 1, eval_every: int = 10, eval_episodes: int = 10) -> LearnerLogic:
+          *, num_seeds: int = 1, eval_every: int = 10, eval_episodes: int = 10,
+          final_version: int | None = None) -> LearnerLogic:
     """The ``LearnerLogic`` of Anakin over ``agent_logic``: ``num_envs`` envs of ``env_id``'s JAX
     port acted by ``policy`` (``(params, obs, key) -> (action, {"logp": ...})`` on
     ``agent_logic.params``), ``length`` steps a trajectory, ``num_seeds`` runs at once, and
-    ``evaluation_policy`` (deterministic) evaluated every ``eval_every`` updates."""
+    ``evaluation_policy`` (deterministic) evaluated every ``eval_every`` updates and from
+    ``final_version`` (the learner's ``max_steps``) on, so that the last is."""
     env = jax_envs.jax_env(env_id)
     return LearnerLogic(
         init=jax.jit(functools.partial(_init, agent_logic, env, num_envs, num_seeds)),  # one compile, not op by op
         update=functools.partial(_update, agent_logic, policy, evaluation_policy, env, length, eval_every,
-                                 eval_episodes),
+                                 eval_episodes, final_version),
         params=lambda state: jax.vmap(agent_logic.params)(state["agent"]))
 
 
@@ -84,7 +87,7 @@ def fresh_envs(env: jax_envs.JaxEnv, num_envs: int, key: jax.Array) -> dict[str,
 
 
 def _update(agent_logic: LearnerLogic, policy: Any, evaluation_policy: Any, env: jax_envs.JaxEnv, length: int,
-            eval_every: int, eval_episodes: int, state: dict[str, PyTree], batch: dict,
+            eval_every: int, eval_episodes: int, final_version: int | None, state: dict[str, PyTree], batch: dict,
             rng: jax.Array) -> tuple[dict[str, PyTree], dict[str, jax.Array]]:
     del batch  # made here
     num_seeds = jax.tree.leaves(state["agent"])[0].shape[0]
@@ -100,7 +103,10 @@ def _update(agent_logic: LearnerLogic, policy: Any, evaluation_policy: Any, env:
         return jax.vmap(play)(jax.vmap(agent_logic.params)(agent)).astype(jnp.float32)
 
     nothing = jnp.full((num_seeds, eval_episodes), jnp.nan, jnp.float32)
-    eval_returns = jax.lax.cond(version % eval_every == 0, evaluate_all, lambda: nothing)
+    due = version % eval_every == 0
+    if final_version is not None:
+        due |= version >= final_version
+    eval_returns = jax.lax.cond(due, evaluate_all, lambda: nothing)
     logged = {name: jnp.nanmean(value) if name == "episode_return" else jnp.mean(value)
               for name, value in metrics.items()}
     if num_seeds > 1:
@@ -161,22 +167,35 @@ class EvaluationRecorder:
     """The learner's ``after_update`` under Anakin: each dispatch's ``eval_returns`` (NaN where
     no evaluation ran), written on a thread of its own to ``evaluations.csv`` as the evaluator
     node writes them (per-seed means beside the overall one); with ``stop_at_target`` the first
-    evaluation whose mean reaches ``target_return`` stops the program."""
+    evaluation whose mean reaches ``target_return`` stops the program. ``flush()`` returns once
+    what it was handed is written: the learner calls it before it ends the program."""
 
     def __init__(self, run_dir: str, target_return: float | None, stop_at_target: bool) -> None:
         self._writer = MetricsWriter(metrics_path(run_dir, EVALUATIONS))
         self._target, self._stop_at_target = target_return, stop_at_target
         self._pending: queue.SimpleQueue = queue.SimpleQueue()
         run_in_node = contextvars.copy_context().run  # jd.stop() names this node
-        threading.Thread(target=run_in_node, args=(self._write,), name="anakin-evaluations", daemon=True).start()
+        self._thread = threading.Thread(target=run_in_node, args=(self._write,), name="anakin-evaluations",
+                                        daemon=True)
+        self._thread.start()
 
     def __call__(self, batch: Any, metrics: dict[str, Any]) -> None:
         if parallel.is_primary():  # a learner spanning hosts: one of its processes writes
             self._pending.put((metrics["version"], metrics["eval_returns"]))
 
+    def flush(self) -> None:
+        written = threading.Event()
+        self._pending.put(written)
+        while not written.wait(0.1) and self._thread.is_alive():
+            pass  # the writer has stopped (at the target, or the program is stopping): nothing more is written
+
     def _write(self) -> None:
         while True:
-            versions, returns = jax.device_get(self._pending.get())
+            handed = self._pending.get()
+            if isinstance(handed, threading.Event):  # a flush: all before it is written
+                handed.set()
+                continue
+            versions, returns = jax.device_get(handed)
             versions, returns = np.atleast_1d(versions), returns.reshape(-1, *returns.shape[-2:])
             for version, seeds in zip(versions, returns):  # a dispatch of several updates: each
                 if not np.isnan(seeds).all() and record(self._writer, int(version), seeds, self._target,

@@ -35,7 +35,8 @@ class RunOptions:
     run_dir: str | None = None
     """Default: runs/<agent>-<env>-seed<seed>, e.g. runs/ppo-cartpole-seed0."""
     fresh: bool = False
-    """Delete the run directory first and start over (default: resume from its checkpoints)."""
+    """Delete the run directory first and start over (default: resume from its checkpoints); not
+    under multihost, whose hosts share the directory: delete it once before launching."""
     allow_config_change: bool = False
     """Resume even though the config differs from the one the run was started with."""
     compilation_cache: str = os.path.join("~", ".cache", "jaxdist", "jax")
@@ -62,6 +63,10 @@ class RunOptions:
             if getattr(self, name) is not None and self.launcher not in launchers:
                 raise ValueError(f"--{name.replace('_', '-')} is an option of --launcher {' or '.join(launchers)}, "
                                  f"not of {self.launcher}: drop it, or name that launcher")
+        if self.fresh and self.launcher == "multihost":
+            raise ValueError("--fresh is not for --launcher multihost: every host would delete the shared run "
+                             "directory while the others start in it. Delete it once before launching (rm -rf the "
+                             "--run-dir), or choose a new --run-dir")
 
     def launch_options(self) -> dict[str, Any] | None:
         """What ``jd.launch`` takes from these flags under this launcher."""
@@ -184,7 +189,8 @@ def report(summary: dict[str, Any], run_dir: str) -> None:
         print(f"reached evaluation return {target:g} after {summary['wall_time_to_target']:.1f} s (the whole run, "
               f"start-up included) and {summary['steps_to_target']:,} env steps")
     elif target is not None:
-        print(f"did not reach evaluation return {target:g}; last evaluation return {summary['final_return']}")
+        print(f"did not reach evaluation return {target:g}")
+    print(last_evaluation(summary))
     for seed in summary.get("seeds", []):  # num_seeds > 1: each seed's own evaluations
         reached = (f"reached {target:g} after {seed['steps_to_target']:,} env steps" if seed["steps_to_target"]
                    is not None else "did not reach the target")
@@ -193,6 +199,16 @@ def report(summary: dict[str, Any], run_dir: str) -> None:
     seeds = f" per seed ({summary['num_seeds']} seeds)" if "num_seeds" in summary else ""
     print(f"{summary['env_steps']:,} env steps{seeds} in {summary['wall_time']:.1f} s; steady throughput "
           f"{'-' if rate is None else f'{rate:,}'} env steps/s{seeds}; {summary['stop_reason']}; results in {run_dir}")
+
+
+def last_evaluation(summary: dict[str, Any]) -> str:
+    """Which policy the last evaluation scored: the final one (what ``load_policy`` restores) or,
+    when the run stopped early (at the target, Ctrl-C), an earlier one."""
+    if summary.get("final_return") is None:
+        return "no evaluation finished"
+    version, last = summary["final_return_version"], summary["learner_version"]
+    which = "the final policy" if version >= last else f"the learner went on to version {last}"
+    return f"last evaluation return {summary['final_return']:.1f}, of learner version {version} ({which})"
 
 
 def _flag_value(args: list[str], flag: str) -> str | None:

@@ -20,8 +20,9 @@ The evaluator shares the learner's process rather than having its own: on a smal
 process of its own costs a JAX start-up and a compilation that every other process waits on,
 while its evaluations are short and come every few updates.
 
-Training ends inside the program: the learner calls ``jd.stop()`` after its last update (and the
-evaluator, with ``stop_at_target``, once the target is reached), so
+Training ends inside the program: the evaluator calls ``jd.stop()`` once it has evaluated the
+learner's last version (or, with ``stop_at_target``, once the target is reached; under Anakin
+the learner does, after its last update and that update's evaluation), so
 ``jd.launch(agent.topology().program).wait()`` returns. Every node is built in its own process by a
 plain factory function below, from the agent record; learners are stopped first and restart
 from their checkpoint (node options, not class attributes).
@@ -212,7 +213,8 @@ def build_learner(agent: Agent, replay: Any) -> Any:
         max_steps=config.total_updates, log_every=config.log_every_updates,
         checkpoint={"save_every_steps": config.checkpoint_every_updates, "keep": 2}, prefetch=config.learner_prefetch,
         replay_options={"field": None if agent.prioritized else "data", "end_on_stop": not multihost},
-        distributed="env" if multihost else None, after_update=after_update, end_program=True,
+        distributed="env" if multihost else None, after_update=after_update,
+        end_program=config.architecture == "anakin",  # else the evaluator ends it, after the final version
         # Updates dispatched ahead of their results only age on-policy data (its lag counts
         # dispatched updates); across processes an update waits on the slowest host anyway.
         block_every=1 if multihost or fed_by_actors_on_policy else None)
@@ -226,7 +228,7 @@ def anakin_logic(agent: Agent) -> Any:
     return anakin.logic(agent.learner_logic(config, agent.env), agent.policy(config, agent.env, 0),
                         agent.policy(config, agent.env, None), config.env_id, config.batch_size // config.learner_hosts,
                         config.trajectory_length, num_seeds=config.num_seeds, eval_every=config.eval_every_updates,
-                        eval_episodes=config.eval_episodes)
+                        eval_episodes=config.eval_episodes, final_version=config.total_updates)
 
 
 def actor_node(agent: Agent, params: jd.Handle, replays: list[jd.Handle], index: int) -> jd.CourierNode:
@@ -262,4 +264,5 @@ def build_evaluator(agent: Agent, params: Any) -> Any:
     config = agent.config
     return Evaluator(agent.policy(config, agent.env, None), env_spec(config, config.eval_episodes), params,
                      every_updates=config.eval_every_updates, seed=actor_seed(config.seed, config.num_actors + 1),
-                     target_return=config.target_return, stop_at_target=config.stop_at_target)
+                     target_return=config.target_return, stop_at_target=config.stop_at_target,
+                     final_version=config.total_updates)

@@ -55,7 +55,8 @@ def train(agent: Trainable, *, launcher: str = "processes", run_dir: str | None 
     ``<run_dir>/summary.json``): ``wall_time_to_target`` / ``steps_to_target`` over the whole
     run (None if no evaluation reached the target), ``env_steps``, ``wall_time`` (all segments),
     ``steps_per_second`` (steady: this segment's, from the first update to the last env step),
-    ``final_return`` (the last evaluation), ...
+    ``final_return`` (the last evaluation: of the final policy, ``learner_version``, when training
+    ran to its end) and ``final_return_version`` (the learner version it evaluated), ...
 
     ``agent`` is an actor-learner ``Agent`` or any record with a ``name``, a ``config`` and a
     ``topology()`` whose learner and actors serve what the monitor polls (ES's master and
@@ -162,6 +163,7 @@ class Monitor:
         self.version = self.restored_step
         self.lag: float | None = None
         self.eval_return: float | None = None
+        self.eval_version: int | None = None  # the learner version eval_return is of
         self.seeds: dict[int, dict[str, Any]] = {}  # with num_seeds > 1: each seed's evaluations
         self._num_seeds = getattr(self.config, "num_seeds", 1)  # ES's config trains one
         self._first_update: tuple[float, int] | None = None
@@ -268,7 +270,7 @@ class Monitor:
         for row in rows[self._evaluations_read:]:
             if row.get("wall_time", 0.0) < self.start_time or row.get("mean_return") is None:
                 continue
-            self.eval_return = row["mean_return"]
+            self.eval_return, self.eval_version = row["mean_return"], int(row["step"])
             # Without actors (Anakin) a version's env steps are exact; else the count as polled.
             steps = int(row["step"] * self.config.steps_per_update) if not self._actor_groups else self.env_steps
             reached = (self.base_wall_time + row["wall_time"] - self.start_time, steps)
@@ -337,7 +339,8 @@ class Monitor:
             "steps_to_target": None if self.solved_at is None else self.solved_at[1],
             "env_steps": self.env_steps, "wall_time": round(self.wall_time, 2),
             "steps_per_second": None if steady is None else round(steady),
-            "final_return": self.eval_return, "train_return": self.train_return(),
+            "final_return": self.eval_return, "final_return_version": self.eval_version,
+            "train_return": self.train_return(),
             # The learner's last version: the final poll comes after it has gone, its final save not.
             "learner_version": max(self.version, self.saved_update() or 0), "restored_step": self.restored_step,
             **({"num_seeds": self._num_seeds, "seeds": [self.seeds[i] for i in sorted(self.seeds)]}

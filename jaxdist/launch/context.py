@@ -69,7 +69,7 @@ def interrupt_waived() -> bool:
 def current_node() -> NodeContext | None:
     """The node being constructed or run in this thread (name, run_dir), or None outside one.
 
-    Set by node executables around the node's constructor and `run()` (today: CourierNode), so
+    Set by node executables around the node's constructor and `run()` (CourierNode, PyNode), so
     an object can find `<run_dir>/checkpoints/<node name>` without being told.
     """
     return _current_node.get()

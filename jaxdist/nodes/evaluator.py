@@ -10,6 +10,12 @@ line, the metrics and the target report. A file, not a served method, so that th
 that ends the program is read after the program has gone: with ``stop_at_target`` the
 evaluator ends the program (``jd.stop()``) at the first evaluation that reaches
 ``target_return``.
+
+Given the learner's ``final_version`` (its ``max_steps``), the evaluator also evaluates that
+version, whatever the interval, and then ends the program itself: the learner leaves the end to
+it, so the policy training ends with -- the one ``load_policy`` restores -- is always the last
+one evaluated. An evaluation cut short by a stop (Ctrl-C, a preemption) is not recorded: its
+unfinished episodes would read as a low return.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ def record(writer: MetricsWriter, version: int, returns: np.ndarray, target_retu
     once) and says it; with ``stop_at_target``, an evaluation that reaches ``target_return``
     stops the program and returns True. ``returns`` of several seeds (``(seeds, episodes)``)
     also give each seed's mean, ``seed/<i>/mean_return``."""
-    returns = np.asarray(returns)
+    returns = np.asarray(returns, np.float64)  # a float32 mean would be written as 47.70000076293945
     mean = float(np.mean(returns))
     row = {"mean_return": mean, "min_return": float(np.min(returns)), "max_return": float(np.max(returns)),
            "episodes": returns.shape[-1]}
@@ -52,12 +58,13 @@ def record(writer: MetricsWriter, version: int, returns: np.ndarray, target_retu
 class Evaluator:
     def __init__(self, policy: Policy, env: Any, params: Any, *, every_updates: int, seed: int,
                  target_return: float | None = None, stop_at_target: bool = False,
-                 rng_impl: str | None = "unsafe_rbg", run_dir: str = ".") -> None:
+                 final_version: int | None = None, rng_impl: str | None = "unsafe_rbg", run_dir: str = ".") -> None:
         self._env = env.make(seed)
         self._params = params
         self._every = every_updates
         self._seed = seed
         self._target, self._stop_at_target = target_return, stop_at_target
+        self._final_version = final_version
         self._step = jitted_step(policy, rng_impl)
         self._jax_episodes = (_jitted_episodes(policy, self._env.env, self._env.num_envs, rng_impl)
                               if self._env.backend == "jax" else None)
@@ -75,13 +82,22 @@ class Evaluator:
             if params is None:
                 continue
             returns = self.evaluate(params, episode_seed=self._seed + self._evaluations * self._env.num_envs)
+            if returns is None:
+                return  # the program is stopping
             self._evaluations += 1
             if record(self._writer, version, returns, self._target, self._stop_at_target):
                 return
+            if self._final_version is not None and version >= self._final_version:
+                print(f"version {version} was the learner's last: training is over", flush=True)
+                context.stop()
+                return
             wanted = (version // self._every + 1) * self._every
+            if self._final_version is not None:
+                wanted = min(wanted, self._final_version)
 
-    def evaluate(self, params: Any, episode_seed: int) -> np.ndarray:
-        """One episode in each env, seeded from ``episode_seed``: their returns."""
+    def evaluate(self, params: Any, episode_seed: int) -> np.ndarray | None:
+        """One episode in each env, seeded from ``episode_seed``: their returns (None when the
+        program stopped before every episode ended)."""
         import jax
 
         if self._key is None:
@@ -102,7 +118,7 @@ class Evaluator:
             returns += np.where(finished, 0.0, timestep.reward)
             finished |= timestep.terminated | timestep.truncated
         self._key = key
-        return returns
+        return returns if finished.all() else None
 
     def _fetch(self, wanted: int) -> tuple[int, Any]:
         """The learner's parameters once it has published version ``wanted`` or later."""

@@ -146,15 +146,18 @@ class Learner:
     (default: the node's),
     ``replay_options`` (``table``, ``field``, ``end_on_stop`` of :class:`ReplaySource`, used
     when the source is replay node client(s)), ``end_program`` (call ``jd.stop()`` once
-    ``max_steps`` are done: training ends inside the program), ``distributed`` (arguments of
+    ``max_steps`` are done: training ends inside the program; a learner spanning processes
+    calls it from its primary one), ``distributed`` (arguments of
     ``parallel.initialize``, called first; ``"env"``: those the multihost launcher gives the
     per_host group, with a heartbeat short enough that a dead peer ends the group in seconds,
     see :data:`DISTRIBUTED_DEFAULTS`), ``checkpoint_name`` (the directory under
     ``<run_dir>/checkpoints``; default: the node name, or for a learner spanning processes the
     group's label, shared by all its processes), ``after_update`` (``after_update(batch, metrics)``,
     called after every dispatch with the batch learned from and the metrics, possibly device
-    arrays still being computed: it should hand them to a thread. Prioritized replay gets the
-    new priorities of the keys it sampled this way), ``block_every`` (how far dispatches run
+    arrays still being computed: it should hand them to a thread, and may have a ``flush()``,
+    called when the learner finishes, before it ends the program, that returns once what it
+    was handed is done. Prioritized replay gets the new priorities of the keys it sampled this
+    way; Anakin's evaluations are written this way), ``block_every`` (how far dispatches run
     ahead of their results, see ``parallel.data_parallel``: 1 for on-policy data).
     Steps count SGD updates: a call of ``steps_per_call`` advances the step by that many, and
     intervals fire when the step crosses a multiple of them.
@@ -295,7 +298,7 @@ class Learner:
                 with self._lock:
                     self._advance(batch)
         self._finish(reason)
-        if self._end_program and self._finished() and self._in_program:
+        if self._end_program and self._finished() and self._in_program and self._primary:
             context.stop()
 
     def close(self) -> None:
@@ -367,6 +370,8 @@ class Learner:
                     self._ckpt.wait()
                 if self._io is not None:
                     self._io.drain()
+                if hasattr(self._after_update, "flush"):
+                    self._after_update.flush()
                 break
             except KeyboardInterrupt:
                 if attempt == 2:

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from jaxdist.launch.context import node_context
 from jaxdist.program import AddressTable, Executable, Handle, Node, NodeContext, named_arguments, replace_handles
 
 
 class PyNode(Node):
-    """`PyNode(fn, *args, **kwargs)` runs `fn(*args, **kwargs)` with its handles made clients."""
+    """`PyNode(fn, *args, **kwargs)` runs `fn(*args, **kwargs)` with its handles made clients;
+    inside it, `jaxdist.launch.context.current_node()` gives the node's name and run directory."""
 
     def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         if not callable(fn):
@@ -23,7 +25,7 @@ class PyNode(Node):
         return None
 
     def executable(self, context: NodeContext) -> Executable:
-        return _PyExecutable(self)
+        return _PyExecutable(self, context)
 
     def shipped_arguments(self) -> dict[str, Any]:
         return {"function": self.fn, **named_arguments(self.args, self.kwargs)}
@@ -32,8 +34,9 @@ class PyNode(Node):
 class _PyExecutable(Executable):
     has_run = True
 
-    def __init__(self, node: PyNode) -> None:
+    def __init__(self, node: PyNode, context: NodeContext) -> None:
         self._node = node
+        self._context = context
         self._call: Callable[[], Any] | None = None
 
     def bind(self) -> AddressTable:
@@ -46,7 +49,8 @@ class _PyExecutable(Executable):
         self._call = lambda: node.fn(*args, **kwargs)
 
     def run(self) -> None:
-        self._call()
+        with node_context(self._context):
+            self._call()
 
     def shutdown(self) -> None:
         pass

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxdist as jd
 from jaxdist import jax_envs
 from jaxdist.agents import anakin, load_policy, ppo
 from jaxdist.agents.config import with_preset
@@ -89,6 +90,26 @@ def test_ppo_learns_cartpole_on_the_learner_alone_with_no_policy_lag_and_evaluat
             evaluations[update + 1] = evaluated.mean()
     assert np.mean(returns[:5]) < 60 and max(returns[-20:]) >= 400, returns
     assert sorted(evaluations) == [25, 50, 75, 100, 125, 150] and max(evaluations.values()) >= 475, evaluations
+
+
+def test_the_last_update_is_evaluated_whatever_the_interval_and_its_row_written_before_the_program_ends(tmp_path):
+    """Before, only multiples of ``eval_every`` were evaluated (the final policy, here update 7,
+    evaluating every 5, was not), and the program could end before the evaluations handed to
+    the writer thread were written."""
+    config = dataclasses.replace(CONFIG, total_steps=16 * CONFIG.trajectory_length * 7, eval_every_updates=5)
+    running = jd.launch(ppo.agent(config).topology().program, launcher="threads", run_dir=str(tmp_path), echo=False)
+    assert running.wait(timeout=300), running.status()
+    assert running.stop_reason == "jd.stop() was called in node 'learner/0'"
+    assert [row["step"] for row in read_metrics(tmp_path / "evaluations.csv")] == [5, 7]
+    assert load_policy(str(tmp_path)).step == 7
+
+
+def test_the_evaluation_recorder_has_written_all_it_was_handed_when_flush_returns(tmp_path):
+    recorder = anakin.EvaluationRecorder(str(tmp_path), target_return=None, stop_at_target=False)
+    for version in range(1, 41):
+        recorder(None, {"version": jnp.int32(version), "eval_returns": jnp.full((1, 3), float(version))})
+    recorder.flush()
+    assert [row["step"] for row in read_metrics(tmp_path / "evaluations.csv")] == list(range(1, 41))
 
 
 def test_seeds_learn_independently_and_are_logged_each():

@@ -99,6 +99,13 @@ def test_a_launchers_flag_given_to_another_launcher_is_refused():
     assert RunOptions().launch_options() is None
 
 
+def test_fresh_under_multihost_is_refused_before_any_host_deletes_the_shared_run_directory():
+    """Every host's script deleted the shared directory: a host starting a moment later deleted
+    the logs, lock and config the first had just written."""
+    with pytest.raises(SystemExit, match="^error: --fresh is not for --launcher multihost: every host would delete"):
+        parse(ppo.PPOConfig, ppo.PRESETS, None, ["--launcher", "multihost", "--fresh"])
+
+
 def test_a_network_is_refused_by_its_name_or_by_the_observations_it_cannot_take():
     """``--network bogus`` and ``--network cnn`` on CartPole failed in the learner, after the launch."""
     with pytest.raises(ValueError, match="network must be 'mlp', 'cnn' or 'package.module:function'; got 'bogus'"):

@@ -60,11 +60,15 @@ def test_python_and_the_command_line_default_to_one_run_directory():
     assert run.run_dir is None and default_run_dir(ppo.agent(config)) == os.path.join("runs", "ppo-pendulum-seed3")
 
 
-def test_the_program_ends_itself_after_the_last_update():
+def test_the_program_ends_itself_once_the_final_policy_is_evaluated(tmp_path):
+    """Before, the learner ended the program after its last update: the final policy (here
+    update 6, evaluating every 10), the one ``load_policy`` restores, was never evaluated."""
     config = ppo.PPOConfig(num_actors=1, envs_per_actor=4, total_steps=4 * 32 * 6, checkpoint_every_updates=3)
-    running = jd.launch(ppo.make_program(config), launcher="threads", echo=False)
-    assert running.wait(timeout=120), running.status()  # returns by itself: the learner called jd.stop()
-    assert running.stop_reason == "jd.stop() was called in node 'learner/0/1'"  # the learner, after its last update
+    running = jd.launch(ppo.make_program(config), launcher="threads", run_dir=str(tmp_path), echo=False)
+    assert running.wait(timeout=120), running.status()  # returns by itself: the evaluator called jd.stop()
+    assert running.stop_reason == "jd.stop() was called in node 'learner/0/2'"  # the evaluator, colocated
+    assert read_metrics(tmp_path / "evaluations.csv")[-1]["step"] == 6
+    assert load_policy(str(tmp_path)).step == 6
 
 
 @pytest.mark.slow
@@ -75,6 +79,7 @@ def test_the_demo_script_solves_cartpole_across_processes_and_resumes_its_accoun
     assert "reached evaluation return 475" in done.stdout, done.stdout
     first = json.loads((tmp_path / "summary.json").read_text())
     assert first["steps_to_target"] <= 200_000 and first["final_return"] >= 475
+    assert first["final_return_version"] <= first["learner_version"]  # stopped at the target: the learner may go on
     assert json.loads((tmp_path / "config.json").read_text())["config"]["target_return"] == 475.0
     for name in ("actor-0.log", "learner-0.log"):  # CartPole's preset: one actor of 16 envs
         assert (tmp_path / "logs" / name).exists()

@@ -107,6 +107,18 @@ def test_program_ends_when_every_node_with_run_returns(tmp_path, launcher, capfd
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_function_node_knows_its_name_and_its_stop_names_it(tmp_path, launcher):
+    """Before, a PyNode ran outside its node context: ``current_node()`` was None in it, and
+    under the threads launcher its ``jd.stop()`` named the thread, not the node."""
+    program = jd.Program("naming")
+    program.add_node(jd.PyNode(nodes.names_itself_and_stops), label="namer")
+    running = jd.launch(program, launcher=launcher, run_dir=str(tmp_path), echo=False)
+    assert running.wait(timeout=60)
+    assert (tmp_path / "node_name").read_text() == "namer/0"
+    assert running.stop_reason == "jd.stop() was called in node 'namer/0'"
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_each_node_has_a_log_file_and_prefixed_console(tmp_path, launcher, capfd):
     program = jd.Program("chatty")
     program.add_node(jd.CourierNode(nodes.Chatty))

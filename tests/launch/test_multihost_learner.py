@@ -22,6 +22,7 @@ import uuid
 import psutil
 import pytest
 
+from jaxdist.metrics import read_metrics
 from ports import reserve_base_port
 
 pytestmark = pytest.mark.slow
@@ -130,6 +131,20 @@ def test_ppo_solves_cartpole_with_one_learner_spanning_two_hosts(tmp_path, netwo
     assert stops[0] and stops[0] == stops[1], stops
     saved = sorted(int(name) for name in os.listdir(run_dir / "checkpoints" / "learner") if name.isdigit())
     assert saved[-1] == int(stops[0][-1])
+
+
+@pytest.mark.timeout(600)
+def test_a_run_to_its_last_update_on_two_hosts_ends_once_host_0_has_evaluated_the_final_policy(tmp_path):
+    """Before, every host's learner ended the program after its last update, before the
+    evaluator on host 0 had evaluated that update (here 12, evaluating every 5)."""
+    run_dir = tmp_path / "run"
+    with loopback_hosts() as (hosts, prefixes):
+        processes = start_hosts(hosts, prefixes, run_dir, reserve_base_port(), "--total-steps", "12000")
+        out0, out1 = finish(processes, timeout=300)
+    assert processes[0][0].returncode == 0 and processes[1][0].returncode == 0, out0[-3000:] + out1[-3000:]
+    assert "of learner version 12 (the final policy)" in out0, out0[-3000:]
+    assert "host 1 stopped: host 0 stopped the program: jd.stop() was called in node 'learner/0/2'" in out1, out1[-3000:]
+    assert read_metrics(run_dir / "evaluations.csv")[-1]["step"] == 12
 
 
 @pytest.mark.timeout(600)

@@ -1,11 +1,16 @@
 """The evaluator node: the deterministic policy's returns on seeded episodes, its row in
-``evaluations.csv``, and the stop at the target, in a launched program."""
+``evaluations.csv``, the stop at the target and after the learner's final version, and no row
+for an evaluation a stop cut short, in a launched program."""
 
 from __future__ import annotations
+
+import os
+import time
 
 import jax
 import numpy as np
 import pytest
+import slow_envs
 
 import jaxdist as jd
 from jaxdist.agents.networks import ActorCritic
@@ -13,7 +18,7 @@ from jaxdist.agents.policies import ActorCriticPolicy
 from jaxdist.envs import EnvSpec
 from jaxdist.metrics import read_metrics
 from jaxdist.nodes.evaluator import Evaluator
-from jaxdist.nodes.parameter_server import ParameterServer
+from jaxdist.nodes.parameter_server import ParameterServer, VersionedParams
 from jaxdist.spaces import ActionSpace, EnvInfo
 
 CARTPOLE = EnvInfo((4,), "float32", ActionSpace(num_actions=2))
@@ -55,3 +60,47 @@ def test_in_a_program_it_writes_each_evaluation_and_ends_the_program_at_the_targ
     (row,) = read_metrics(tmp_path / "evaluations.csv")
     assert row["step"] == 1 and row["episodes"] == 4 and row["min_return"] <= row["mean_return"] <= row["max_return"]
     assert row["mean_return"] >= 5.0
+
+
+def test_it_evaluates_the_learners_final_version_off_the_interval_and_then_ends_the_program(tmp_path):
+    """Before, the evaluator waited for the next multiple of ``every_updates``: a final version
+    between two (here 7, evaluating every 5) was never evaluated, and the program ended only when
+    the learner stopped it."""
+    program = jd.Program("evaluation")
+    server = program.add_node(jd.CourierNode(VersionedParams, params(), 3), label="params")
+    program.add_node(jd.CourierNode(Evaluator, POLICY, EnvSpec("CartPole-v1", 2), server, every_updates=5, seed=0,
+                                    final_version=7), label="evaluator")
+    program.add_node(jd.PyNode(publish_later, server, params(), 7), label="learner")
+    running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False)
+    try:
+        assert running.wait(timeout=60)
+    finally:
+        running.stop()
+    assert running.stop_reason == "jd.stop() was called in node 'evaluator/0'"
+    assert [row["step"] for row in read_metrics(tmp_path / "evaluations.csv")] == [3, 7]
+
+
+def publish_later(server, parameters, version):
+    """A learner's last publish, once the evaluator has evaluated the version it started at."""
+    evaluations = os.path.join(jd.current_node().run_dir, "evaluations.csv")
+    while not jd.stop_requested() and not (os.path.exists(evaluations) and read_metrics(evaluations)):
+        time.sleep(0.05)
+    server.push(parameters, version)
+
+
+def test_an_evaluation_cut_short_by_a_stop_is_not_recorded(tmp_path):
+    """Before, the episodes' returns so far were recorded as the evaluation: a stop (Ctrl-C)
+    mid-evaluation wrote a low return for the version."""
+    slow_envs.STEPPED.clear()
+    program = jd.Program("evaluation")
+    server = program.add_node(jd.CourierNode(ParameterServer, params(), 1), label="params")
+    program.add_node(jd.CourierNode(Evaluator, POLICY, EnvSpec("slow_envs:SlowEpisodes-v0", 2, backend="sync"),
+                                    server, every_updates=1, seed=0), label="evaluator")
+    running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False)
+    try:
+        assert slow_envs.STEPPED.wait(timeout=60)
+        time.sleep(0.2)
+        running.stop()
+    finally:
+        running.stop()
+    assert read_metrics(tmp_path / "evaluations.csv") == []

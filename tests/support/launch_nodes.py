@@ -97,6 +97,14 @@ def stop_after(seconds: float) -> None:
     jd.stop()
 
 
+def names_itself_and_stops() -> None:
+    """Writes the node's name, as ``current_node()`` gives it, into its run directory, then ends the program."""
+    node = jd.current_node()
+    with open(os.path.join(node.run_dir, "node_name"), "w") as f:
+        f.write(node.node_name)
+    jd.stop()
+
+
 def call_counter(counter, times: int) -> None:
     for _ in range(times):
         counter.increment()
