@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class Arguments:
-    run_dir: Annotated[str, tyro.conf.Positional]
+    run_dir: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR")]
     """A run directory, e.g. runs/ppo-cartpole-seed0."""
     episodes: int = 10
     step: int | None = None
@@ -82,7 +82,7 @@ def play(policy: TrainedPolicy, arguments: Arguments) -> list[float]:
 
 
 def main() -> None:
-    arguments = tyro.cli(Arguments, description=__doc__)
+    arguments = tyro.cli(Arguments, prog="python -m jaxdist.evaluate", description=__doc__)
     try:
         policy = load(arguments)
     except (ValueError, FileNotFoundError) as error:  # the message says what to pass instead

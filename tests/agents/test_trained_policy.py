@@ -91,6 +91,14 @@ def test_the_command_answers_a_directory_that_is_no_run_with_one_line(tmp_path, 
         run_cli(monkeypatch, str(tmp_path))
 
 
+def test_the_commands_help_shows_how_to_run_it(monkeypatch, capsys):
+    """Before, its usage line read ``/.../jaxdist/evaluate.py [-h] [OPTIONS] STR``."""
+    monkeypatch.setattr(sys, "argv", ["evaluate.py", "--help"])
+    with pytest.raises(SystemExit):
+        evaluate.main()
+    assert "usage: python -m jaxdist.evaluate [-h] [OPTIONS] RUN_DIR" in capsys.readouterr().out
+
+
 @pytest.fixture(scope="module")
 def es_run_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, np.ndarray]:
     """An ES run one generation in (a real update from made-up fitness), saved by the master's
