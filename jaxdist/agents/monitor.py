@@ -415,19 +415,38 @@ def steady_rate(first_update: tuple[float, int], last_acting: tuple[float, int])
 
 
 def plot_learning_curve(run_dir: str, title: str, target: float | None) -> None:
-    """``<run_dir>/learning_curve.png`` from the whole ``progress.csv`` (every segment)."""
+    """``<run_dir>/learning_curve.png`` over the whole run (every segment): each evaluation of
+    ``evaluations.csv`` and the training return of ``progress.csv``, by env steps."""
     try:
         rows = read_metrics(metrics_path(run_dir, "progress"))
     except (OSError, ValueError):
         return
+    try:
+        evaluations = read_metrics(metrics_path(run_dir, EVALUATIONS))
+    except (OSError, ValueError):
+        evaluations = []  # none finished
     series = {}
-    for column, label in (("eval_return", "evaluation return"), ("train_return", f"training return (last {TRAIN_WINDOW})")):
-        points = [(row["step"], row[column]) for row in rows if row.get(column) is not None]
+    for label, points in (("evaluation return", evaluation_curve(rows, evaluations)),
+                          (f"training return (last {TRAIN_WINDOW})",
+                           [(row["step"], row["train_return"]) for row in rows if row.get("train_return") is not None])):
         if len(points) >= 2:
             series[label] = tuple(map(list, zip(*points)))
     if series:
         line_plot(os.path.join(run_dir, "learning_curve.png"), series, title=title, xlabel="env steps",
                   ylabel="episode return", log2_x=False, hlines={f"target {target:g}": target} if target is not None else None)
+
+
+def evaluation_curve(progress: list[dict[str, Any]], evaluations: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """Every evaluation as (env steps when it was made, mean return): the env steps of
+    ``progress.csv``'s rows (written every half second) interpolated at the evaluation's wall
+    time. The rows' own ``eval_return`` column would drop the evaluations between two rows and
+    place the others at the next row's env steps."""
+    polled = sorted((row["wall_time"], row["step"]) for row in progress)
+    done = [(row["wall_time"], row["mean_return"]) for row in evaluations if row.get("mean_return") is not None]
+    if not polled or not done:
+        return []
+    steps = np.interp([when for when, _ in done], *zip(*polled))
+    return [(float(step), value) for step, (_, value) in zip(steps, done)]
 
 
 def _wandb(project: str, agent: Trainable, run_dir: str) -> Any:

@@ -1,10 +1,12 @@
-"""The run monitor's figures that are computed, not read: the steady throughput; the closing
-line on the last evaluation."""
+"""The run monitor's figures that are computed, not read: the steady throughput, the closing
+line on the last evaluation, and where the learning curve draws each evaluation."""
 
 from __future__ import annotations
 
+import pytest
+
 from jaxdist.agents.cli import last_evaluation
-from jaxdist.agents.monitor import steady_rate
+from jaxdist.agents.monitor import evaluation_curve, steady_rate
 
 
 def test_steady_throughput_counts_env_steps_from_the_first_update_seen_to_the_last_env_step():
@@ -23,3 +25,15 @@ def test_the_closing_line_says_which_policy_the_last_evaluation_scored():
     stopped_at_target = dict(summary, final_return_version=20)
     assert last_evaluation(stopped_at_target).endswith("of learner version 20 (the learner went on to version 23)")
     assert last_evaluation({"final_return": None, "learner_version": 0}) == "no evaluation finished"
+
+
+def test_the_learning_curve_has_every_evaluation_at_the_env_steps_of_its_time():
+    """Before, it drew progress.csv's ``eval_return`` column: evaluations between two of its rows
+    (half a second apart) were dropped, the others drawn at the next row's env steps."""
+    progress = [{"wall_time": 100.0, "step": 0}, {"wall_time": 100.5, "step": 1_000},
+                {"wall_time": 101.0, "step": 3_000}]
+    evaluations = [{"wall_time": 100.1, "mean_return": 20.0}, {"wall_time": 100.2, "mean_return": 40.0},
+                   {"wall_time": 100.75, "mean_return": 90.0}, {"wall_time": 101.0, "mean_return": None}]
+    assert evaluation_curve(progress, evaluations) == [(pytest.approx(200.0), 20.0), (pytest.approx(400.0), 40.0),
+                                                       (pytest.approx(2_000.0), 90.0)]
+    assert evaluation_curve([], evaluations) == [] and evaluation_curve(progress, []) == []
