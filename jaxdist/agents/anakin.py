@@ -199,7 +199,7 @@ class EvaluationRecorder:
             versions, returns = np.atleast_1d(versions), returns.reshape(-1, *returns.shape[-2:])
             for version, seeds in zip(versions, returns):  # a dispatch of several updates: each
                 if not np.isnan(seeds).all() and record(self._writer, int(version), seeds, self._target,
-                                                        self._stop_at_target):
+                                                        self._stop_at_target) and self._stop_at_target:
                     return
             if context.stop_requested():
                 return

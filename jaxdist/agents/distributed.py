@@ -21,8 +21,10 @@ process of its own costs a JAX start-up and a compilation that every other proce
 while its evaluations are short and come every few updates.
 
 Training ends inside the program: the evaluator calls ``jd.stop()`` once it has evaluated the
-learner's last version (or, with ``stop_at_target``, once the target is reached; under Anakin
-the learner does, after its last update and that update's evaluation), so
+learner's last version: at ``max_steps``, or, with ``stop_at_target``, where the learner finished
+when asked at the first evaluation to reach the target (a learner spanning hosts is stopped
+there instead). Under Anakin the learner ends it, after its last update and that update's
+evaluation, or its evaluations' recorder at the target. So
 ``jd.launch(agent.topology().program).wait()`` returns. Every node is built in its own process by a
 plain factory function below, from the agent record; learners are stopped first and restart
 from their checkpoint (node options, not class attributes).
@@ -265,4 +267,7 @@ def build_evaluator(agent: Agent, params: Any) -> Any:
     return Evaluator(agent.policy(config, agent.env, None), env_spec(config, config.eval_episodes), params,
                      every_updates=config.eval_every_updates, seed=actor_seed(config.seed, config.num_actors + 1),
                      target_return=config.target_return, stop_at_target=config.stop_at_target,
-                     final_version=config.total_updates)
+                     final_version=config.total_updates,
+                     # At the target one learner process finishes there, so that the policy it saves
+                     # is evaluated; the processes of a learner spanning hosts stop together instead.
+                     finish_learner=config.learner_hosts == 1)

@@ -426,9 +426,9 @@ def plot_learning_curve(run_dir: str, title: str, target: float | None) -> None:
     except (OSError, ValueError):
         evaluations = []  # none finished
     series = {}
+    training = [(row["step"], row["train_return"]) for row in rows if row.get("train_return") is not None]
     for label, points in (("evaluation return", evaluation_curve(rows, evaluations)),
-                          (f"training return (last {TRAIN_WINDOW})",
-                           [(row["step"], row["train_return"]) for row in rows if row.get("train_return") is not None])):
+                          (f"training return (last {TRAIN_WINDOW})", training)):
         if len(points) >= 2:
             series[label] = tuple(map(list, zip(*points)))
     if series:

@@ -9,7 +9,9 @@ evaluation, never the actors' seeds), and appends the mean return to
 line, the metrics and the target report. A file, not a served method, so that the evaluation
 that ends the program is read after the program has gone: with ``stop_at_target`` the
 evaluator ends the program (``jd.stop()``) at the first evaluation that reaches
-``target_return``.
+``target_return``, or, with ``finish_learner`` (``params`` is the learner itself), has the
+learner finish there (``Learner.finish()``) and ends the program once it has evaluated the
+version the learner finished at: the policy it saved.
 
 Given the learner's ``final_version`` (its ``max_steps``), the evaluator also evaluates that
 version, whatever the interval, and then ends the program itself: the learner leaves the end to
@@ -36,9 +38,9 @@ EVALUATIONS = "evaluations"
 def record(writer: MetricsWriter, version: int, returns: np.ndarray, target_return: float | None,
            stop_at_target: bool) -> bool:
     """Appends one evaluation's row to ``evaluations.csv`` (flushed: the monitor reads it at
-    once) and says it; with ``stop_at_target``, an evaluation that reaches ``target_return``
-    stops the program and returns True. ``returns`` of several seeds (``(seeds, episodes)``)
-    also give each seed's mean, ``seed/<i>/mean_return``."""
+    once) and says it: whether it reached ``target_return``, and then, with ``stop_at_target``,
+    it has stopped the program. ``returns`` of several seeds (``(seeds, episodes)``) also give
+    each seed's mean, ``seed/<i>/mean_return``."""
     returns = np.asarray(returns, np.float64)  # a float32 mean would be written as 47.70000076293945
     mean = float(np.mean(returns))
     row = {"mean_return": mean, "min_return": float(np.min(returns)), "max_return": float(np.max(returns)),
@@ -48,23 +50,25 @@ def record(writer: MetricsWriter, version: int, returns: np.ndarray, target_retu
     writer.write(version, row)
     writer.flush()
     print(f"evaluation of version {version}: mean return {mean:.1f} over {returns.size} episodes", flush=True)
-    if stop_at_target and target_return is not None and mean >= target_return:
+    reached = target_return is not None and mean >= target_return
+    if reached and stop_at_target:
         print(f"the evaluation return {mean:.1f} reached the target {target_return:g}: stopping", flush=True)
         context.stop()
-        return True
-    return False
+    return reached
 
 
 class Evaluator:
     def __init__(self, policy: Policy, env: Any, params: Any, *, every_updates: int, seed: int,
                  target_return: float | None = None, stop_at_target: bool = False,
-                 final_version: int | None = None, rng_impl: str | None = "unsafe_rbg", run_dir: str = ".") -> None:
+                 final_version: int | None = None, finish_learner: bool = False, rng_impl: str | None = "unsafe_rbg",
+                 run_dir: str = ".") -> None:
         self._env = env.make(seed)
         self._params = params
         self._every = every_updates
         self._seed = seed
         self._target, self._stop_at_target = target_return, stop_at_target
         self._final_version = final_version
+        self._finish_learner = finish_learner
         self._step = jitted_step(policy, rng_impl)
         self._jax_episodes = (_jitted_episodes(policy, self._env.env, self._env.num_envs, rng_impl)
                               if self._env.backend == "jax" else None)
@@ -85,15 +89,22 @@ class Evaluator:
             if returns is None:
                 return  # the program is stopping
             self._evaluations += 1
-            if record(self._writer, version, returns, self._target, self._stop_at_target):
+            stop_here = self._stop_at_target and not self._finish_learner
+            at_target = record(self._writer, version, returns, self._target, stop_here) and self._stop_at_target
+            if at_target and stop_here:
                 return
-            if self._final_version is not None and version >= self._final_version:
+            if at_target and not self._last(version) and not self._finish_training(version):
+                return  # the learner could not finish: the program stops
+            if self._last(version):
                 print(f"version {version} was the learner's last: training is over", flush=True)
                 context.stop()
                 return
-            wanted = (version // self._every + 1) * self._every
+            wanted = self._final_version if at_target else (version // self._every + 1) * self._every
             if self._final_version is not None:
                 wanted = min(wanted, self._final_version)
+
+    def _last(self, version: int) -> bool:
+        return self._final_version is not None and version >= self._final_version
 
     def evaluate(self, params: Any, episode_seed: int) -> np.ndarray | None:
         """One episode in each env, seeded from ``episode_seed``: their returns (None when the
@@ -119,6 +130,19 @@ class Evaluator:
             finished |= timestep.terminated | timestep.truncated
         self._key = key
         return returns if finished.all() else None
+
+    def _finish_training(self, version: int) -> bool:
+        """At the target: the learner ends training now, at the version it says (the final
+        version, evaluated next); a learner that is away (restarting) cannot, and then the
+        program stops here (False)."""
+        try:
+            self._final_version = int(self._params.finish(f"the evaluation of version {version} reached the target"))
+        except (courier.CourierError, ConnectionError, TimeoutError) as error:
+            print(f"the learner could not finish ({type(error).__name__}): stopping", flush=True)
+            context.stop()
+            return False
+        print(f"the learner finished at version {self._final_version}, which is evaluated last", flush=True)
+        return True
 
     def _fetch(self, wanted: int) -> tuple[int, Any]:
         """The learner's parameters once it has published version ``wanted`` or later."""

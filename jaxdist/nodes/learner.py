@@ -202,6 +202,7 @@ class Learner:
         self._publish_every = publish_every
         self._log_every = log_every
         self._max_steps = max_steps
+        self._ends_because = "max_steps reached"  # or why finish() was called
         self._end_program = end_program
         self._after_update = after_update
         self._primary = parallel.is_primary()
@@ -260,6 +261,19 @@ class Learner:
             step = self._step
         return {"step": step, "metrics": _host_metrics(metrics, self._k)}
 
+    def finish(self, reason: str) -> int:
+        """End training at the current step, as ``max_steps`` would (``run()`` saves, publishes
+        and returns), and say why in its last line: the version it ends at. An evaluator that
+        reached its target calls this rather than stopping the program, so that the policy
+        training ends with is evaluated too. A learner spanning processes refuses: its processes
+        must agree on the step, which a stop of the program does (JAX's preemption sync point)."""
+        if self._multiprocess:
+            raise RuntimeError(f"learner {self.name} spans processes, which must stop at one step: stop the program")
+        with self._lock:
+            if not self._finished():
+                self._max_steps, self._ends_because = self._step, reason
+            return self._step
+
     def get(self, min_version: int = -1, wait: float = 0.0) -> dict[str, Any]:
         """``{"version": step, "params": host arrays, or None unless newer than min_version}``:
         the ParameterServer's ``get`` contract, so a ``VariableClient`` (directly or through a
@@ -280,8 +294,8 @@ class Learner:
     # The node's own work ----------------------------------------------------------------------
 
     def run(self) -> None:
-        """Train until max_steps, the end of the source, or a stop; then save and return."""
-        reason = "max_steps reached"
+        """Train until max_steps (or ``finish()``), the end of the source, or a stop; then save and return."""
+        reason = None
         while not self._finished():
             stop = self._stop_reason()
             if stop:
@@ -296,8 +310,9 @@ class Learner:
                 break
             if batch is not None:
                 with self._lock:
-                    self._advance(batch)
-        self._finish(reason)
+                    if not self._finished():  # finish() may have come while the batch did
+                        self._advance(batch)
+        self._finish(reason or self._ends_because)
         if self._end_program and self._finished() and self._in_program and self._primary:
             context.stop()
 

@@ -71,6 +71,18 @@ def test_the_program_ends_itself_once_the_final_policy_is_evaluated(tmp_path):
     assert load_policy(str(tmp_path)).step == 6
 
 
+def test_at_the_target_the_learner_finishes_and_the_policy_it_saved_is_the_last_evaluated(tmp_path):
+    """Before, the evaluator stopped the program at the target while the learner ran on, tens of
+    updates in the demo: the policy it saved, the one ``load_policy`` restores, went unevaluated."""
+    config = ppo.PPOConfig(num_actors=1, envs_per_actor=4, eval_every_updates=2, target_return=60.0,
+                           stop_at_target=True)
+    running = jd.launch(ppo.make_program(config), launcher="threads", run_dir=str(tmp_path), echo=False)
+    assert running.wait(timeout=120), running.status()
+    assert running.stop_reason == "jd.stop() was called in node 'learner/0/2'"
+    last = read_metrics(tmp_path / "evaluations.csv")[-1]
+    assert last["mean_return"] >= 60.0 and load_policy(str(tmp_path)).step == last["step"]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_demo_script_solves_cartpole_across_processes_and_resumes_its_accounting(tmp_path):

@@ -269,6 +269,22 @@ def test_steps_per_call_counts_sgd_steps_and_intervals_fire_when_crossed(tmp_pat
     assert saved_steps(tmp_path) == [6, 9]  # 6 crossed 4, 9 crossed 8
 
 
+def test_finish_ends_training_at_the_current_step_saved_published_and_said(tmp_path, capsys):
+    learner = Learner(ln.LOGIC, ln.RegressionBatches(), checkpoint={"save_every_steps": 1000}, metrics=False,
+                      run_dir=str(tmp_path), name="learner/0")
+    running = futures.ThreadPoolExecutor(1).submit(learner.run)  # no max_steps: it would train on
+    wait_until(lambda: learner.get()["version"] >= 5, what="five updates")
+    final = learner.finish("the evaluation of version 3 reached the target")
+    running.result(timeout=60)
+    assert learner.finish("again") == final  # once finished, the same step
+    assert learner.get()["version"] == final and saved_steps(tmp_path) == [final]
+    with pytest.raises(RuntimeError, match="reached max_steps"):
+        learner.update(ln.RegressionBatches()())
+    learner.close()
+    said = capsys.readouterr().out
+    assert f"learner/0: stopped at step {final}: the evaluation of version 3 reached the target" in said
+
+
 def test_a_resumed_run_seeks_its_source_and_ends_where_an_uninterrupted_one_does(tmp_path):
     def train(run_dir, max_steps: int) -> dict:
         learner = Learner(ln.CLEAN_LOGIC, ln.RegressionBatches(), max_steps=max_steps, metrics=False,

@@ -76,7 +76,8 @@ class Master:
                 row = self._generation()
                 metrics.write(search.generation, row)
                 returns = self._rollouts.evaluate(search.theta, search.generation)
-                if record(evaluations, search.generation, returns, config.target_return, config.stop_at_target):
+                if record(evaluations, search.generation, returns, config.target_return,
+                          config.stop_at_target) and config.stop_at_target:
                     break
         finally:
             search.save()
