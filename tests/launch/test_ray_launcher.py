@@ -5,7 +5,6 @@ by the program's policy, and a stop that leaves no actor behind."""
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import signal
 import subprocess
@@ -26,6 +25,7 @@ from jaxdist.courier import tls
 from jaxdist.nodes.learner import Learner
 from jaxdist.nodes.replay import Fifo, ReplayClient, ReplayNode
 from jaxdist.launch.running import WORK_DONE
+from run_checks import check_solved_and_final_policy_evaluated
 from waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -219,8 +219,7 @@ def solve_cartpole_with_ppo(cluster, run_dir, *flags: str) -> None:
 
 def test_ppo_solves_cartpole_with_launcher_ray_through_its_script(cluster, tmp_path):
     solve_cartpole_with_ppo(cluster, tmp_path)
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["final_return"] >= 475
+    summary = check_solved_and_final_policy_evaluated(tmp_path)
     assert summary["stop_reason"] == "jd.stop() was called in node 'learner/0/2'"  # the colocated evaluator
 
 
