@@ -46,17 +46,22 @@ def test_an_evaluation_plays_one_episode_per_env_and_its_seed_fixes_the_returns(
     assert not np.array_equal(first, other)
 
 
+def ended_by_the_evaluator(program: jd.Program, run_dir) -> bool:
+    """Launch ``program`` (threads) and wait for it to end: whether the evaluator ended it."""
+    running = jd.launch(program, launcher="threads", run_dir=str(run_dir), echo=False)
+    try:
+        assert running.wait(timeout=60)
+    finally:
+        running.stop()
+    return running.stop_reason == "jd.stop() was called in node 'evaluator/0'"
+
+
 def test_in_a_program_it_writes_each_evaluation_and_ends_the_program_at_the_target(tmp_path):
     program = jd.Program("evaluation")
     server = program.add_node(jd.CourierNode(ParameterServer, params(), 1), label="params")
     program.add_node(jd.CourierNode(Evaluator, POLICY, EnvSpec("CartPole-v1", 4), server, every_updates=1, seed=0,
                                     target_return=5.0, stop_at_target=True), label="evaluator")
-    running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False)
-    try:
-        assert running.wait(timeout=60)
-    finally:
-        running.stop()
-    assert running.stop_reason == "jd.stop() was called in node 'evaluator/0'"
+    assert ended_by_the_evaluator(program, tmp_path)
     (row,) = read_metrics(tmp_path / "evaluations.csv")
     assert row["step"] == 1 and row["episodes"] == 4 and row["min_return"] <= row["mean_return"] <= row["max_return"]
     assert row["mean_return"] >= 5.0
@@ -71,12 +76,7 @@ def test_it_evaluates_the_learners_final_version_off_the_interval_and_then_ends_
     program.add_node(jd.CourierNode(Evaluator, POLICY, EnvSpec("CartPole-v1", 2), server, every_updates=5, seed=0,
                                     final_version=7), label="evaluator")
     program.add_node(jd.PyNode(publish_later, server, params(), 7), label="learner")
-    running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False)
-    try:
-        assert running.wait(timeout=60)
-    finally:
-        running.stop()
-    assert running.stop_reason == "jd.stop() was called in node 'evaluator/0'"
+    assert ended_by_the_evaluator(program, tmp_path)
     assert [row["step"] for row in read_metrics(tmp_path / "evaluations.csv")] == [3, 7]
 
 
