@@ -29,6 +29,8 @@ class Arguments:
     """Play the checkpoint of this learner update (ES: generation; default: the latest)."""
     run_seed: int = 0
     """Of a run that trained several seeds at once (--num-seeds), this seed's policy."""
+    best: bool = False
+    """Play the policy of the run's best evaluation (saved by its evaluator) instead of the latest checkpoint's."""
     video: str | None = None
     """Write one MP4 per episode into this directory (the env must render rgb_array frames)."""
     seed: int = 1_000_000
@@ -43,7 +45,9 @@ def load(arguments: Arguments) -> TrainedPolicy:
 
     if arguments.episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {arguments.episodes}")
-    return load_policy(arguments.run_dir, step=arguments.step, run_seed=arguments.run_seed)
+    if arguments.best and arguments.step is not None:
+        raise ValueError("--best and --step name two policies: pass one")
+    return load_policy(arguments.run_dir, step=arguments.step, run_seed=arguments.run_seed, best=arguments.best)
 
 
 def play(policy: TrainedPolicy, arguments: Arguments) -> list[float]:

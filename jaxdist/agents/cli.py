@@ -24,6 +24,7 @@ from jaxdist.agents.config import AgentConfig, Presets
 from jaxdist.launch import run_lock
 from jaxdist.launch.output import log_path
 from jaxdist.launch.running import LaunchError, NodeFailedError
+from jaxdist.nodes.evaluator import BEST_POLICY
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,6 +192,10 @@ def report(summary: dict[str, Any], run_dir: str) -> None:
     elif target is not None:
         print(f"did not reach evaluation return {target:g}")
     print(last_evaluation(summary))
+    if summary.get("best_return_version") not in (None, summary.get("final_return_version")) \
+            and os.path.isdir(os.path.join(run_dir, "checkpoints", BEST_POLICY)):
+        print(f"best evaluation return {summary['best_return']:.1f}, of learner version "
+              f"{summary['best_return_version']}: python -m jaxdist.evaluate {run_dir} --best plays it")
     for seed in summary.get("seeds", []):  # num_seeds > 1: each seed's own evaluations
         reached = (f"reached {target:g} after {seed['steps_to_target']:,} env steps" if seed["steps_to_target"]
                    is not None else "did not reach the target")

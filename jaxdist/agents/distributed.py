@@ -270,4 +270,5 @@ def build_evaluator(agent: Agent, params: Any) -> Any:
                      final_version=config.total_updates,
                      # At the target one learner process finishes there, so that the policy it saves
                      # is evaluated; the processes of a learner spanning hosts stop together instead.
-                     finish_learner=config.learner_hosts == 1)
+                     # Beside those, whose saves are collective, the evaluator saves no best policy.
+                     finish_learner=config.learner_hosts == 1, save_best=config.learner_hosts == 1)

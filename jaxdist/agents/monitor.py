@@ -56,7 +56,8 @@ def train(agent: Trainable, *, launcher: str = "processes", run_dir: str | None 
     run (None if no evaluation reached the target), ``env_steps``, ``wall_time`` (all segments),
     ``steps_per_second`` (steady: this segment's, from the first update to the last env step),
     ``final_return`` (the last evaluation: of the final policy, ``learner_version``, when training
-    ran to its end) and ``final_return_version`` (the learner version it evaluated), ...
+    ran to its end) and ``final_return_version`` (the learner version it evaluated),
+    ``best_return`` / ``best_return_version`` (the run's best evaluation, every segment's), ...
 
     ``agent`` is an actor-learner ``Agent`` or any record with a ``name``, a ``config`` and a
     ``topology()`` whose learner and actors serve what the monitor polls (ES's master and
@@ -164,6 +165,7 @@ class Monitor:
         self.lag: float | None = None
         self.eval_return: float | None = None
         self.eval_version: int | None = None  # the learner version eval_return is of
+        self.best: tuple[float, int] | None = None  # the whole run's best evaluation: (mean return, version)
         self.seeds: dict[int, dict[str, Any]] = {}  # with num_seeds > 1: each seed's evaluations
         self._num_seeds = getattr(self.config, "num_seeds", 1)  # ES's config trains one
         self._first_update: tuple[float, int] | None = None
@@ -268,6 +270,8 @@ class Monitor:
         self._evaluations_size = size
         target = self.config.target_return
         for row in rows[self._evaluations_read:]:
+            if row.get("mean_return") is not None and (self.best is None or row["mean_return"] > self.best[0]):
+                self.best = (row["mean_return"], int(row["step"]))
             if row.get("wall_time", 0.0) < self.start_time or row.get("mean_return") is None:
                 continue
             self.eval_return, self.eval_version = row["mean_return"], int(row["step"])
@@ -340,6 +344,8 @@ class Monitor:
             "env_steps": self.env_steps, "wall_time": round(self.wall_time, 2),
             "steps_per_second": None if steady is None else round(steady),
             "final_return": self.eval_return, "final_return_version": self.eval_version,
+            "best_return": None if self.best is None else self.best[0],
+            "best_return_version": None if self.best is None else self.best[1],
             "train_return": self.train_return(),
             # The learner's last version: the final poll comes after it has gone, its final save not.
             "learner_version": max(self.version, self.saved_update() or 0), "restored_step": self.restored_step,

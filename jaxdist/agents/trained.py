@@ -54,10 +54,13 @@ class TrainedPolicy:
         return np.asarray(action)
 
 
-def load_policy(run_dir: str, step: int | None = None, seed: int = 0, run_seed: int = 0) -> TrainedPolicy:
+def load_policy(run_dir: str, step: int | None = None, seed: int = 0, run_seed: int = 0,
+                best: bool = False) -> TrainedPolicy:
     """The policy of the run in ``run_dir``: its saved config, its learner's latest checkpoint
-    (or ``step``); of a run of several seeds at once (``num_seeds``), seed ``run_seed``'s.
-    ``seed`` seeds the sampling of ``act(..., deterministic=False)``."""
+    (or ``step``); of a run of several seeds at once (``num_seeds``), seed ``run_seed``'s; with
+    ``best``, that of the run's best evaluation (saved by the evaluator node of actor-learner
+    runs whose learner is one process). ``seed`` seeds the sampling of
+    ``act(..., deterministic=False)``."""
     name, saved = configs.load(run_dir)
     if name not in AGENTS:
         raise ValueError(f"{run_dir} was trained by agent {name!r}; load_policy knows {', '.join(AGENTS)}")
@@ -68,6 +71,8 @@ def load_policy(run_dir: str, step: int | None = None, seed: int = 0, run_seed: 
     if not 0 <= run_seed < seeds:
         raise ValueError(f"{run_dir} trained {seeds} seed(s) at once (num_seeds): run_seed must be "
                          f"{'0' if seeds == 1 else f'0 to {seeds - 1}'}, got {run_seed}")
+    if best:
+        return _best_policy(run_dir, agent, seed)
     if name == "es":
         return _es_policy(run_dir, agent, step, seed)
     return _learner_policy(run_dir, agent, step, seed, run_seed)
@@ -86,9 +91,40 @@ def _learner_policy(run_dir: str, agent: Any, step: int | None, seed: int, run_s
     params = logic.params(restored["state"])
     if anakin:  # its parameters carry a leading seed axis
         params = jax.tree.map(lambda leaf: leaf[run_seed], params)
-    policies = {deterministic: agent.policy(agent.config, agent.env, None if deterministic else 0)
-                for deterministic in (True, False)}
-    return TrainedPolicy(agent, params, int(restored["step"]), policies, agent.env.obs_shape, seed)
+    return TrainedPolicy(agent, params, int(restored["step"]), _policies(agent), agent.env.obs_shape, seed)
+
+
+def _best_policy(run_dir: str, agent: Any, seed: int) -> TrainedPolicy:
+    """The parameters the evaluator saved at the run's best evaluation."""
+    import jax
+
+    from jaxdist.checkpoint import Checkpointer, checkpoint_dir
+    from jaxdist.nodes.evaluator import BEST_POLICY
+    from jaxdist.nodes.learner import initial_state
+
+    directory = checkpoint_dir(run_dir, BEST_POLICY)
+    if not os.path.isdir(directory):  # a Checkpointer would create it: reading a run must not change it
+        raise _no_best(run_dir)
+    with Checkpointer(directory) as checkpointer:
+        version = checkpointer.latest_step()
+        if version is None:
+            raise _no_best(run_dir)
+        logic = agent.learner_logic(agent.config, agent.env)
+        template = jax.eval_shape(lambda key: logic.params(initial_state(logic, key)["state"]), jax.random.key(0))
+        params = checkpointer.restore(template, version)
+    return TrainedPolicy(agent, params, version, _policies(agent), agent.env.obs_shape, seed)
+
+
+def _no_best(run_dir: str) -> FileNotFoundError:
+    return FileNotFoundError(f"{run_dir} has no best policy: the evaluator node saves one at each better "
+                             f"evaluation, in actor-learner runs whose learner is one process (not Anakin, ES or "
+                             f"--learner-hosts > 1); load the latest checkpoint's instead (best=False)")
+
+
+def _policies(agent: Any) -> dict[bool, Any]:
+    """The deterministic policy (evaluation's) and actor 0's, by ``deterministic``."""
+    return {deterministic: agent.policy(agent.config, agent.env, None if deterministic else 0)
+            for deterministic in (True, False)}
 
 
 def _es_policy(run_dir: str, agent: Any, step: int | None, seed: int) -> TrainedPolicy:

@@ -28,11 +28,14 @@ import numpy as np
 
 from jaxdist import courier
 from jaxdist.launch import context
-from jaxdist.metrics import MetricsWriter, metrics_path
+from jaxdist.metrics import MetricsWriter, metrics_path, read_metrics
 from jaxdist.nodes.actor import Policy, jitted_step
 
 EVALUATIONS = "evaluations"
 """``<run_dir>/evaluations.csv``: step (the learner version), mean_return, min_return, ..."""
+
+BEST_POLICY = "best_policy"
+"""``<run_dir>/checkpoints/best_policy/<version>``: the parameters of the best evaluation so far."""
 
 
 def record(writer: MetricsWriter, version: int, returns: np.ndarray, target_return: float | None,
@@ -60,8 +63,8 @@ def record(writer: MetricsWriter, version: int, returns: np.ndarray, target_retu
 class Evaluator:
     def __init__(self, policy: Policy, env: Any, params: Any, *, every_updates: int, seed: int,
                  target_return: float | None = None, stop_at_target: bool = False,
-                 final_version: int | None = None, finish_learner: bool = False, rng_impl: str | None = "unsafe_rbg",
-                 run_dir: str = ".") -> None:
+                 final_version: int | None = None, finish_learner: bool = False, save_best: bool = False,
+                 rng_impl: str | None = "unsafe_rbg", run_dir: str = ".") -> None:
         self._env = env.make(seed)
         self._params = params
         self._every = every_updates
@@ -76,8 +79,10 @@ class Evaluator:
         # computation may start the backend before that learner's jax.distributed.initialize().
         self._key, self._rng_impl = None, rng_impl
         node = context.current_node()
-        self._writer = MetricsWriter(metrics_path(node.run_dir if node else run_dir, EVALUATIONS))
+        run_dir = node.run_dir if node else run_dir
+        self._writer = MetricsWriter(metrics_path(run_dir, EVALUATIONS))
         self._evaluations = 0
+        self._best = BestPolicy(run_dir) if save_best else None
 
     def run(self) -> None:
         wanted = 0
@@ -89,6 +94,8 @@ class Evaluator:
             if returns is None:
                 return  # the program is stopping
             self._evaluations += 1
+            if self._best is not None:
+                self._best.offer(version, params, returns)
             stop_here = self._stop_at_target and not self._finish_learner
             at_target = record(self._writer, version, returns, self._target, stop_here) and self._stop_at_target
             if at_target and stop_here:
@@ -156,6 +163,37 @@ class Evaluator:
     def close(self) -> None:
         self._writer.close()
         self._env.close()
+        if self._best is not None:
+            self._best.close()
+
+
+class BestPolicy:
+    """The parameters of the best evaluation so far, saved (Orbax) under ``BEST_POLICY`` as its
+    learner version, for ``load_policy(run_dir, best=True)``: the learner's own checkpoints hold
+    where training ended, which can score below an earlier policy (after ``stop_at_target``
+    it often does). Its best return so far is that of the run's ``evaluations.csv``, so a
+    restarted or resumed evaluator replaces the saved policy only with a better one."""
+
+    def __init__(self, run_dir: str) -> None:
+        from jaxdist.checkpoint import Checkpointer, checkpoint_dir
+
+        self._checkpointer = Checkpointer(checkpoint_dir(run_dir, BEST_POLICY), keep=1)
+        try:
+            earlier = read_metrics(metrics_path(run_dir, EVALUATIONS))
+        except (OSError, ValueError):
+            earlier = []
+        saved = self._checkpointer.latest_step() is not None
+        self._best = max((row["mean_return"] for row in earlier if row.get("mean_return") is not None and saved),
+                         default=-np.inf)
+
+    def offer(self, version: int, params: Any, returns: np.ndarray) -> None:
+        mean = float(np.mean(returns))
+        if mean > self._best:
+            self._checkpointer.save(version, params)
+            self._best = mean
+
+    def close(self) -> None:
+        self._checkpointer.close()
 
 
 def _jitted_episodes(policy: Policy, env: Any, num_envs: int, rng_impl: str | None) -> Any:

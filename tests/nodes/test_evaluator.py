@@ -17,7 +17,9 @@ from jaxdist.agents.networks import ActorCritic
 from jaxdist.agents.policies import ActorCriticPolicy
 from jaxdist.envs import EnvSpec
 from jaxdist.metrics import read_metrics
-from jaxdist.nodes.evaluator import Evaluator
+from jaxdist.checkpoint import Checkpointer, checkpoint_dir
+from jaxdist.metrics import MetricsWriter, metrics_path
+from jaxdist.nodes.evaluator import BEST_POLICY, EVALUATIONS, Evaluator, BestPolicy
 from jaxdist.nodes.parameter_server import ParameterServer, VersionedParams
 from jaxdist.spaces import ActionSpace, EnvInfo
 
@@ -25,9 +27,9 @@ CARTPOLE = EnvInfo((4,), "float32", ActionSpace(num_actions=2))
 POLICY = ActorCriticPolicy(CARTPOLE, "mlp", (8,), deterministic=True)  # as agents give evaluators
 
 
-def params():
+def params(seed: int = 0):
     network = ActorCritic(action=CARTPOLE.action, hidden=(8,))
-    return {"network": jax.tree.map(np.asarray, network.init(jax.random.key(0), np.zeros((1, 4), np.float32)))}
+    return {"network": jax.tree.map(np.asarray, network.init(jax.random.key(seed), np.zeros((1, 4), np.float32)))}
 
 
 @pytest.mark.parametrize("backend", ["auto", "jax"])
@@ -74,10 +76,17 @@ def test_it_evaluates_the_learners_final_version_off_the_interval_and_then_ends_
     program = jd.Program("evaluation")
     server = program.add_node(jd.CourierNode(VersionedParams, params(), 3), label="params")
     program.add_node(jd.CourierNode(Evaluator, POLICY, EnvSpec("CartPole-v1", 2), server, every_updates=5, seed=0,
-                                    final_version=7), label="evaluator")
-    program.add_node(jd.PyNode(publish_later, server, params(), 7), label="learner")
+                                    final_version=7, save_best=True), label="evaluator")
+    program.add_node(jd.PyNode(publish_later, server, params(seed=1), 7), label="learner")
     assert ended_by_the_evaluator(program, tmp_path)
-    assert [row["step"] for row in read_metrics(tmp_path / "evaluations.csv")] == [3, 7]
+    rows = read_metrics(tmp_path / "evaluations.csv")
+    assert [row["step"] for row in rows] == [3, 7]
+    # The better of the two evaluations' parameters are saved, as their version.
+    best = max(rows, key=lambda row: row["mean_return"])
+    assert saved_best(tmp_path) == best["step"]
+    with Checkpointer(checkpoint_dir(tmp_path, BEST_POLICY)) as saved:
+        restored = saved.restore(params(seed=0 if best["step"] == 3 else 1))
+    jax.tree.map(np.testing.assert_array_equal, restored, params(seed=0 if best["step"] == 3 else 1))
 
 
 def publish_later(server, parameters, version):
@@ -104,3 +113,24 @@ def test_an_evaluation_cut_short_by_a_stop_is_not_recorded(tmp_path):
     finally:
         running.stop()
     assert read_metrics(tmp_path / "evaluations.csv") == []
+
+
+def test_a_restarted_evaluator_replaces_the_saved_best_policy_only_with_a_better_one(tmp_path):
+    with MetricsWriter(metrics_path(tmp_path, EVALUATIONS)) as writer:  # the run's evaluations so far
+        writer.write(4, {"mean_return": 50.0})
+    first = BestPolicy(str(tmp_path))
+    first.offer(4, params(0), np.array([40.0, 60.0]))  # nothing saved yet: the first is the best
+    first.close()
+    again = BestPolicy(str(tmp_path))  # a restart: the best so far is evaluations.csv's 50
+    again.offer(9, params(1), np.array([30.0]))
+    again.close()
+    assert saved_best(tmp_path) == 4
+    again = BestPolicy(str(tmp_path))
+    again.offer(12, params(1), np.array([60.0]))
+    again.close()
+    assert saved_best(tmp_path) == 12
+
+
+def saved_best(run_dir) -> int | None:
+    with Checkpointer(checkpoint_dir(run_dir, BEST_POLICY)) as saved:
+        return saved.latest_step()
