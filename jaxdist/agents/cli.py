@@ -181,7 +181,8 @@ def failure_summary(failure: NodeFailedError, run_dir: str) -> str:
 
 
 def report(summary: dict[str, Any], run_dir: str) -> None:
-    """The closing lines: when the target was reached, throughput, why the run stopped."""
+    """The closing lines: when the target was reached, the last evaluation (and a better saved one),
+    throughput, why the run stopped."""
     if "host_index" in summary:  # a multihost share: host 0 reports the run
         print(f"host {summary['host_index']} stopped: {summary['stop_reason']}")
         return
@@ -192,10 +193,11 @@ def report(summary: dict[str, Any], run_dir: str) -> None:
     elif target is not None:
         print(f"did not reach evaluation return {target:g}")
     print(last_evaluation(summary))
-    if summary.get("best_return_version") not in (None, summary.get("final_return_version")) \
-            and os.path.isdir(os.path.join(run_dir, "checkpoints", BEST_POLICY)):
-        print(f"best evaluation return {summary['best_return']:.1f}, of learner version "
-              f"{summary['best_return_version']}: python -m jaxdist.evaluate {run_dir} --best plays it")
+    best, final = summary.get("best_return"), summary.get("final_return")
+    saved = os.path.isdir(os.path.join(run_dir, "checkpoints", BEST_POLICY))
+    if saved and best is not None and (final is None or best > final):  # final None: no evaluation this segment
+        print(f"best evaluation return {best:.1f}, of learner version {summary['best_return_version']}: "
+              f"python -m jaxdist.evaluate {run_dir} --best plays it")
     for seed in summary.get("seeds", []):  # num_seeds > 1: each seed's own evaluations
         reached = (f"reached {target:g} after {seed['steps_to_target']:,} env steps" if seed["steps_to_target"]
                    is not None else "did not reach the target")

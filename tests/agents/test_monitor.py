@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from jaxdist.agents.cli import last_evaluation
+from jaxdist.agents.cli import last_evaluation, report
 from jaxdist.agents.monitor import evaluation_curve, steady_rate
+from jaxdist.nodes.evaluator import BEST_POLICY
 
 
 def test_steady_throughput_counts_env_steps_from_the_first_update_seen_to_the_last_env_step():
@@ -37,3 +38,17 @@ def test_the_learning_curve_has_every_evaluation_at_the_env_steps_of_its_time():
     assert evaluation_curve(progress, evaluations) == [(pytest.approx(200.0), 20.0), (pytest.approx(400.0), 40.0),
                                                        (pytest.approx(2_000.0), 90.0)]
     assert evaluation_curve([], evaluations) == [] and evaluation_curve(progress, []) == []
+
+
+def test_the_closing_lines_name_the_saved_best_policy_only_when_it_beat_the_final_one(tmp_path, capsys):
+    summary = {"target_return": 475.0, "wall_time_to_target": 6.6, "steps_to_target": 27_712, "final_return": 366.9,
+               "final_return_version": 49, "learner_version": 49, "best_return": 500.0, "best_return_version": 28,
+               "env_steps": 28_160, "wall_time": 7.7, "steps_per_second": 18_202, "stop_reason": "done"}
+    (tmp_path / "checkpoints" / BEST_POLICY).mkdir(parents=True)
+    report(summary, str(tmp_path))
+    assert f"best evaluation return 500.0, of learner version 28: python -m jaxdist.evaluate {tmp_path} --best" \
+        in capsys.readouterr().out
+    report(dict(summary, final_return=500.0), str(tmp_path))  # as good: the final policy is the one to play
+    assert "best evaluation" not in capsys.readouterr().out
+    report(dict(summary, final_return=None, final_return_version=None), str(tmp_path))  # a segment that evaluated nothing
+    assert "no evaluation finished" in capsys.readouterr().out
