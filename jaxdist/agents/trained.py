@@ -96,29 +96,15 @@ def _learner_policy(run_dir: str, agent: Any, step: int | None, seed: int, run_s
 
 def _best_policy(run_dir: str, agent: Any, seed: int) -> TrainedPolicy:
     """The parameters the evaluator saved at the run's best evaluation."""
-    import jax
-
-    from jaxdist.checkpoint import Checkpointer, checkpoint_dir
+    from jaxdist.checkpoint import checkpoint_dir
     from jaxdist.nodes.evaluator import BEST_POLICY
-    from jaxdist.nodes.learner import initial_state
 
-    directory = checkpoint_dir(run_dir, BEST_POLICY)
-    if not os.path.isdir(directory):  # a Checkpointer would create it: reading a run must not change it
-        raise _no_best(run_dir)
-    with Checkpointer(directory) as checkpointer:
-        version = checkpointer.latest_step()
-        if version is None:
-            raise _no_best(run_dir)
-        logic = agent.learner_logic(agent.config, agent.env)
-        template = jax.eval_shape(lambda key: logic.params(initial_state(logic, key)["state"]), jax.random.key(0))
-        params = checkpointer.restore(template, version)
+    no_best = FileNotFoundError(f"{run_dir} has no best policy: the evaluator node saves one at each better "
+                                f"evaluation, in actor-learner runs whose learner is one process (not Anakin, ES or "
+                                f"--learner-hosts > 1); load the latest checkpoint's instead (best=False)")
+    version, params = _restore_from(checkpoint_dir(run_dir, BEST_POLICY), distributed.published_shapes(agent), None,
+                                    no_best)
     return TrainedPolicy(agent, params, version, _policies(agent), agent.env.obs_shape, seed)
-
-
-def _no_best(run_dir: str) -> FileNotFoundError:
-    return FileNotFoundError(f"{run_dir} has no best policy: the evaluator node saves one at each better "
-                             f"evaluation, in actor-learner runs whose learner is one process (not Anakin, ES or "
-                             f"--learner-hosts > 1); load the latest checkpoint's instead (best=False)")
 
 
 def _policies(agent: Any) -> dict[bool, Any]:
@@ -142,17 +128,24 @@ def _es_policy(run_dir: str, agent: Any, step: int | None, seed: int) -> Trained
 def _restore(run_dir: str, agent: Any, template: Any, step: int | None, every: str) -> Any:
     """The learner's checkpoint of ``step`` (default: the latest), shaped as ``template``; the
     learner saves every ``every`` ("10 updates")."""
-    from jaxdist.checkpoint import Checkpointer
-
     no_checkpoint = FileNotFoundError(f"{run_dir} has no complete learner checkpoint yet: train longer (the learner "
                                       f"saves every {every} and at a stop)")
-    directory = _learner_checkpoints(run_dir, agent)
+    return _restore_from(_learner_checkpoints(run_dir, agent), template, step, no_checkpoint)[1]
+
+
+def _restore_from(directory: str, template: Any, step: int | None, missing: Exception) -> tuple[int, Any]:
+    """(step, the checkpoint of ``step`` in ``directory``, default the latest), shaped as
+    ``template``; ``missing`` is raised when there is none."""
+    from jaxdist.checkpoint import Checkpointer
+
     if not os.path.isdir(directory):  # a Checkpointer would create it: reading a run must not change it
-        raise no_checkpoint
+        raise missing
     with Checkpointer(directory) as checkpointer:
-        if checkpointer.latest_step() is None:
-            raise no_checkpoint
-        return checkpointer.restore(template, step)
+        latest = checkpointer.latest_step()
+        if latest is None:
+            raise missing
+        step = latest if step is None else step
+        return step, checkpointer.restore(template, step)
 
 
 def _learner_checkpoints(run_dir: str, agent: Any) -> str:

@@ -182,9 +182,8 @@ class BestPolicy:
             earlier = read_metrics(metrics_path(run_dir, EVALUATIONS))
         except (OSError, ValueError):
             earlier = []
-        saved = self._checkpointer.latest_step() is not None
-        self._best = max((row["mean_return"] for row in earlier if row.get("mean_return") is not None and saved),
-                         default=-np.inf)
+        returns = [row["mean_return"] for row in earlier if row.get("mean_return") is not None]
+        self._best = max(returns, default=-np.inf) if self._checkpointer.latest_step() is not None else -np.inf
 
     def offer(self, version: int, params: Any, returns: np.ndarray) -> None:
         mean = float(np.mean(returns))
