@@ -55,12 +55,14 @@ SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_thr
 class Topology:
     """The program, where its groups go (the multihost launcher's ``placement``), and the
     handles a watcher (``jaxdist.agents.monitor``) polls: host 0's learner (``status()``) and the
-    actors (``stats()``, ``episodes(since)``)."""
+    actors (``stats()``, ``episodes(since)``). ``last_update``: the learner's last update, where
+    it is known before training (a run whose learner has saved it is over)."""
 
     program: jd.Program
     learner: jd.Handle
     actors: list[jd.Handle]
     placement: dict[str, Any]
+    last_update: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +119,7 @@ class Agent:
         # A learner process (with its replay) on each of the first learner_hosts hosts, actors
         # round-robin over the hosts (actor i beside the replay it feeds when every host has a learner).
         placement = {"learner": jd.per_host() if hosts > 1 else jd.on_host(0), "actor": jd.spread()}
-        return Topology(program, learners[0], actors, placement)
+        return Topology(program, learners[0], actors, placement, config.total_updates)
 
     def _anakin_topology(self) -> Topology:
         """A learner process per learner host that plays and evaluates its own envs
@@ -131,7 +133,7 @@ class Agent:
             learners = [program.add_node(jd.CourierNode(build_learner, self, None).with_options(
                 stops_first=True, restart=LEARNER_RESTART)) for _ in range(config.learner_hosts)]
         placement = {"learner": jd.per_host() if config.learner_hosts > 1 else jd.on_host(0)}
-        return Topology(program, learners[0], [], placement)
+        return Topology(program, learners[0], [], placement, config.total_updates)
 
 
 @dataclasses.dataclass(frozen=True)

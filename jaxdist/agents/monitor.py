@@ -17,7 +17,9 @@ directory resumes from the learner's checkpoint, and its accounting goes on from
 of ``progress.csv``: env steps and the ``run_seconds`` column (the whole run's wall time) count
 every segment's effort, including what a crash lost since the last checkpoint, so steps and wall
 time to the target are those of the whole run (each segment's wall time, summed), and the
-target, once reached, stays reached with its steps and time.
+target, once reached, stays reached with its steps and time. A run that is over (its learner
+saved its last update, or, with ``stop_at_target``, training stopped at the target) is not
+launched again: ``train`` returns its summary, with a ``stop_reason`` that says how to go on.
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ def train(agent: Trainable, *, launcher: str = "processes", run_dir: str | None 
     start_time = time.time() if start_time is None else start_time
     run_dir = os.path.abspath(run_dir or default_run_dir(agent))
     topology = agent.topology()
+    over = finished_summary(run_dir, topology, agent.config)
+    if over is not None:
+        return over
     options: dict[str, Any] = {"run_dir": run_dir, "echo": echo}
     if launcher != "threads":
         options["resources"] = resources(topology.program, compilation_cache)
@@ -116,6 +121,49 @@ def train(agent: Trainable, *, launcher: str = "processes", run_dir: str | None 
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     return summary
+
+
+def finished_summary(run_dir: str, topology: Topology, config: Any) -> dict[str, Any] | None:
+    """The summary of a run that is over, or None: its learner has saved its last update, or,
+    with ``stop_at_target``, a version its evaluations found at the target. Relaunching such a
+    run would only evaluate its final policy again (a second row for it in ``evaluations.csv``)
+    and rewrite its record. None too where ``summary.json`` is not that of the saved update (the
+    launching process was killed before writing it): the relaunch then writes it."""
+    saved = saved_update(run_dir, topology.learner.node_name)
+    try:
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if saved is None or summary.get("learner_version") != saved:
+        return None
+    if topology.last_update is not None and saved >= topology.last_update:
+        return dict(summary, stop_reason=(
+            f"nothing launched: the run has trained to its last update ({saved}): --fresh starts over, and a larger "
+            f"--total-steps with --allow-config-change trains on"))
+    target = config.target_return
+    if config.stop_at_target and target is not None:
+        try:
+            evaluations = read_metrics(metrics_path(run_dir, EVALUATIONS))
+        except (OSError, ValueError):
+            evaluations = []
+        reached = [int(row["step"]) for row in evaluations
+                   if row.get("mean_return") is not None and row["mean_return"] >= target and row["step"] <= saved]
+        if reached:
+            return dict(summary, stop_reason=(
+                f"nothing launched: the run reached its target {target:g} at the evaluation of version {reached[0]} "
+                f"and stopped at update {saved}: without --stop-at-target it trains on, --fresh starts over"))
+    return None
+
+
+def saved_update(run_dir: str, learner_node_name: str) -> int | None:
+    """The newest complete learner checkpoint's update (after a stop, the one it saved)."""
+    try:
+        steps = [int(name) for name in os.listdir(os.path.join(run_dir, "checkpoints", learner_node_name))
+                 if name.isdigit()]
+    except OSError:
+        return None
+    return max(steps, default=None)
 
 
 def default_run_dir(agent: Trainable) -> str:
@@ -326,13 +374,7 @@ class Monitor:
         return sum(int(s.get("restarts", 0) or 0) for s in self._running.status().values())
 
     def saved_update(self) -> int | None:
-        """The newest complete learner checkpoint's update (after a stop, the one it saved)."""
-        directory = os.path.join(self.run_dir, "checkpoints", self._topology.learner.node_name)
-        try:
-            steps = [int(name) for name in os.listdir(directory) if name.isdigit()]
-        except OSError:
-            return None
-        return max(steps, default=None)
+        return saved_update(self.run_dir, self._topology.learner.node_name)
 
     def summary(self) -> dict[str, Any]:
         steady = None if self._first_update is None else steady_rate(self._first_update, self._last_acting)

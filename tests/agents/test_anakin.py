@@ -178,8 +178,12 @@ def test_the_script_solves_cartpole_with_anakin_and_resumes_from_its_checkpoint(
     assert summary["final_return"] >= 475 and summary["env_steps"] > 0
     assert json.loads((tmp_path / "config.json").read_text())["config"]["architecture"] == "anakin"
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert "resuming from the learner's checkpoint" in again.stdout, again.stdout
+    assert again.returncode == 0 and "nothing launched: the run reached its target" in again.stdout, again.stdout
+    more = command[:-1] + ["--total-steps", str(summary["env_steps"] + 16_384), "--allow-config-change"]
+    resumed = subprocess.run(more, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resuming from the learner's checkpoint" in resumed.stdout, resumed.stdout
+    assert json.loads((tmp_path / "summary.json").read_text())["learner_version"] > summary["learner_version"]
     assert load_policy(str(tmp_path)).act(np.zeros((2, 4), np.float32)).shape == (2,)
 
 

@@ -1,12 +1,18 @@
 """The run monitor's figures that are computed, not read: the steady throughput, the closing
-line on the last evaluation, and where the learning curve draws each evaluation."""
+line on the last evaluation, where the learning curve draws each evaluation, and whether a run
+is over."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pytest
 
+from jaxdist.agents import ppo
 from jaxdist.agents.cli import last_evaluation, report
-from jaxdist.agents.monitor import evaluation_curve, steady_rate
+from jaxdist.agents.monitor import evaluation_curve, finished_summary, steady_rate
+from jaxdist.metrics import MetricsWriter
 from jaxdist.nodes.evaluator import BEST_POLICY
 
 
@@ -52,3 +58,32 @@ def test_the_closing_lines_name_the_saved_best_policy_only_when_it_beat_the_fina
     assert "best evaluation" not in capsys.readouterr().out
     report(dict(summary, final_return=None, final_return_version=None), str(tmp_path))  # a segment that evaluated nothing
     assert "no evaluation finished" in capsys.readouterr().out
+
+
+def _run_dir(path, saved_update: int, summary_version: int, evaluations: list[tuple[int, float]]):
+    (path / "checkpoints" / "learner" / "0" / "1" / str(saved_update)).mkdir(parents=True)
+    (path / "summary.json").write_text(json.dumps({"learner_version": summary_version, "stop_reason": "ended"}))
+    writer = MetricsWriter(str(path / "evaluations.csv"))
+    for version, mean in evaluations:
+        writer.write(version, {"mean_return": mean})
+    writer.close()
+    return str(path)
+
+
+def test_a_run_is_over_at_its_last_update_or_with_stop_at_target_at_the_target(tmp_path):
+    config = ppo.PPOConfig(total_steps=512 * 40, target_return=100.0)
+    topology = ppo.agent(config).topology()
+    assert topology.last_update == 40
+    trained = _run_dir(tmp_path / "trained", 40, 40, [(20, 50.0), (40, 90.0)])
+    assert finished_summary(trained, topology, config)["stop_reason"].startswith(
+        "nothing launched: the run has trained to its last update (40)")
+    at_target = _run_dir(tmp_path / "at_target", 23, 23, [(20, 150.0), (23, 80.0)])
+    assert finished_summary(at_target, topology, config) is None  # without stop_at_target it trains on
+    stopping = dataclasses.replace(config, stop_at_target=True)
+    assert "reached its target 100 at the evaluation of version 20 and stopped at update 23" in (
+        finished_summary(at_target, topology, stopping)["stop_reason"])
+    # Ctrl-C before the target, or a summary.json that is not the saved update's (the launching
+    # process was killed after the learner's last save): launched again, which writes the record.
+    assert finished_summary(_run_dir(tmp_path / "short", 23, 23, [(20, 60.0)]), topology, stopping) is None
+    assert finished_summary(_run_dir(tmp_path / "stale", 40, 23, [(20, 150.0)]), topology, stopping) is None
+    assert finished_summary(str(tmp_path / "none"), topology, stopping) is None

@@ -4,6 +4,7 @@ the README's configuration and target), resume across segments, Ctrl-C, load_pol
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -72,6 +73,26 @@ def test_the_program_ends_itself_once_the_final_policy_is_evaluated(tmp_path):
     assert load_policy(str(tmp_path)).step == 6
 
 
+def test_a_run_that_is_over_is_not_launched_again(tmp_path):
+    """Before, relaunching a finished run started every node again to evaluate its final policy
+    a second time: a second row for it in evaluations.csv, and a rewritten record."""
+    config = ppo.PPOConfig(num_actors=1, envs_per_actor=4, total_steps=4 * 32 * 6, eval_every_updates=10)
+    first = train(ppo.agent(config), launcher="threads", run_dir=str(tmp_path), echo=False, out=io.StringIO())
+    evaluations = (tmp_path / "evaluations.csv").read_text()
+    assert first["learner_version"] == 6 and read_metrics(tmp_path / "evaluations.csv")[-1]["step"] == 6
+    again = train(ppo.agent(config), launcher="threads", run_dir=str(tmp_path), echo=False, out=io.StringIO())
+    assert again["stop_reason"].startswith("nothing launched: the run has trained to its last update (6)")
+    assert "--allow-config-change" in again["stop_reason"]
+    assert {k: v for k, v in again.items() if k != "stop_reason"} == {k: v for k, v in first.items()
+                                                                       if k != "stop_reason"}
+    assert (tmp_path / "evaluations.csv").read_text() == evaluations
+    assert json.loads((tmp_path / "summary.json").read_text()) == first  # the record is the run's, unchanged
+    # More steps resume it.
+    more = dataclasses.replace(config, total_steps=4 * 32 * 9)
+    resumed = train(ppo.agent(more), launcher="threads", run_dir=str(tmp_path), echo=False, out=io.StringIO())
+    assert resumed["restored_step"] == 6 and resumed["learner_version"] == 9
+
+
 def test_at_the_target_the_learner_finishes_and_the_policy_it_saved_is_the_last_evaluated(tmp_path):
     """Before, the evaluator stopped the program at the target while the learner ran on, tens of
     updates in the demo: the policy it saved, the one ``load_policy`` restores, went unevaluated."""
@@ -100,12 +121,19 @@ def test_the_demo_script_solves_cartpole_across_processes_and_resumes_its_accoun
         assert (tmp_path / "logs" / name).exists()
     assert first["stop_reason"] == "jd.stop() was called in node 'learner/0/2'"  # the evaluator, colocated
     assert "progress/eval_return" in read_scalars(tmp_path / "tensorboard" / "progress")
-    # The same command again resumes: the target and its steps were reached in the first segment and stay so;
-    # progress.csv and the wall time continue.
+    # The same command again has nothing to do: the run stopped at its target.
     again = script("--run-dir", str(tmp_path), "--stop-at-target")
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "resuming from the learner's checkpoint" in again.stdout, again.stdout
+    assert "nothing launched: the run reached its target 475" in again.stdout, again.stdout
+    assert json.loads((tmp_path / "summary.json").read_text()) == first
+    # Training on resumes: the target and its steps were reached in the first segment and stay so;
+    # progress.csv and the wall time continue.
+    more = script("--run-dir", str(tmp_path), "--total-steps", str(first["env_steps"] + 20_000),
+                  "--allow-config-change")
+    assert more.returncode == 0, more.stdout + more.stderr
+    assert "resuming from the learner's checkpoint" in more.stdout, more.stdout
     second = json.loads((tmp_path / "summary.json").read_text())
+    assert second["learner_version"] > first["learner_version"]
     assert second["steps_to_target"] == first["steps_to_target"]
     assert second["wall_time_to_target"] == first["wall_time_to_target"]
     assert second["wall_time"] > first["wall_time"] and second["env_steps"] >= first["env_steps"]
