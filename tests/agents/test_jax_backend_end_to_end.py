@@ -33,7 +33,7 @@ def test_ppo_solves_cartpole_with_the_jax_backend_through_the_script_on_fresh_da
     assert done.returncode == 0, done.stdout + done.stderr
     assert "reached evaluation return 475" in done.stdout, done.stdout
     check_solved_and_final_policy_evaluated(tmp_path)
-    assert "JaxVectorEnv(CartPole-v1, num_envs=16" in (tmp_path / "logs" / "actor-0.log").read_text()
+    assert "JaxVectorEnv(CartPole-v1, num_envs=64" in (tmp_path / "logs" / "actor-0.log").read_text()
     rows = read_metrics(tmp_path / "metrics.csv")
     assert max(row["stale_fraction"] for row in rows) == 0.0
     # Steady state; an early update (compiles on a loaded machine) may see 3.
