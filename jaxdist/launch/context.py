@@ -12,12 +12,13 @@ from jaxdist.program import NodeContext
 
 _stop_event = threading.Event()
 _interrupt_waived = threading.Event()
-_request_stop: Callable[[], None] | None = None
+_request_stop: Callable[[str | None], None] | None = None
 _current_node: contextvars.ContextVar[NodeContext | None] = contextvars.ContextVar("current_node", default=None)
 
 
-def install(request_stop: Callable[[], None]) -> threading.Event:
-    """Called by a launcher in each process it runs nodes in."""
+def install(request_stop: Callable[[str | None], None]) -> threading.Event:
+    """Called by a launcher in each process it runs nodes in; ``request_stop`` takes the reason
+    a node gave ``stop()`` (see ``stop_reason``)."""
     global _request_stop
     _request_stop = request_stop
     _stop_event.clear()
@@ -32,11 +33,18 @@ def uninstall() -> None:
     _stop_event.clear()
 
 
-def stop() -> None:
-    """Stop the whole program this node belongs to (returns at once; teardown follows)."""
+def stop(reason: str | None = None) -> None:
+    """Stop the whole program this node belongs to (returns at once; teardown follows). The
+    launch reports ``reason`` as why the program stopped (``Running.stop_reason``), with the
+    node that asked: a program that ends itself can say why in words its user reads."""
     if _request_stop is None:
         raise RuntimeError("jd.stop() was called outside a launched program; use Running.stop() instead")
-    _request_stop()
+    _request_stop(reason)
+
+
+def stop_reason(reason: str | None, node_name: str) -> str:
+    """How a launch reports a stop that node ``node_name`` asked for with ``reason``."""
+    return f"jd.stop() was called in node '{node_name}'" if reason is None else f"{reason} (node '{node_name}')"
 
 
 def stop_requested() -> bool:

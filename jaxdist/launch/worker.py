@@ -144,9 +144,9 @@ class _Worker:
         if not self._send("stop_program", f"node '{self._context.node_name}' got SIGTERM"):
             self._begin_stop()
 
-    def _ask_program_to_stop(self) -> None:
+    def _ask_program_to_stop(self, reason: str | None) -> None:
         caller = context.current_node() or self._context  # a colocated part names itself
-        self._send("stop_program", f"jd.stop() was called in node '{caller.node_name}'")
+        self._send("stop_program", context.stop_reason(reason, caller.node_name))
 
     def _begin_stop(self) -> None:
         with self._stop_once:

@@ -56,7 +56,7 @@ def record(writer: MetricsWriter, version: int, returns: np.ndarray, target_retu
     reached = target_return is not None and mean >= target_return
     if reached and stop_at_target:
         print(f"the evaluation return {mean:.1f} reached the target {target_return:g}: stopping", flush=True)
-        context.stop()
+        context.stop(f"the evaluation of version {version} reached the target {target_return:g}")
     return reached
 
 
@@ -104,7 +104,7 @@ class Evaluator:
                 return  # the learner could not finish: the program stops
             if self._last(version):
                 print(f"version {version} was the learner's last: training is over", flush=True)
-                context.stop()
+                context.stop(f"training is over: its final policy, version {version}, was evaluated")
                 return
             wanted = self._final_version if at_target else (version // self._every + 1) * self._every
             if self._final_version is not None:
@@ -146,7 +146,7 @@ class Evaluator:
             self._final_version = int(self._params.finish(f"the evaluation of version {version} reached the target"))
         except (courier.CourierError, ConnectionError, TimeoutError) as error:
             print(f"the learner could not finish ({type(error).__name__}): stopping", flush=True)
-            context.stop()
+            context.stop(f"at the target, the learner could not finish ({type(error).__name__})")
             return False
         print(f"the learner finished at version {self._final_version}, which is evaluated last", flush=True)
         return True

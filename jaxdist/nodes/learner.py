@@ -314,7 +314,7 @@ class Learner:
                         self._advance(batch)
         self._finish(reason or self._ends_because)
         if self._end_program and self._finished() and self._in_program and self._primary:
-            context.stop()
+            context.stop(f"training is over at update {self._step} ({self._ends_because})")
 
     def close(self) -> None:
         """Stop fetching, flush metrics and publishing, wait for saves; idempotent."""

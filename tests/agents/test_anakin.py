@@ -99,7 +99,7 @@ def test_the_last_update_is_evaluated_whatever_the_interval_and_its_row_written_
     config = dataclasses.replace(CONFIG, total_steps=16 * CONFIG.trajectory_length * 7, eval_every_updates=5)
     running = jd.launch(ppo.agent(config).topology().program, launcher="threads", run_dir=str(tmp_path), echo=False)
     assert running.wait(timeout=300), running.status()
-    assert running.stop_reason == "jd.stop() was called in node 'learner/0'"
+    assert running.stop_reason == "training is over at update 7 (max_steps reached) (node 'learner/0')"
     assert [row["step"] for row in read_metrics(tmp_path / "evaluations.csv")] == [5, 7]
     assert load_policy(str(tmp_path)).step == 7
 

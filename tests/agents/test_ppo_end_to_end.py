@@ -68,7 +68,8 @@ def test_the_program_ends_itself_once_the_final_policy_is_evaluated(tmp_path):
     config = ppo.PPOConfig(num_actors=1, envs_per_actor=4, total_steps=4 * 32 * 6, checkpoint_every_updates=3)
     running = jd.launch(ppo.make_program(config), launcher="threads", run_dir=str(tmp_path), echo=False)
     assert running.wait(timeout=120), running.status()  # returns by itself: the evaluator called jd.stop()
-    assert running.stop_reason == "jd.stop() was called in node 'learner/0/2'"  # the evaluator, colocated
+    # The evaluator, colocated, says why.
+    assert running.stop_reason == "training is over: its final policy, version 6, was evaluated (node 'learner/0/2')"
     assert read_metrics(tmp_path / "evaluations.csv")[-1]["step"] == 6
     assert load_policy(str(tmp_path)).step == 6
 
@@ -100,8 +101,9 @@ def test_at_the_target_the_learner_finishes_and_the_policy_it_saved_is_the_last_
                            stop_at_target=True)
     running = jd.launch(ppo.make_program(config), launcher="threads", run_dir=str(tmp_path), echo=False)
     assert running.wait(timeout=120), running.status()
-    assert running.stop_reason == "jd.stop() was called in node 'learner/0/2'"
     rows = read_metrics(tmp_path / "evaluations.csv")
+    assert running.stop_reason == (f"training is over: its final policy, version {rows[-1]['step']}, was evaluated "
+                                   f"(node 'learner/0/2')")
     best = max(rows, key=lambda row: row["mean_return"])
     assert best["mean_return"] >= 60.0 and load_policy(str(tmp_path)).step == rows[-1]["step"]
     # The saved policy can score below the one at the target (27.1 once): the best one is kept too.
@@ -119,7 +121,8 @@ def test_the_demo_script_solves_cartpole_across_processes_and_resumes_its_accoun
     assert json.loads((tmp_path / "config.json").read_text())["config"]["target_return"] == 475.0
     for name in ("actor-0.log", "learner-0.log"):  # CartPole's preset: one actor of 16 envs
         assert (tmp_path / "logs" / name).exists()
-    assert first["stop_reason"] == "jd.stop() was called in node 'learner/0/2'"  # the evaluator, colocated
+    assert first["stop_reason"] == (f"training is over: its final policy, version {first['learner_version']}, was "
+                                    f"evaluated (node 'learner/0/2')")  # the evaluator, colocated
     assert "progress/eval_return" in read_scalars(tmp_path / "tensorboard" / "progress")
     # The same command again has nothing to do: the run stopped at its target.
     again = script("--run-dir", str(tmp_path), "--stop-at-target")

@@ -119,6 +119,17 @@ def test_a_function_node_knows_its_name_and_its_stop_names_it(tmp_path, launcher
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_node_that_ends_the_program_can_say_why(tmp_path, launcher):
+    """Before, a program that ended itself could only be reported as ``jd.stop() was called in
+    node ...``: the agents' closing line told a user nothing of why training had ended."""
+    program = jd.Program("saying")
+    program.add_node(jd.PyNode(nodes.stops_saying_why, "the work is done"), label="sayer")
+    running = jd.launch(program, launcher=launcher, run_dir=str(tmp_path), echo=False)
+    assert running.wait(timeout=60)
+    assert running.stop_reason == "the work is done (node 'sayer/0')"
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_each_node_has_a_log_file_and_prefixed_console(tmp_path, launcher, capfd):
     program = jd.Program("chatty")
     program.add_node(jd.CourierNode(nodes.Chatty))

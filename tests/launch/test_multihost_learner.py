@@ -143,8 +143,8 @@ def test_a_run_to_its_last_update_on_two_hosts_ends_once_host_0_has_evaluated_th
         out0, out1 = finish(processes, timeout=300)
     assert processes[0][0].returncode == 0 and processes[1][0].returncode == 0, out0[-3000:] + out1[-3000:]
     assert "of learner version 12 (the final policy)" in out0, out0[-3000:]
-    assert "host 1 stopped: host 0 stopped the program: jd.stop() was called in node 'learner/0/2'" in out1, \
-        out1[-3000:]
+    assert ("host 1 stopped: host 0 stopped the program: training is over: its final policy, version 12, was "
+            "evaluated (node 'learner/0/2')") in out1, out1[-3000:]
     assert read_metrics(run_dir / "evaluations.csv")[-1]["step"] == 12
 
 

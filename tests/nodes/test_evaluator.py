@@ -55,7 +55,7 @@ def ended_by_the_evaluator(program: jd.Program, run_dir) -> bool:
         assert running.wait(timeout=60)
     finally:
         running.stop()
-    return running.stop_reason == "jd.stop() was called in node 'evaluator/0'"
+    return running.stop_reason.endswith("(node 'evaluator/0')")
 
 
 def test_in_a_program_it_writes_each_evaluation_and_ends_the_program_at_the_target(tmp_path):

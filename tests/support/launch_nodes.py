@@ -105,6 +105,10 @@ def names_itself_and_stops() -> None:
     jd.stop()
 
 
+def stops_saying_why(why: str) -> None:
+    jd.stop(why)
+
+
 def call_counter(counter, times: int) -> None:
     for _ in range(times):
         counter.increment()

@@ -67,7 +67,7 @@ class Master:
             print(f"the run has trained for its {config.total_steps:,} env steps: pass --fresh to start over, or a "
                   f"larger --total-steps with --allow-config-change to train on", flush=True)
             search.close()
-            jd.stop()
+            jd.stop(f"the run had trained for its {config.total_steps:,} env steps already")
             return
         metrics = MetricsWriter(metrics_path(self._run_dir), purge_after_step=search.generation)
         evaluations = MetricsWriter(metrics_path(self._run_dir, EVALUATIONS))
@@ -85,7 +85,8 @@ class Master:
             metrics.close()
             evaluations.close()
             self._pool.close()
-        jd.stop()  # the workers have no work of their own: the program, on every host, is over
+        # The workers have no work of their own: the program, on every host, is over.
+        jd.stop(f"training is over at generation {search.generation} ({search.env_steps:,} env steps)")
 
     def _generation(self) -> dict[str, Any]:
         """Publish the mean, map the generation's seeds over the workers, step: the metrics row."""

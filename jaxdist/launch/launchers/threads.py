@@ -92,9 +92,9 @@ class _ThreadsRunning(Running):
         except threading.BrokenBarrierError:
             pass  # a node failed to construct: wait() reports it
 
-    def _stop_from_node(self) -> None:
+    def _stop_from_node(self, reason: str | None) -> None:
         node = context.current_node()  # a colocated part runs in a helper thread of its unit's
-        self.request_stop(f"jd.stop() was called in node '{node.node_name if node else threading.current_thread().name}'")
+        self.request_stop(context.stop_reason(reason, node.node_name if node else threading.current_thread().name))
 
     def _node_main(self, name: str, executable: Executable) -> None:
         try:
