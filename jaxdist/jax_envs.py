@@ -22,11 +22,12 @@ import dataclasses
 import math
 from collections.abc import Callable
 import functools
-import importlib.util
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+
+from jaxdist.envs import gymnax_installed, jax_version_missing
 
 
 class State(NamedTuple):
@@ -172,10 +173,6 @@ class GymnaxEnv:
                     jnp.asarray(truncated, bool))
 
 
-def gymnax_installed() -> bool:
-    return importlib.util.find_spec("gymnax") is not None
-
-
 @functools.lru_cache(maxsize=None)
 def gymnax_env(env_id: str) -> GymnaxEnv:
     """gymnax's ``env_id`` with its default parameters (one object per id and process)."""
@@ -197,8 +194,8 @@ def gymnax_env(env_id: str) -> GymnaxEnv:
 
 
 def jax_env(env_id: str) -> JaxEnv | GymnaxEnv:
-    """The JAX env of ``env_id``: jaxdist's port, else gymnax's when installed; an error that
-    names the ids that have one (and what to install) for the others."""
+    """The JAX env of ``env_id``: jaxdist's port, else gymnax's when installed (any of its ids);
+    an error that names the ids the agents have one of (and what to install) for the others."""
     if env_id in ENVS:
         return ENVS[env_id]
     if gymnax_installed():
@@ -206,9 +203,4 @@ def jax_env(env_id: str) -> JaxEnv | GymnaxEnv:
 
         if env_id in gymnax.registered_envs:
             return gymnax_env(env_id)
-        raise ValueError(f"no JAX version of {env_id!r}: jaxdist.jax_envs ports {', '.join(ENVS)}; gymnax has "
-                         f"{', '.join(gymnax.registered_envs)}")
-    raise ValueError(f"no JAX version of {env_id!r}: jaxdist.jax_envs ports {', '.join(ENVS)}; for gymnax's "
-                     f"(Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0, MinAtar, bsuite, ...) "
-                     f"pip install 'jaxdist[jaxenv]'")
-
+    raise ValueError(jax_version_missing(env_id))

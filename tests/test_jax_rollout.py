@@ -135,7 +135,7 @@ def test_continuous_actions_are_sent_whole_and_reach_the_env_clipped():
 
 def test_an_env_without_a_jax_version_is_refused_naming_those_that_have_one():
     with pytest.raises(ValueError, match=r"no JAX version of 'Ant-v5': jaxdist.jax_envs ports CartPole-v1, "
-                                         r"Pendulum-v1; .*(gymnax has .*Acrobot-v1|pip install 'jaxdist\[jaxenv\]')"):
+                                         r"Pendulum-v1; gymnax's Acrobot-v1"):
         EnvSpec("Ant-v5", 2, "jax").make(seed=0)
     with pytest.raises(ValueError, match="backend 'jax' takes none"):
         EnvSpec("CartPole-v1", 2, "jax", kwargs={"max_episode_steps": 5})

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from jaxdist.envs import backend_unavailable
+from jaxdist.envs import backend_unavailable, jax_version_missing
 
 CONFIG_FILE = "config.json"
 
@@ -161,6 +161,12 @@ class AgentConfig:
         missing = backend_unavailable(self.env_backend)
         if missing:
             raise ValueError(missing)
+        if self.env_backend == "jax" or self.architecture == "anakin":
+            missing = jax_version_missing(self.env_id.rpartition(":")[2])
+            if missing:
+                flag = "--env-backend jax" if self.env_backend == "jax" else "--architecture anakin"
+                raise ValueError(f"{flag} plays the env's JAX version, and there is {missing}: drop {flag} to "
+                                 f"play gymnasium's env")
         if self.num_actors % self.learner_hosts:
             raise ValueError(f"learner_hosts ({self.learner_hosts}) must divide num_actors ({self.num_actors}): "
                              f"each host's learner learns from its own actors' share; pass e.g. "

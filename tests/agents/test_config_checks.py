@@ -86,6 +86,20 @@ def test_a_backend_whose_library_is_missing_is_refused_before_launching(monkeypa
         parse(ppo.PPOConfig, ppo.PRESETS, None, ["--env-id", "Pendulum-v1", "--env-backend", "envpool"])
 
 
+def test_an_env_without_a_jax_version_is_refused_before_launching_where_one_is_needed(monkeypatch):
+    """Before, the run launched and its actor (or Anakin learner) failed some seconds later."""
+    with pytest.raises(SystemExit, match="^error: --architecture anakin plays the env's JAX version, and there is no "
+                                         "JAX version of 'HalfCheetah-v5': jaxdist.jax_envs ports CartPole-v1"):
+        parse(ppo.PPOConfig, ppo.PRESETS, None, ["--env-id", "HalfCheetah-v5", "--architecture", "anakin"])
+    with pytest.raises(ValueError, match="--env-backend jax plays .* no JAX version of 'Corridor-v0'"):
+        impala.IMPALAConfig(env_id="my_envs:Corridor-v0", env_backend="jax")
+    monkeypatch.setattr(envs, "gymnax_installed", lambda: False)
+    with pytest.raises(ValueError, match=r"gymnax's Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0 with "
+                                         r"pip install 'jaxdist\[jaxenv\]'"):
+        ppo.PPOConfig(env_id="Acrobot-v1", env_backend="jax")
+    assert ppo.PPOConfig(env_id="Pendulum-v1", env_backend="jax", architecture="anakin").env_id == "Pendulum-v1"
+
+
 def test_a_launchers_flag_given_to_another_launcher_is_refused():
     """``--hosts a,b`` without ``--launcher multihost`` was ignored: the run went on, on one host."""
     with pytest.raises(SystemExit, match="^error: --hosts is an option of --launcher multihost, not of processes"):
@@ -171,10 +185,10 @@ def test_a_launch_refused_ends_the_script_with_one_error_line(tmp_path):
 def test_a_node_that_fails_as_it_starts_ends_the_script_with_one_error_line(tmp_path):
     """Before, the launching process's own traceback (monitor, running.wait) came out around
     the node's, and the script's last line was NodeFailedError's repr of it."""
-    done = script("--env-id", "pixel_envs:PixelChase-v0", "--env-backend", "jax", "--num-actors", "1",
-                  "--envs-per-actor", "2", "--run-dir", str(tmp_path))
+    done = script("--env-id", "broken_envs:BrokenInNodes-v0", "--num-actors", "1", "--envs-per-actor", "2",
+                  "--run-dir", str(tmp_path))
     assert done.returncode == 1, done.stdout + done.stderr
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: node '") and "ValueError: no JAX version of 'PixelChase-v0'" in last, done.stderr
+    assert last.startswith("error: node '") and "ValueError: BrokenInNodes-v0 cannot be made in a node" in last, done.stderr
     assert f"(its log: {tmp_path}/logs/" in last
     assert "Traceback" not in done.stderr
