@@ -24,12 +24,14 @@ launched again: ``train`` returns its summary, with a ``stop_reason`` that says 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from concurrent import futures
 from typing import Any, Protocol, TextIO
 
@@ -46,6 +48,7 @@ from jaxdist.plotting import line_plot
 from jaxdist.program import group_of
 
 TRAIN_WINDOW = 20  # the training return is the mean of the last this many episodes
+READINGS_KEPT = 600  # (time, env steps) of the latest polls: a minute of them, at 10 a second
 POLL_THREADS = 16  # a poll's calls in flight at once (two an actor); more actors wait for a thread
 
 
@@ -55,7 +58,8 @@ def train(agent: Trainable, *, launcher: str = "processes", run_dir: str | None 
           poll_interval: float = 0.1, progress_interval: float = 1.0) -> dict[str, Any]:
     """Launch ``agent``'s program, watch it until it ends, and return the summary (also
     ``<run_dir>/summary.json``): ``wall_time_to_target`` / ``steps_to_target`` over the whole
-    run (None if no evaluation reached the target), ``env_steps``, ``wall_time`` (all segments),
+    run (None if no evaluation reached the target; the time when the first evaluation to reach
+    it was written, the env steps when the version it scored was fetched), ``env_steps``, ``wall_time`` (all segments),
     ``steps_per_second`` (steady: this segment's, from the first update to the last env step),
     ``final_return`` (the last evaluation: of the final policy, ``learner_version``, when training
     ran to its end) and ``final_return_version`` (the learner version it evaluated),
@@ -218,6 +222,7 @@ class Monitor:
         self._num_seeds = getattr(self.config, "num_seeds", 1)  # ES's config trains one
         self._first_update: tuple[float, int] | None = None
         self._last_acting: tuple[float, int] = (time.time(), 0)  # when env steps last grew
+        self._readings: collections.deque[tuple[float, int]] = collections.deque(maxlen=READINGS_KEPT)
         self._rate: tuple[float, int, float] | None = None  # (time, env steps, steps/s) at the last reading
         self._out, self._progress_interval, self._next_progress = out, progress_interval, 0.0
         self._tty = hasattr(out, "isatty") and out.isatty()
@@ -247,6 +252,7 @@ class Monitor:
         return self.base_wall_time + time.time() - self.start_time
 
     def poll(self, final: bool = False) -> None:
+        asked = time.time()
         self._follow_actors()
         calls = [(actor, self._pool.submit(_call, actor.client, "stats"),
                   self._pool.submit(_call, actor.client, "episodes", actor.since)) for actor in self._actors.values()]
@@ -266,6 +272,7 @@ class Monitor:
                     continue
                 actor.since = episodes["next"]
                 self._train_returns.extend(episodes["returns"])
+        self._readings.append((asked, self.env_steps))
         self._read_evaluations()
         if status is not None:
             self.version = int(status["step"])
@@ -323,8 +330,11 @@ class Monitor:
             if row.get("wall_time", 0.0) < self.start_time or row.get("mean_return") is None:
                 continue
             self.eval_return, self.eval_version = row["mean_return"], int(row["step"])
-            # Without actors (Anakin) a version's env steps are exact; else the count as polled.
-            steps = int(row["step"] * self.config.steps_per_update) if not self._actor_groups else self.env_steps
+            # Without actors (Anakin) a version's env steps are exact; else the actors' count when the
+            # evaluator fetched the version, between the polls around then: the count when the row
+            # is read (after the evaluation, or after the program has ended) had grown since.
+            steps = (int(row["step"] * self.config.steps_per_update) if not self._actor_groups
+                     else steps_at(self._readings, evaluated_at(row)))
             reached = (self.base_wall_time + row["wall_time"] - self.start_time, steps)
             if self.solved_at is None and target is not None and self.eval_return >= target:
                 self.solved_at = reached
@@ -485,16 +495,28 @@ def plot_learning_curve(run_dir: str, title: str, target: float | None) -> None:
 
 
 def evaluation_curve(progress: list[dict[str, Any]], evaluations: list[dict[str, Any]]) -> list[tuple[float, float]]:
-    """Every evaluation as (env steps when it was made, mean return): the env steps of
-    ``progress.csv``'s rows (written every half second) interpolated at the evaluation's wall
-    time. The rows' own ``eval_return`` column would drop the evaluations between two rows and
+    """Every evaluation as (env steps of its version, mean return): the env steps of
+    ``progress.csv``'s rows (written every half second) interpolated at the time the evaluated
+    version was fetched (``evaluated_at``). The rows' own ``eval_return`` column would drop the evaluations between two rows and
     place the others at the next row's env steps."""
     polled = sorted((row["wall_time"], row["step"]) for row in progress)
-    done = [(row["wall_time"], row["mean_return"]) for row in evaluations if row.get("mean_return") is not None]
+    done = [(evaluated_at(row), row["mean_return"]) for row in evaluations if row.get("mean_return") is not None]
     if not polled or not done:
         return []
-    steps = np.interp([when for when, _ in done], *zip(*polled))
-    return [(float(step), value) for step, (_, value) in zip(steps, done)]
+    return [(steps_at(polled, when), value) for when, value in done]
+
+
+def evaluated_at(row: dict[str, Any]) -> float:
+    """When the version an ``evaluations.csv`` row scored was fetched: its env steps are those
+    made by then (a row without it, Anakin's, is written as its version is made)."""
+    return row.get("version_time") or row["wall_time"]
+
+
+def steps_at(readings: Sequence[tuple[float, int]], when: float) -> int:
+    """Env steps at time ``when``, interpolated between (time, env steps) readings in time order
+    (the first or last reading's outside them)."""
+    times, steps = zip(*readings)
+    return round(float(np.interp(when, times, steps)))
 
 
 def _wandb(project: str, agent: Trainable, run_dir: str) -> Any:

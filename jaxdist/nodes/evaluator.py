@@ -22,6 +22,7 @@ unfinished episodes would read as a low return.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -39,15 +40,19 @@ BEST_POLICY = "best_policy"
 
 
 def record(writer: MetricsWriter, version: int, returns: np.ndarray, target_return: float | None,
-           stop_at_target: bool) -> bool:
+           stop_at_target: bool, version_time: float | None = None) -> bool:
     """Appends one evaluation's row to ``evaluations.csv`` (flushed: the monitor reads it at
     once) and says it: whether it reached ``target_return``, and then, with ``stop_at_target``,
     it has stopped the program. ``returns`` of several seeds (``(seeds, episodes)``) also give
-    each seed's mean, ``seed/<i>/mean_return``."""
+    each seed's mean, ``seed/<i>/mean_return``. ``version_time``: when the evaluated version
+    was fetched (a ``time.time()``), where that was well before the row is written: the env
+    steps of a policy are those made by then, not while it was evaluated."""
     returns = np.asarray(returns, np.float64)  # a float32 mean would be written as 47.70000076293945
     mean = float(np.mean(returns))
     row = {"mean_return": mean, "min_return": float(np.min(returns)), "max_return": float(np.max(returns)),
            "episodes": returns.shape[-1]}
+    if version_time is not None:
+        row["version_time"] = version_time
     if returns.ndim == 2 and len(returns) > 1:
         row.update({f"seed/{i}/mean_return": float(np.mean(seed)) for i, seed in enumerate(returns)})
     writer.write(version, row)
@@ -90,6 +95,7 @@ class Evaluator:
             version, params = self._fetch(wanted)
             if params is None:
                 continue
+            fetched = time.time()
             returns = self.evaluate(params, episode_seed=self._seed + self._evaluations * self._env.num_envs)
             if returns is None:
                 return  # the program is stopping
@@ -97,7 +103,7 @@ class Evaluator:
             if self._best is not None:
                 self._best.offer(version, params, returns)
             stop_here = self._stop_at_target and not self._finish_learner
-            at_target = record(self._writer, version, returns, self._target, stop_here) and self._stop_at_target
+            at_target = record(self._writer, version, returns, self._target, stop_here, fetched) and self._stop_at_target
             if at_target and stop_here:
                 return
             if at_target and not self._last(version) and not self._finish_training(version):

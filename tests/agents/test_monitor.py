@@ -11,7 +11,7 @@ import pytest
 
 from jaxdist.agents import ppo
 from jaxdist.agents.cli import last_evaluation, report
-from jaxdist.agents.monitor import evaluation_curve, finished_summary, steady_rate
+from jaxdist.agents.monitor import evaluation_curve, finished_summary, steady_rate, steps_at
 from jaxdist.metrics import MetricsWriter
 from jaxdist.nodes.evaluator import BEST_POLICY
 
@@ -44,6 +44,17 @@ def test_the_learning_curve_has_every_evaluation_at_the_env_steps_of_its_time():
     assert evaluation_curve(progress, evaluations) == [(pytest.approx(200.0), 20.0), (pytest.approx(400.0), 40.0),
                                                        (pytest.approx(2_000.0), 90.0)]
     assert evaluation_curve([], evaluations) == [] and evaluation_curve(progress, []) == []
+
+
+def test_an_evaluation_is_placed_at_the_env_steps_of_the_version_it_scored():
+    """Before, at those of the time its row was written: after the evaluation's episodes (half
+    a second of CartPole episodes at 475, some 13k env steps of the demo's actors, later)."""
+    progress = [{"wall_time": 100.0, "step": 0}, {"wall_time": 101.0, "step": 10_000}]
+    evaluations = [{"wall_time": 100.9, "version_time": 100.4, "mean_return": 480.0},
+                   {"wall_time": 101.0, "mean_return": 20.0}]  # Anakin's rows: made with their version
+    assert evaluation_curve(progress, evaluations) == [(4_000, 480.0), (10_000, 20.0)]
+    assert steps_at([(100.0, 0), (101.0, 10_000)], 100.25) == 2_500
+    assert steps_at([(100.0, 0), (101.0, 10_000)], 99.0) == 0 and steps_at([(100.0, 0)], 100.5) == 0
 
 
 def test_the_closing_lines_name_the_saved_best_policy_only_when_it_beat_the_final_one(tmp_path, capsys):

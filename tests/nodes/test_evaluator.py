@@ -67,6 +67,9 @@ def test_in_a_program_it_writes_each_evaluation_and_ends_the_program_at_the_targ
     (row,) = read_metrics(tmp_path / "evaluations.csv")
     assert row["step"] == 1 and row["episodes"] == 4 and row["min_return"] <= row["mean_return"] <= row["max_return"]
     assert row["mean_return"] >= 5.0
+    # When the version was fetched, before its episodes were played: the env steps of the policy
+    # are those made by then (the run's monitor used to take those made by the time it read the row).
+    assert row["wall_time"] - 60 < row["version_time"] <= row["wall_time"]
 
 
 def test_it_evaluates_the_learners_final_version_off_the_interval_and_then_ends_the_program(tmp_path):
