@@ -59,11 +59,12 @@ def train(agent: Trainable, *, launcher: str = "processes", run_dir: str | None 
     """Launch ``agent``'s program, watch it until it ends, and return the summary (also
     ``<run_dir>/summary.json``): ``wall_time_to_target`` / ``steps_to_target`` over the whole
     run (None if no evaluation reached the target; the time when the first evaluation to reach
-    it was written, the env steps when the version it scored was fetched), ``env_steps``, ``wall_time`` (all segments),
-    ``steps_per_second`` (steady: this segment's, from the first update to the last env step),
-    ``final_return`` (the last evaluation: of the final policy, ``learner_version``, when training
-    ran to its end) and ``final_return_version`` (the learner version it evaluated),
-    ``best_return`` / ``best_return_version`` (the run's best evaluation, every segment's), ...
+    it was written, the env steps when the version it scored was fetched), ``env_steps``,
+    ``wall_time`` (all segments), ``steps_per_second`` (steady: this segment's, from the first
+    update to the last env step), ``final_return`` (the last evaluation: of the final policy,
+    ``learner_version``, when training ran to its end) and ``final_return_version`` (the
+    learner version it evaluated), ``best_return`` / ``best_return_version`` (the run's best
+    evaluation, every segment's), ...
 
     ``agent`` is an actor-learner ``Agent`` or any record with a ``name``, a ``config`` and a
     ``topology()`` whose learner and actors serve what the monitor polls (ES's master and
@@ -497,8 +498,8 @@ def plot_learning_curve(run_dir: str, title: str, target: float | None) -> None:
 def evaluation_curve(progress: list[dict[str, Any]], evaluations: list[dict[str, Any]]) -> list[tuple[float, float]]:
     """Every evaluation as (env steps of its version, mean return): the env steps of
     ``progress.csv``'s rows (written every half second) interpolated at the time the evaluated
-    version was fetched (``evaluated_at``). The rows' own ``eval_return`` column would drop the evaluations between two rows and
-    place the others at the next row's env steps."""
+    version was fetched (``evaluated_at``). The rows' own ``eval_return`` column would drop the
+    evaluations between two rows and place the others at the next row's env steps."""
     polled = sorted((row["wall_time"], row["step"]) for row in progress)
     done = [(evaluated_at(row), row["mean_return"]) for row in evaluations if row.get("mean_return") is not None]
     if not polled or not done:

@@ -189,6 +189,7 @@ def test_a_node_that_fails_as_it_starts_ends_the_script_with_one_error_line(tmp_
                   "--run-dir", str(tmp_path))
     assert done.returncode == 1, done.stdout + done.stderr
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: node '") and "ValueError: BrokenInNodes-v0 cannot be made in a node" in last, done.stderr
+    assert last.startswith("error: node '"), done.stderr
+    assert "ValueError: BrokenInNodes-v0 cannot be made in a node" in last, done.stderr
     assert f"(its log: {tmp_path}/logs/" in last
     assert "Traceback" not in done.stderr
