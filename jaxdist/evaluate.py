@@ -54,7 +54,15 @@ def play(policy: TrainedPolicy, arguments: Arguments) -> list[float]:
     """The episodes' returns (also printed)."""
     import gymnasium as gym
 
-    env = gym.make(policy.env_id, render_mode="rgb_array" if arguments.video else None)
+    # render_mode only when recording: an env of one's own need not take it.
+    try:
+        env = gym.make(policy.env_id, **({"render_mode": "rgb_array"} if arguments.video else {}))
+    except TypeError as error:
+        if not arguments.video:
+            raise
+        raise SystemExit(f"error: --video records the frames an env renders, and {policy.env_id} takes no "
+                         f"render_mode ({error}): give its constructor render_mode='rgb_array' and a "
+                         f"render()") from None
     if arguments.video:
         env = gym.wrappers.RecordVideo(env, arguments.video, episode_trigger=lambda episode: True,
                                        name_prefix=f"{policy.agent.name}-update{policy.step}", disable_logger=True)

@@ -20,10 +20,10 @@ from jaxdist.checkpoint import Checkpointer, checkpoint_dir
 from jaxdist.nodes.learner import initial_state
 
 SAVED_STEPS = (2, 4)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def untrained_run(run_dir: str, saved_steps: tuple[int, ...]) -> str:
-    config = ppo.PPOConfig()
+def untrained_run(run_dir: str, saved_steps: tuple[int, ...], config: ppo.PPOConfig = ppo.PPOConfig()) -> str:
     configs.save(run_dir, "ppo", config)
     agent = ppo.agent(config)
     if saved_steps:
@@ -86,6 +86,18 @@ def test_the_command_plays_the_step_it_is_given(run_dir, monkeypatch, capsys):
 def test_the_command_answers_arguments_that_name_no_policy_with_one_line(run_dir, monkeypatch, arguments, error):
     with pytest.raises(SystemExit, match=error):
         run_cli(monkeypatch, run_dir, *arguments)
+
+
+def test_the_command_plays_an_env_of_ones_own_that_takes_no_render_mode(tmp_path, monkeypatch, capsys):
+    """Before, it passed ``render_mode=None`` to every env, and the README's own env (whose
+    constructor takes no ``render_mode``) failed with a TypeError's traceback."""
+    monkeypatch.syspath_prepend(os.path.join(REPO, "experiments", "custom"))
+    run = untrained_run(str(tmp_path / "run"), (2,), ppo.PPOConfig(env_id="my_envs:Corridor-v0"))
+    run_cli(monkeypatch, run, "--episodes", "2")
+    assert "ppo on my_envs:Corridor-v0 at update 2: mean return" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="error: --video records the frames an env renders, and "
+                                         "my_envs:Corridor-v0 takes no render_mode"):
+        run_cli(monkeypatch, run, "--episodes", "1", "--video", str(tmp_path / "video"))
 
 
 def test_the_command_answers_a_directory_that_is_no_run_with_one_line(tmp_path, monkeypatch):
