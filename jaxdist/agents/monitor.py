@@ -528,8 +528,13 @@ def _wandb(project: str, agent: Trainable, run_dir: str) -> Any:
         raise ImportError("--track logs to Weights & Biases: pip install 'jaxdist[wandb]'") from None
     name = os.path.basename(run_dir)
     os.makedirs(run_dir, mode=0o700, exist_ok=True)  # before the launcher would: for its owner alone
-    return wandb.init(project=project, name=name, id=name, resume="allow", dir=run_dir,
-                      config=configs.to_dict(agent.config))
+    try:
+        return wandb.init(project=project, name=name, id=name, resume="allow", dir=run_dir,
+                          config=configs.to_dict(agent.config))
+    except (wandb.errors.UsageError, wandb.errors.CommError) as error:  # no account here, or no network
+        raise jd.LaunchError(f"--track: Weights & Biases refused the run ({error}); log in (wandb login, or "
+                             f"WANDB_API_KEY), or set WANDB_MODE=offline to keep it in {run_dir}/wandb for "
+                             f"wandb sync later. Nothing was launched") from None
 
 
 def _call(client: courier.Client, method: str, *args: Any) -> Any:

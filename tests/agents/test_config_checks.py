@@ -169,10 +169,22 @@ def test_a_failed_node_is_summed_up_in_one_line_with_its_log(tmp_path):
         "node 'learner/0' failed: ValueError: network must be 'mlp' (its log:")
 
 
-def script(*args: str) -> subprocess.CompletedProcess:
+def script(*args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--quiet",
                            "--compilation-cache", "", *args], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=SUPPORT))
+                          env=dict(os.environ, PYTHONPATH=SUPPORT, **env))
+
+
+def test_track_without_a_weights_and_biases_account_ends_the_script_with_one_error_line(tmp_path, monkeypatch):
+    """Before, wandb's UsageError came out as a traceback."""
+    for name in ("WANDB_API_KEY", "WANDB_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    done = script("--track", "jaxdist-tests", "--run-dir", str(tmp_path / "run"), HOME=str(tmp_path))  # no ~/.netrc
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: --track: Weights & Biases refused the run ("), \
+        done.stderr
+    assert "WANDB_MODE=offline" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "run" / "logs").exists()  # nothing was launched
 
 
 def test_a_launch_refused_ends_the_script_with_one_error_line(tmp_path):
