@@ -112,3 +112,5 @@ def _make(env_id: str) -> Any:
         raise ValueError(f"unknown environment id {env_id!r}: {err} Register it with "
                          "gymnasium.register(id=..., entry_point=...) in a module and pass "
                          "'module:EnvId' so that every process imports that module") from err
+    except gymnasium.error.DependencyNotInstalled as err:  # Box2D, MuJoCo, ALE, ...
+        raise ValueError(f"environment {env_id!r} needs what is not installed here: {err}") from err

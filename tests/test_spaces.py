@@ -77,6 +77,19 @@ def test_unknown_env_id_says_how_to_register_and_keeps_gymnasiums_text():
         env_info("NoSuchEnv-v0")
 
 
+def _needs_a_simulator() -> gymnasium.Env:
+    raise gymnasium.error.DependencyNotInstalled('Sim is not installed, run `pip install "gymnasium[sim]"`')
+
+
+def test_an_env_whose_dependency_is_missing_says_what_to_install():
+    """Before, gymnasium's DependencyNotInstalled (CarRacing without Box2D) came out of the
+    agent scripts as a traceback."""
+    gymnasium.register("NeedsASimulator-v0", entry_point=_needs_a_simulator)
+    with pytest.raises(ValueError, match=r"environment 'NeedsASimulator-v0' needs what is not installed here: "
+                                         r"Sim is not installed, run `pip install \"gymnasium\[sim\]\"`"):
+        env_info("NeedsASimulator-v0")
+
+
 def test_missing_module_of_a_module_env_id_is_named():
     with pytest.raises(ValueError, match=r"cannot import module 'no_such_module'.*PYTHONPATH"):
         env_info("no_such_module:Thing-v0")
