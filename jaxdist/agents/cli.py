@@ -131,7 +131,11 @@ def prepare_run_dir(run_dir: str, agent: str, config: AgentConfig, run: RunOptio
         shutil.rmtree(run_dir, ignore_errors=True)
     elif os.path.exists(saved_file) and not run.allow_config_change:
         _refuse_another_config(run_dir, agent, config)
-    configs.save(run_dir, agent, config)
+    try:
+        configs.save(run_dir, agent, config)
+    except OSError as error:  # a read-only place, a missing mount, no permission
+        raise SystemExit(f"error: cannot write the run directory {run_dir} ({error.strerror}: {error.filename}): "
+                         f"choose another --run-dir") from None
 
 
 def _refuse_another_config(run_dir: str, agent: str, config: AgentConfig) -> None:

@@ -138,6 +138,14 @@ def test_apex_refuses_the_anakin_architecture_in_its_config():
         apex.ApexConfig(architecture="anakin")
 
 
+def test_a_run_directory_that_cannot_be_written_is_one_error_line(tmp_path):
+    """Before, makedirs' traceback (e.g. --run-dir under a file, or on a read-only mount)."""
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(SystemExit, match=r"^error: cannot write the run directory .*a_file/run \(Not a directory: "
+                                         r".*\): choose another --run-dir$"):
+        prepare_run_dir(str(tmp_path / "a_file" / "run"), "ppo", ppo.PPOConfig(), RunOptions())
+
+
 def test_a_new_run_directory_holds_its_config_before_launching_so_fresh_knows_it(tmp_path):
     """A launch that failed before its learner started left a run directory without its config;
     ``--fresh`` then refused it as not a run ("choose another --run-dir")."""
