@@ -313,8 +313,9 @@ class Monitor:
                 self._actors[name] = _Watched(self._client(address))
 
     def _read_evaluations(self) -> None:
-        """New rows of the evaluator's ``evaluations.csv`` (this segment's: written after it began).
-        Parsed only when the file grew: it changes every few updates, and polls come ten a second."""
+        """New rows of the evaluator's ``evaluations.csv``: the run's best and last evaluation,
+        and this segment's crossings of the target. Parsed only when the file grew: it changes
+        every few updates, and polls come ten a second."""
         path = metrics_path(self.run_dir, EVALUATIONS)
         try:
             size = os.path.getsize(path)
@@ -326,11 +327,14 @@ class Monitor:
         self._evaluations_size = size
         target = self.config.target_return
         for row in rows[self._evaluations_read:]:
-            if row.get("mean_return") is not None and (self.best is None or row["mean_return"] > self.best[0]):
-                self.best = (row["mean_return"], int(row["step"]))
-            if row.get("wall_time", 0.0) < self.start_time or row.get("mean_return") is None:
+            if row.get("mean_return") is None:
                 continue
+            if self.best is None or row["mean_return"] > self.best[0]:
+                self.best = (row["mean_return"], int(row["step"]))
+            # The run's last evaluation, an earlier segment's until this one evaluates.
             self.eval_return, self.eval_version = row["mean_return"], int(row["step"])
+            if row.get("wall_time", 0.0) < self.start_time:
+                continue  # an earlier segment's crossing of the target is read from progress.csv
             # Without actors (Anakin) a version's env steps are exact; else the actors' count when the
             # evaluator fetched the version, between the polls around then: the count when the row
             # is read (after the evaluation, or after the program has ended) had grown since.

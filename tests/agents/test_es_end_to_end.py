@@ -100,6 +100,9 @@ def test_a_threads_run_solves_cartpole_then_a_rerun_resumes_and_counts_the_targe
 
     again = train(es.agent(more), launcher="threads", run_dir=str(tmp_path), echo=True, out=out)
     assert again["learner_version"] == resumed["learner_version"]
+    # Its last evaluation is the run's, not "no evaluation finished" for a segment that made none.
+    assert (again["final_return"], again["final_return_version"]) == (resumed["final_return"],
+                                                                       resumed["final_return_version"])
     assert "pass --fresh" in (tmp_path / "logs" / "master-0.log").read_text()
 
 
