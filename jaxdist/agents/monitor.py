@@ -41,13 +41,14 @@ import jaxdist as jd
 from jaxdist import courier
 from jaxdist.agents import config as configs
 from jaxdist.agents.distributed import Topology, env_slug, resources
-from jaxdist.nodes.evaluator import EVALUATIONS
+from jaxdist.nodes.evaluator import EVALUATIONS, recorded_evaluations
 from jaxdist.metrics import MetricsWriter, metrics_path, read_metrics
 from jaxdist.metrics_tensorboard import TensorBoardWriter
 from jaxdist.plotting import line_plot
 from jaxdist.program import group_of
 
 TRAIN_WINDOW = 20  # the training return is the mean of the last this many episodes
+SUMMARY = "summary.json"  # in the run directory: what train() returned, for a relaunch that has nothing to do
 READINGS_KEPT = 600  # (time, env steps) of the latest polls: a minute of them, at 10 a second
 POLL_THREADS = 16  # a poll's calls in flight at once (two an actor); more actors wait for a thread
 
@@ -123,7 +124,7 @@ def train(agent: Trainable, *, launcher: str = "processes", run_dir: str | None 
         reason = (f"stopped by Ctrl-C at update {step} (checkpoint saved); run the same command to resume"
                   if step is not None else "stopped by Ctrl-C before the first checkpoint")
     summary = dict(monitor.summary(), stop_reason=reason)
-    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+    with open(os.path.join(run_dir, SUMMARY), "w") as f:
         json.dump(summary, f, indent=2)
     return summary
 
@@ -136,7 +137,7 @@ def finished_summary(run_dir: str, topology: Topology, config: Any) -> dict[str,
     launching process was killed before writing it): the relaunch then writes it."""
     saved = saved_update(run_dir, topology.learner.node_name)
     try:
-        with open(os.path.join(run_dir, "summary.json")) as f:
+        with open(os.path.join(run_dir, SUMMARY)) as f:
             summary = json.load(f)
     except (OSError, ValueError):
         return None
@@ -148,12 +149,8 @@ def finished_summary(run_dir: str, topology: Topology, config: Any) -> dict[str,
             f"--total-steps with --allow-config-change trains on"))
     target = config.target_return
     if config.stop_at_target and target is not None:
-        try:
-            evaluations = read_metrics(metrics_path(run_dir, EVALUATIONS))
-        except (OSError, ValueError):
-            evaluations = []
-        reached = [int(row["step"]) for row in evaluations
-                   if row.get("mean_return") is not None and row["mean_return"] >= target and row["step"] <= saved]
+        reached = [int(row["step"]) for row in recorded_evaluations(run_dir)
+                   if row["mean_return"] >= target and row["step"] <= saved]
         if reached:
             return dict(summary, stop_reason=(
                 f"nothing launched: the run reached its target {target:g} at the evaluation of version {reached[0]} "
@@ -484,13 +481,9 @@ def plot_learning_curve(run_dir: str, title: str, target: float | None) -> None:
         rows = read_metrics(metrics_path(run_dir, "progress"))
     except (OSError, ValueError):
         return
-    try:
-        evaluations = read_metrics(metrics_path(run_dir, EVALUATIONS))
-    except (OSError, ValueError):
-        evaluations = []  # none finished
     series = {}
     training = [(row["step"], row["train_return"]) for row in rows if row.get("train_return") is not None]
-    for label, points in (("evaluation return", evaluation_curve(rows, evaluations)),
+    for label, points in (("evaluation return", evaluation_curve(rows, recorded_evaluations(run_dir))),
                           (f"training return (last {TRAIN_WINDOW})", training)):
         if len(points) >= 2:
             series[label] = tuple(map(list, zip(*points)))

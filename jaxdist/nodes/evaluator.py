@@ -39,6 +39,16 @@ BEST_POLICY = "best_policy"
 """``<run_dir>/checkpoints/best_policy/<version>``: the parameters of the best evaluation so far."""
 
 
+def recorded_evaluations(run_dir: str) -> list[dict[str, Any]]:
+    """The rows of ``<run_dir>/evaluations.csv`` that scored a return; none where nothing has
+    been evaluated yet (or the file is caught mid-write)."""
+    try:
+        rows = read_metrics(metrics_path(run_dir, EVALUATIONS))
+    except (OSError, ValueError):
+        return []
+    return [row for row in rows if row.get("mean_return") is not None]
+
+
 def record(writer: MetricsWriter, version: int, returns: np.ndarray, target_return: float | None,
            stop_at_target: bool, version_time: float | None = None) -> bool:
     """Appends one evaluation's row to ``evaluations.csv`` (flushed: the monitor reads it at
@@ -184,11 +194,7 @@ class BestPolicy:
         from jaxdist.checkpoint import Checkpointer, checkpoint_dir
 
         self._checkpointer = Checkpointer(checkpoint_dir(run_dir, BEST_POLICY), keep=1)
-        try:
-            earlier = read_metrics(metrics_path(run_dir, EVALUATIONS))
-        except (OSError, ValueError):
-            earlier = []
-        returns = [row["mean_return"] for row in earlier if row.get("mean_return") is not None]
+        returns = [row["mean_return"] for row in recorded_evaluations(run_dir)]
         self._best = max(returns, default=-np.inf) if self._checkpointer.latest_step() is not None else -np.inf
 
     def offer(self, version: int, params: Any, returns: np.ndarray) -> None:
