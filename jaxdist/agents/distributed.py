@@ -153,14 +153,18 @@ ACTOR_RESTART = jd.Restart(max_restarts=10, backoff=0.5)
 
 
 def resources(program: jd.Program, compilation_cache: str | None = None) -> dict[str, dict[str, Any]]:
-    """Per-group environment for the processes launcher: CPU JAX (unless ``JAX_PLATFORMS``
-    says otherwise), single-threaded XLA, and optionally a persistent compilation cache shared
-    by every process."""
-    env = {"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"), "XLA_FLAGS": SINGLE_THREAD_XLA}
+    """Per-group environment for the processes launcher: the learners on ``JAX_PLATFORMS`` (unset:
+    JAX's own choice, a GPU or TPU where there is one), every other node on CPU (an accelerator is
+    one process's: a TPU opens in one process only, and every process on a GPU would take most of
+    its memory); single-threaded XLA, and optionally a persistent compilation cache shared by every
+    process."""
+    env = {"XLA_FLAGS": SINGLE_THREAD_XLA}
     if compilation_cache:
         env.update(JAX_COMPILATION_CACHE_DIR=compilation_cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-    return {group: {"env": dict(env)} for group in program.groups}
+    learner_platforms = os.environ.get("JAX_PLATFORMS", "")
+    return {group: {"env": {**env, "JAX_PLATFORMS": learner_platforms if group == "learner" else "cpu"}}
+            for group in program.groups}
 
 
 def fifo(config: AgentConfig) -> Any:
