@@ -178,6 +178,7 @@ def test_transitions_older_than_the_lag_bound_are_not_learned_from():
     mixed["version"][:4] = 1  # half the trajectories lag 3 behind version 4... then 4 - 1 = 3 > 2
     _, metrics = update(state, mixed, jax.random.key(10))
     assert float(metrics["stale_fraction"]) == pytest.approx(0.5)
+    assert float(metrics["policy_lag_max"]) == 3.0 and float(metrics["policy_lag_mean"]) == pytest.approx(1.5)
 
 
 def test_the_update_runs_data_parallel_through_parallel_py():

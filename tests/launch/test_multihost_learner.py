@@ -124,7 +124,7 @@ def test_ppo_solves_cartpole_with_one_learner_spanning_two_hosts(tmp_path, netwo
     assert "host 1 stopped: host 0 stopped the program" in out1, out1[-3000:]  # the stop travelled
     logs = [(run_dir / "logs" / f"learner-{h}.log").read_text() for h in (0, 1)]
     for log in logs:
-        assert "fresh start on 2 device(s)" in log  # one SPMD learner over both hosts' devices
+        assert "fresh start on 2 cpu device(s)" in log  # one SPMD learner over both hosts' devices
     # The monitor's stop ended both learners at one step (JAX's preemption sync point, reached
     # while the actors still fed them) and they saved it together.
     stops = [re.findall(r"stopped at step (\d+): preempted \(checkpoint saved\)", log) for log in logs]

@@ -353,4 +353,4 @@ def test_a_ppo_learner_spanning_two_ray_nodes_is_one_jax_distributed_learner_and
     solve_cartpole_with_ppo(cluster, tmp_path, "--learner-hosts", "2", "--num-actors", "2")
     second = (tmp_path / "logs" / "learner-1.log").read_text()
     assert "Rank 1 is connected to 1 peer ranks" in second  # the two learner processes' gloo group
-    assert "fresh start on 2 device(s)" in second  # one device per process, two in the group
+    assert "fresh start on 2 cpu device(s)" in second  # one device per process, two in the group

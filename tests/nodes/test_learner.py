@@ -205,7 +205,7 @@ def test_eight_devices_train_the_same_as_one_through_the_node(tmp_path):
     clean = reference.get()
     reference.close()
     assert running.wait(timeout=240)
-    assert "on 8 device(s), mode=pmap" in node_log(tmp_path, "eightpmap/0")
+    assert "on 8 cpu device(s), mode=pmap" in node_log(tmp_path, "eightpmap/0")
 
     one, eight, pmap = (final_state(tmp_path, f"{label}/0") for label in ("one", "eight", "eightpmap"))
     assert int(one["step"]) == int(eight["step"]) == int(pmap["step"]) == clean["version"] == 10
