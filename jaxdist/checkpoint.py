@@ -111,7 +111,15 @@ class Checkpointer:
             raise FileNotFoundError(f"no checkpoint of step {step} in {self.directory}; the saved steps are "
                                     f"{', '.join(map(str, saved))}")
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
-        return self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
+        try:
+            return self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
+        except ValueError as error:
+            if not any(sign in str(error) for sign in ("tree structures do not match", "Structure mismatch")):
+                raise  # Orbax's two words for it: restoring into a template, or reading a checkpoint's metadata
+            raise ValueError(f"the checkpoint of step {step} in {self.directory} holds a state of another structure "
+                             f"than the one to restore (it was saved by another version of jaxdist, or for another "
+                             f"agent, network or architecture): train afresh in a new run directory (or with "
+                             f"--fresh)") from error
 
     def save_and_exit(self, step: int, state: PyTree, grace_seconds: float = 10.0) -> NoReturn:
         """Save ``step`` synchronously and exit 0; for SIGTERM / preemption.

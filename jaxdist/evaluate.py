@@ -30,7 +30,7 @@ class Arguments:
     run_seed: int = 0
     """Of a run that trained several seeds at once (--num-seeds), this seed's policy."""
     best: bool = False
-    """Play the policy of the run's best evaluation (saved by its evaluator) instead of the latest checkpoint's."""
+    """Play the policy of the run's best evaluation (under Anakin, the seed's) instead of the latest checkpoint's."""
     video: str | None = None
     """Write one MP4 per episode into this directory (the env must render rgb_array frames)."""
     seed: int = 1_000_000

@@ -157,6 +157,19 @@ def test_restore_without_checkpoint_raises(tmp_path):
         ckpt.restore(make_state(0))
 
 
+@pytest.mark.parametrize("abstract", [False, True], ids=["arrays", "shapes"])
+def test_a_checkpoint_of_another_structure_is_refused_saying_why_and_what_to_do(tmp_path, abstract):
+    """Before, Orbax's 'tree structures do not match' or 'Structure mismatch' (a template of
+    arrays, as a resuming learner's, or of shapes, as load_policy's) and its key lists: a resumed
+    Anakin run saved before its state kept the best policy."""
+    with Checkpointer(tmp_path) as ckpt:
+        ckpt.save(3, make_state(3))
+        grown = dict(make_state(0), best={"return": jnp.zeros(())})
+        with pytest.raises(ValueError, match=r"checkpoint of step 3 in .* holds a state of another structure .* "
+                                             r"train afresh in a new run directory \(or with --fresh\)"):
+            ckpt.restore(jax.eval_shape(lambda: grown) if abstract else grown)
+
+
 @pytest.mark.timeout(60)
 def test_sigkill_mid_run_resumes_at_latest_checkpoint(tmp_path, workers):
     run = workers(tmp_path / "ckpt", "--save-every", "5", "--sleep", "0.01",

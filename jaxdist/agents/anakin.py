@@ -22,9 +22,11 @@ seed axis.
 deterministic policy plays ``eval_episodes`` whole episodes from fresh start states (one
 ``lax.scan`` of the env's ``max_steps``), and the returns come out as the metric
 ``eval_returns``; so does the learner's last update, whatever the interval (the policy training
-ends with is always evaluated). :class:`EvaluationRecorder`, the learner's ``after_update``,
-writes them to ``evaluations.csv`` as the evaluator node does for the distributed mode, and stops
-the program at the target.
+ends with is always evaluated). Each seed's best evaluated parameters stay in the state
+(``best``), so its checkpoints hold them for ``load_policy(run_dir, best=True)``.
+:class:`EvaluationRecorder`, the learner's ``after_update``, writes the returns to
+``evaluations.csv`` as the evaluator node does for the distributed mode, and stops the program
+at the target.
 """
 
 from __future__ import annotations
@@ -73,7 +75,9 @@ def _init(agent_logic: LearnerLogic, env: jax_envs.JaxEnv, num_envs: int, num_se
           rng: jax.Array) -> dict[str, PyTree]:
     def one_seed(key: jax.Array) -> dict[str, PyTree]:
         agent_key, env_key = jax.random.split(key)
-        return {"agent": agent_logic.init(agent_key), "envs": fresh_envs(env, num_envs, env_key)}
+        agent = agent_logic.init(agent_key)
+        best = {"return": jnp.float32(-jnp.inf), "version": jnp.int32(-1), "params": agent_logic.params(agent)}
+        return {"agent": agent, "envs": fresh_envs(env, num_envs, env_key), "best": best}
 
     return jax.vmap(one_seed)(jax.random.split(rng, num_seeds))
 
@@ -107,11 +111,28 @@ def _update(agent_logic: LearnerLogic, policy: Any, evaluation_policy: Any, env:
     if final_version is not None:
         due |= version >= final_version
     eval_returns = jax.lax.cond(due, evaluate_all, lambda: nothing)
+    best = keep_best(state["best"], eval_returns, version, jax.vmap(agent_logic.params)(agent))
     logged = {name: jnp.nanmean(value) if name == "episode_return" else jnp.mean(value)
               for name, value in metrics.items()}
     if num_seeds > 1:
         logged.update({f"seed/{i}/{name}": value[i] for name, value in metrics.items() for i in range(num_seeds)})
-    return {"agent": agent, "envs": envs}, dict(logged, version=version, eval_returns=eval_returns)
+    return {"agent": agent, "envs": envs, "best": best}, dict(logged, version=version, eval_returns=eval_returns)
+
+
+def keep_best(best: dict[str, PyTree], eval_returns: jax.Array, version: jax.Array,
+              params: PyTree) -> dict[str, PyTree]:
+    """Each seed's best evaluated policy so far (``return``, ``version``, ``params``), kept in the
+    state: the evaluated parameters never leave the device, and the learner's checkpoints hold
+    them for ``load_policy(run_dir, best=True)``. ``eval_returns`` is NaN where nothing was
+    evaluated, which is never better."""
+    mean = jnp.mean(eval_returns, axis=1)
+    better = mean > best["return"]
+
+    def pick(new: jax.Array, old: jax.Array) -> jax.Array:
+        return jnp.where(better.reshape(better.shape + (1,) * (new.ndim - 1)), new, old)
+
+    return {"return": jnp.where(better, mean, best["return"]), "version": jnp.where(better, version, best["version"]),
+            "params": jax.tree.map(pick, params, best["params"])}
 
 
 def _learn_one_seed(agent_logic: LearnerLogic, policy: Any, env: jax_envs.JaxEnv, length: int,

@@ -198,7 +198,9 @@ def report(summary: dict[str, Any], run_dir: str) -> None:
         print(f"did not reach evaluation return {target:g}")
     print(last_evaluation(summary))
     best, final = summary.get("best_return"), summary.get("final_return")
-    saved = os.path.isdir(os.path.join(run_dir, "checkpoints", BEST_POLICY))
+    # Anakin keeps each seed's best in its checkpoints; with several, --best would play seed 0's.
+    anakin_best = summary.get("architecture") == "anakin" and "num_seeds" not in summary
+    saved = anakin_best or os.path.isdir(os.path.join(run_dir, "checkpoints", BEST_POLICY))
     if saved and best is not None and (final is None or best > final):  # final None: no evaluation this segment
         print(f"best evaluation return {best:.1f}, of learner version {summary['best_return_version']}: "
               f"python -m jaxdist.evaluate {run_dir} --best plays it")

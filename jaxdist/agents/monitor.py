@@ -392,7 +392,7 @@ class Monitor:
         steady = None if self._first_update is None else steady_rate(self._first_update, self._last_acting)
         return {
             "agent": self.agent.name, "env_id": self.config.env_id, "seed": self.config.seed,
-            "target_return": self.config.target_return,
+            "architecture": getattr(self.config, "architecture", None), "target_return": self.config.target_return,
             "wall_time_to_target": None if self.solved_at is None else round(self.solved_at[0], 2),
             "steps_to_target": None if self.solved_at is None else self.solved_at[1],
             "env_steps": self.env_steps, "wall_time": round(self.wall_time, 2),

@@ -59,8 +59,8 @@ def load_policy(run_dir: str, step: int | None = None, seed: int = 0, run_seed: 
     """The policy of the run in ``run_dir``: its saved config, its learner's latest checkpoint
     (or ``step``); of a run of several seeds at once (``num_seeds``), seed ``run_seed``'s; with
     ``best``, that of the run's best evaluation (saved by the evaluator node of actor-learner
-    runs whose learner is one process). ``seed`` seeds the sampling of
-    ``act(..., deterministic=False)``."""
+    runs whose learner is one process; kept for each seed in an Anakin run's checkpoints).
+    ``seed`` seeds the sampling of ``act(..., deterministic=False)``."""
     name, saved = configs.load(run_dir)
     if name not in AGENTS:
         raise ValueError(f"{run_dir} was trained by agent {name!r}; load_policy knows {', '.join(AGENTS)}")
@@ -71,15 +71,18 @@ def load_policy(run_dir: str, step: int | None = None, seed: int = 0, run_seed: 
     if not 0 <= run_seed < seeds:
         raise ValueError(f"{run_dir} trained {seeds} seed(s) at once (num_seeds): run_seed must be "
                          f"{'0' if seeds == 1 else f'0 to {seeds - 1}'}, got {run_seed}")
-    if best:
+    anakin = getattr(agent.config, "architecture", None) == "anakin"
+    if best and not anakin:
         return _best_policy(run_dir, agent, seed)
     if name == "es":
         return _es_policy(run_dir, agent, step, seed)
-    return _learner_policy(run_dir, agent, step, seed, run_seed)
+    return _learner_policy(run_dir, agent, step, seed, run_seed, best)
 
 
-def _learner_policy(run_dir: str, agent: Any, step: int | None, seed: int, run_seed: int) -> TrainedPolicy:
-    """An actor-learner agent's: the learner's published parameters, the actors' policy."""
+def _learner_policy(run_dir: str, agent: Any, step: int | None, seed: int, run_seed: int,
+                    best: bool = False) -> TrainedPolicy:
+    """An actor-learner agent's: the learner's published parameters, the actors' policy; under
+    Anakin, with ``best``, the best evaluated parameters its state keeps for each seed."""
     import jax
 
     from jaxdist.nodes.learner import initial_state
@@ -88,10 +91,16 @@ def _learner_policy(run_dir: str, agent: Any, step: int | None, seed: int, run_s
     logic = distributed.anakin_logic(agent) if anakin else agent.learner_logic(agent.config, agent.env)
     template = jax.eval_shape(functools.partial(initial_state, logic), jax.random.key(0))
     restored = _restore(run_dir, agent, template, step, f"{agent.config.checkpoint_every_updates} updates")
-    params = logic.params(restored["state"])
+    params, version = logic.params(restored["state"]), int(restored["step"])
+    if best:
+        kept = restored["state"]["best"]
+        params, version = kept["params"], int(kept["version"][run_seed])
+        if version < 0:
+            raise FileNotFoundError(f"{run_dir} has no best policy yet: seed {run_seed} of this Anakin run was not "
+                                    f"evaluated before its latest checkpoint; load that checkpoint's (best=False)")
     if anakin:  # its parameters carry a leading seed axis
         params = jax.tree.map(lambda leaf: leaf[run_seed], params)
-    return TrainedPolicy(agent, params, int(restored["step"]), _policies(agent), agent.env.obs_shape, seed)
+    return TrainedPolicy(agent, params, version, _policies(agent), agent.env.obs_shape, seed)
 
 
 def _best_policy(run_dir: str, agent: Any, seed: int) -> TrainedPolicy:
@@ -100,8 +109,9 @@ def _best_policy(run_dir: str, agent: Any, seed: int) -> TrainedPolicy:
     from jaxdist.nodes.evaluator import BEST_POLICY
 
     no_best = FileNotFoundError(f"{run_dir} has no best policy: the evaluator node saves one at each better "
-                                f"evaluation, in actor-learner runs whose learner is one process (not Anakin, ES or "
-                                f"--learner-hosts > 1); load the latest checkpoint's instead (best=False)")
+                                f"evaluation, in actor-learner runs whose learner is one process (not ES or "
+                                f"--learner-hosts > 1; Anakin's checkpoints keep it); load the latest checkpoint's "
+                                f"instead (best=False)")
     version, params = _restore_from(checkpoint_dir(run_dir, BEST_POLICY), distributed.published_shapes(agent), None,
                                     no_best)
     return TrainedPolicy(agent, params, version, _policies(agent), agent.env.obs_shape, seed)

@@ -104,6 +104,32 @@ def test_the_last_update_is_evaluated_whatever_the_interval_and_its_row_written_
     assert load_policy(str(tmp_path)).step == 7
 
 
+def test_each_seed_keeps_the_parameters_of_its_best_evaluation_and_not_evaluating_changes_nothing():
+    best = {"return": jnp.full(2, -jnp.inf, jnp.float32), "version": jnp.full(2, -1, jnp.int32),
+            "params": {"w": jnp.zeros((2, 3))}}
+    offers = [(1, [[1.0, 3.0], [5.0, 5.0]]), (2, [[np.nan] * 2] * 2), (3, [[4.0, 4.0], [1.0, 1.0]]),
+              (4, [[0.0, 0.0], [9.0, 7.0]])]
+    for version, returns in offers:
+        best = anakin.keep_best(best, jnp.asarray(returns, jnp.float32), jnp.int32(version),
+                                {"w": jnp.full((2, 3), float(version))})
+    np.testing.assert_array_equal(best["return"], [4.0, 8.0])
+    np.testing.assert_array_equal(best["version"], [3, 4])
+    np.testing.assert_array_equal(best["params"]["w"], [[3.0] * 3, [4.0] * 3])
+
+
+def test_load_policy_best_plays_the_best_evaluated_version_of_an_anakin_run(tmp_path):
+    """Before, an Anakin run had no best policy: ``best=True`` refused it."""
+    config = dataclasses.replace(CONFIG, total_steps=16 * CONFIG.trajectory_length * 30, eval_every_updates=3)
+    running = jd.launch(ppo.agent(config).topology().program, launcher="threads", run_dir=str(tmp_path), echo=False)
+    assert running.wait(timeout=300), running.status()
+    rows = read_metrics(tmp_path / "evaluations.csv")
+    best_row = max(rows, key=lambda row: row["mean_return"])  # the first of equals, as the state keeps
+    best, final = load_policy(str(tmp_path), best=True), load_policy(str(tmp_path))
+    assert best.step == best_row["step"] and final.step == 30
+    observations = np.random.default_rng(0).normal(size=(256, 4)).astype(np.float32)
+    assert np.array_equal(best.act(observations), final.act(observations)) == (best.step == final.step)
+
+
 def test_the_evaluation_recorder_has_written_all_it_was_handed_when_flush_returns(tmp_path):
     recorder = anakin.EvaluationRecorder(str(tmp_path), target_return=None, stop_at_target=False)
     for version in range(1, 41):

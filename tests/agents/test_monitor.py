@@ -71,6 +71,16 @@ def test_the_closing_lines_name_the_saved_best_policy_only_when_it_beat_the_fina
     assert "no evaluation finished" in capsys.readouterr().out
 
 
+def test_an_anakin_run_of_one_seed_names_its_best_policy_which_its_checkpoints_keep(tmp_path, capsys):
+    summary = {"architecture": "anakin", "target_return": 475.0, "final_return": 366.9, "final_return_version": 49,
+               "learner_version": 49, "best_return": 500.0, "best_return_version": 28, "env_steps": 28_160,
+               "wall_time": 7.7, "steps_per_second": 18_202, "stop_reason": "done"}
+    report(summary, str(tmp_path))  # no checkpoints/best_policy: the learner's state holds it
+    assert "best evaluation return 500.0, of learner version 28" in capsys.readouterr().out
+    report(dict(summary, num_seeds=2, seeds=[]), str(tmp_path))  # --best would play seed 0's best, not the mean's
+    assert "best evaluation" not in capsys.readouterr().out
+
+
 def _run_dir(path, saved_update: int, summary_version: int, evaluations: list[tuple[int, float]]):
     (path / "checkpoints" / "learner" / "0" / "1" / str(saved_update)).mkdir(parents=True)
     (path / "summary.json").write_text(json.dumps({"learner_version": summary_version, "stop_reason": "ended"}))
