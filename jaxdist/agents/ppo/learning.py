@@ -187,7 +187,7 @@ def update(config: PPOConfig, env: EnvInfo, state: dict[str, PyTree], batch: dic
         policy_lag_mean=_weighted_mean(lag.astype(jnp.float32), real_f),
         # As version - the oldest behaviour version, not max(lag): where every row was played by
         # the learned version (Anakin) lag is a constant XLA folds element by element at compile
-        # time (4 s for 32768 envs on an H200).
+        # time (2.4 s of the 9.6 s compiling 32768 envs took on an H200).
         policy_lag_max=(version - jnp.min(jnp.where(real, batch["version"][:, :-1], version))).astype(jnp.float32),
         stale_fraction=_weighted_mean((~fresh).astype(jnp.float32), real_f),
         transitions=jnp.sum(weight),
