@@ -162,7 +162,7 @@ def autoreset_step(env: Any, state: PyTree, row: dict[str, jax.Array], action: j
     restart = row["terminated"] | row["truncated"]
     stepped = _step_envs(env, state, action, step_key)
     fresh_state, fresh_obs = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
-    pick = lambda fresh, stepped: jnp.where(_per_env(restart, fresh), fresh, stepped)  # noqa: E731
+    pick = lambda fresh, stepped: jnp.where(per_row(restart, fresh), fresh, stepped)  # noqa: E731
     next_row = {"obs": pick(fresh_obs, stepped.obs),
                 "reward": jnp.where(restart, 0.0, stepped.reward).astype(row["reward"].dtype),
                 "terminated": ~restart & stepped.terminated, "truncated": ~restart & stepped.truncated}
@@ -199,9 +199,9 @@ def _step_envs(env: Any, state: PyTree, action: jax.Array, key: jax.Array) -> An
     return jax.vmap(env.step)(state, env_action, jax.random.split(key, action.shape[0]))
 
 
-def _per_env(flag: jax.Array, like: jax.Array) -> jax.Array:
-    """``flag`` (num_envs,) shaped to broadcast against ``like`` (num_envs, ...)."""
+def per_row(flag: jax.Array, like: jax.Array) -> jax.Array:
+    """``flag`` (rows,) shaped to broadcast against ``like`` (rows, ...): one flag per env, or per seed."""
     return flag.reshape(flag.shape + (1,) * (jnp.ndim(like) - 1))
 
 
-__all__ = ["JaxVectorEnv", "autoreset_step", "episodes"]
+__all__ = ["JaxVectorEnv", "autoreset_step", "episodes", "per_row"]

@@ -127,12 +127,9 @@ def keep_best(best: dict[str, PyTree], eval_returns: jax.Array, version: jax.Arr
     evaluated, which is never better."""
     mean = jnp.mean(eval_returns, axis=1)
     better = mean > best["return"]
-
-    def pick(new: jax.Array, old: jax.Array) -> jax.Array:
-        return jnp.where(better.reshape(better.shape + (1,) * (new.ndim - 1)), new, old)
-
     return {"return": jnp.where(better, mean, best["return"]), "version": jnp.where(better, version, best["version"]),
-            "params": jax.tree.map(pick, params, best["params"])}
+            "params": jax.tree.map(lambda new, old: jnp.where(jax_rollout.per_row(better, new), new, old),
+                                   params, best["params"])}
 
 
 def _learn_one_seed(agent_logic: LearnerLogic, policy: Any, env: jax_envs.JaxEnv, length: int,

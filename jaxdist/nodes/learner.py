@@ -220,9 +220,9 @@ class Learner:
         # instead, ahead of its step, so that its transfer overlaps the step before. On an H200
         # (the learner benchmark's MLP; updates/s against the bare loop, host arrays / put ahead):
         # 64 KB batches 0.74x / 0.57x, 2 MB 0.78x / 1.03x, 32 MB 1.01x / 3.42x.
-        on_cpu = self._dp.mesh.devices.flat[0].platform == "cpu"
+        platform = self._dp.mesh.devices.flat[0].platform
         self._host_batch_bytes = (0 if mode != "jit" or self._multiprocess
-                                  else float("inf") if on_cpu else DEVICE_PUT_AHEAD_BYTES)
+                                  else float("inf") if platform == "cpu" else DEVICE_PUT_AHEAD_BYTES)
         self._local_devices = self._dp.mesh.local_mesh.devices.size
 
         init_key, update_key = jax.random.split(jax.random.key(seed))
@@ -245,9 +245,8 @@ class Learner:
         self._feeder = _Feeder(self._resolve_source(source, batch_size, replay_options or {}),
                                self._shard, prefetch) if source is not None else None
         self._checked_step = -1
-        devices = self._dp.mesh.devices
         print(f"{self.name}: {'restored step %d' % self._step if self.restored_step is not None else 'fresh start'}"
-              f" on {devices.size} {devices.flat[0].platform} device(s), mode={mode}", flush=True)
+              f" on {self._dp.mesh.devices.size} {platform} device(s), mode={mode}", flush=True)
 
     # Served -----------------------------------------------------------------------------------
 
@@ -401,19 +400,22 @@ class Learner:
 
     def _shard(self, batch: PyTree) -> PyTree:
         """Check a batch's shapes, then put it on devices (or pass host arrays straight to jit)."""
-        self._check_batch(batch)
-        size = sum(getattr(leaf, "nbytes", 0) for leaf in jax.tree.leaves(batch))
+        size = self._check_batch(batch)
         return batch if size < self._host_batch_bytes else self._dp.shard_batch(batch)
 
-    def _check_batch(self, batch: PyTree) -> None:
+    def _check_batch(self, batch: PyTree) -> int:
+        """Refuse a batch of the wrong shapes; its size in bytes."""
         n = self._local_devices
         axis = int(self._k > 1)
+        size = 0
         for leaf in jax.tree.leaves(batch):
             shape = np.shape(leaf)
             if len(shape) <= axis or shape[axis] % n or (self._k > 1 and shape[0] != self._k):
                 want = f"({self._k}, batch, ...)" if self._k > 1 else "(batch, ...)"
                 raise ValueError(f"learner {self.name}: batch leaf of shape {shape} must be {want} "
                                  f"with the batch a multiple of {n} local devices")
+            size += getattr(leaf, "nbytes", 0)
+        return size
 
     def _saveable(self) -> PyTree:
         # pmap state is stacked per device: save one copy, so any device count can restore it.
