@@ -79,7 +79,10 @@ def _init(agent_logic: LearnerLogic, env: jax_envs.JaxEnv, num_envs: int, num_se
         best = {"return": jnp.float32(-jnp.inf), "version": jnp.int32(-1), "params": agent_logic.params(agent)}
         return {"agent": agent, "envs": fresh_envs(env, num_envs, env_key), "best": best}
 
-    return jax.vmap(one_seed)(jax.random.split(rng, num_seeds))
+    # One seed after another, not vmapped: jaxlib's CPU QR (the orthogonal initialiser) splits a
+    # batch of matrices over the intra-op thread pool and blocks its pool thread until they are
+    # done, so two batched ones at once on a two-core machine waited on each other for ever.
+    return jax.lax.map(one_seed, jax.random.split(rng, num_seeds))
 
 
 def fresh_envs(env: jax_envs.JaxEnv, num_envs: int, key: jax.Array) -> dict[str, PyTree]:

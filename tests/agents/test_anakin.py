@@ -150,6 +150,22 @@ def test_seeds_learn_independently_and_are_logged_each():
     np.testing.assert_allclose(metrics["loss"], np.mean([metrics[f"seed/{i}/loss"] for i in range(3)]), rtol=1e-5)
 
 
+def test_initialising_many_seeds_never_deadlocks_the_cpu_thread_pool():
+    """jaxlib's CPU QR splits a batch of matrices over the intra-op pool and blocks the calling
+    pool thread until its pieces are done: two vmapped orthogonal initialisations running at once
+    on a two-thread pool waited on each other for ever (1 Anakin run of 4 with 8 seeds hung)."""
+    script = textwrap.dedent("""
+        import os
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])  # the pool of a 2-core machine
+        import jax
+        from tests.agents.test_anakin import cartpole_logic
+        init = cartpole_logic(num_envs=8, num_seeds=8).init
+        for seed in range(20):
+            jax.block_until_ready(init(jax.random.key(seed)))
+    """)
+    subprocess.run([sys.executable, "-c", script], cwd=REPO, check=True, timeout=120)
+
+
 def test_the_anakin_topology_is_one_learner_and_refuses_replay_agents_and_seeds_without_it():
     topology = ppo.agent(CONFIG).topology()
     assert topology.actors == [] and [node.name for node in topology.program.nodes()] == ["learner/0"]
