@@ -7,6 +7,9 @@
                   parameters: ``get``); on host 0, learner/0/2 the Evaluator: every
                   ``eval_every_updates`` it plays ``eval_episodes`` episodes with the
                   deterministic policy, and its mean return is the reported and target metric
+    evaluator/0   the Evaluator instead, in a process of its own on host 0, when the learner
+                  spans hosts: there every Orbax save in a learner process is collective, and
+                  the evaluator saves the best policy alone
     actor/i       Actor nodes: a vector env each, acting with the agent's policy and sending
                   trajectories (or, through the agent's sink, transitions) to the replay of host
                   i % learner_hosts; one factory (``actor_node``) makes them all, so the group
@@ -16,9 +19,9 @@
 With ``architecture="anakin"`` (``jaxdist.agents.anakin``) there are no actors and no replay:
 each learner plays its own envs, written in JAX, inside its update.
 
-The evaluator shares the learner's process rather than having its own: on a small machine a
-process of its own costs a JAX start-up and a compilation that every other process waits on,
-while its evaluations are short and come every few updates.
+The evaluator shares the learner's process rather than having its own (unless the learner spans
+hosts): on a small machine a process of its own costs a JAX start-up and a compilation that every
+other process waits on, while its evaluations are short and come every few updates.
 
 Training ends inside the program: the evaluator calls ``jd.stop()`` once it has evaluated the
 learner's last version: at ``max_steps``, or, with ``stop_at_target``, where the learner finished
@@ -110,7 +113,7 @@ class Agent:
                 stops_first=True, restart=LEARNER_RESTART)
             parts = [replay_node, learner_node]
             learners.append(learner_node.create_handle())
-            if host == 0:
+            if hosts == 1:
                 parts.append(jd.CourierNode(build_evaluator, self, learners[0]))
             program.add_node(jd.ColocationNode(parts, mode="threads"), label="learner")
             replays.append(replay)
@@ -119,6 +122,9 @@ class Agent:
         # A learner process (with its replay) on each of the first learner_hosts hosts, actors
         # round-robin over the hosts (actor i beside the replay it feeds when every host has a learner).
         placement = {"learner": jd.per_host() if hosts > 1 else jd.on_host(0), "actor": jd.spread()}
+        if hosts > 1:
+            program.add_node(jd.CourierNode(build_evaluator, self, learners[0]), label="evaluator")
+            placement["evaluator"] = jd.on_host(0)
         return Topology(program, learners[0], actors, placement, config.total_updates)
 
     def _anakin_topology(self) -> Topology:
@@ -276,5 +282,4 @@ def build_evaluator(agent: Agent, params: Any) -> Any:
                      final_version=config.total_updates,
                      # At the target one learner process finishes there, so that the policy it saves
                      # is evaluated; the processes of a learner spanning hosts stop together instead.
-                     # Beside those, whose saves are collective, the evaluator saves no best policy.
-                     finish_learner=config.learner_hosts == 1, save_best=config.learner_hosts == 1)
+                     finish_learner=config.learner_hosts == 1, save_best=True)

@@ -59,7 +59,7 @@ def load_policy(run_dir: str, step: int | None = None, seed: int = 0, run_seed: 
     """The policy of the run in ``run_dir``: its saved config, its learner's latest checkpoint
     (or ``step``); of a run of several seeds at once (``num_seeds``), seed ``run_seed``'s; with
     ``best``, that of the run's best evaluation (saved by the evaluator node of actor-learner
-    runs whose learner is one process; kept for each seed in an Anakin run's checkpoints).
+    runs; kept for each seed in an Anakin run's checkpoints).
     ``seed`` seeds the sampling of ``act(..., deterministic=False)``."""
     name, saved = configs.load(run_dir)
     if name not in AGENTS:
@@ -109,9 +109,8 @@ def _best_policy(run_dir: str, agent: Any, seed: int) -> TrainedPolicy:
     from jaxdist.nodes.evaluator import BEST_POLICY
 
     no_best = FileNotFoundError(f"{run_dir} has no best policy: the evaluator node saves one at each better "
-                                f"evaluation, in actor-learner runs whose learner is one process (not ES or "
-                                f"--learner-hosts > 1; Anakin's checkpoints keep it); load the latest checkpoint's "
-                                f"instead (best=False)")
+                                f"evaluation, in actor-learner runs (not ES; Anakin's checkpoints keep it); load the "
+                                f"latest checkpoint's instead (best=False)")
     version, params = _restore_from(checkpoint_dir(run_dir, BEST_POLICY), distributed.published_shapes(agent), None,
                                     no_best)
     return TrainedPolicy(agent, params, version, _policies(agent), agent.env.obs_shape, seed)

@@ -20,7 +20,8 @@ def platforms(monkeypatch: pytest.MonkeyPatch, value: str | None, **config) -> d
 
 def test_jax_platforms_puts_the_learners_on_the_accelerator_and_every_other_process_on_cpu(monkeypatch):
     assert platforms(monkeypatch, "tpu") == {"learner": "tpu", "actor": "cpu"}
-    assert platforms(monkeypatch, "cuda", learner_hosts=2, num_actors=4) == {"learner": "cuda", "actor": "cpu"}
+    assert platforms(monkeypatch, "cuda", learner_hosts=2, num_actors=4) == {"learner": "cuda", "actor": "cpu",
+                                                                             "evaluator": "cpu"}
 
 
 def test_without_jax_platforms_the_learners_take_what_jax_finds_and_the_actors_stay_on_cpu(monkeypatch):

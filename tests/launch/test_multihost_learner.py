@@ -22,6 +22,7 @@ import uuid
 import psutil
 import pytest
 
+from jaxdist.agents import load_policy
 from jaxdist.metrics import read_metrics
 from ports import reserve_base_port
 
@@ -136,7 +137,8 @@ def test_ppo_solves_cartpole_with_one_learner_spanning_two_hosts(tmp_path, netwo
 @pytest.mark.timeout(600)
 def test_a_run_to_its_last_update_on_two_hosts_ends_once_host_0_has_evaluated_the_final_policy(tmp_path):
     """Before, every host's learner ended the program after its last update, before the
-    evaluator on host 0 had evaluated that update (here 12, evaluating every 5)."""
+    evaluator on host 0 had evaluated that update (here 12, evaluating every 5). The evaluator,
+    in a process of its own, saves the best policy (before, beside the learner, it saved none)."""
     run_dir = tmp_path / "run"
     with loopback_hosts() as (hosts, prefixes):
         processes = start_hosts(hosts, prefixes, run_dir, reserve_base_port(), "--total-steps", "12000")
@@ -144,8 +146,11 @@ def test_a_run_to_its_last_update_on_two_hosts_ends_once_host_0_has_evaluated_th
     assert processes[0][0].returncode == 0 and processes[1][0].returncode == 0, out0[-3000:] + out1[-3000:]
     assert "of learner version 12 (the final policy)" in out0, out0[-3000:]
     assert ("host 1 stopped: host 0 stopped the program: training is over: its final policy, version 12, was "
-            "evaluated (node 'learner/0/2')") in out1, out1[-3000:]
-    assert read_metrics(run_dir / "evaluations.csv")[-1]["step"] == 12
+            "evaluated (node 'evaluator/0')") in out1, out1[-3000:]
+    evaluations = read_metrics(run_dir / "evaluations.csv")
+    assert evaluations[-1]["step"] == 12
+    best = max(evaluations, key=lambda row: row["mean_return"])
+    assert load_policy(str(run_dir), best=True).step == best["step"]
 
 
 @pytest.mark.timeout(600)
