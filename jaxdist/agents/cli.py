@@ -58,6 +58,9 @@ class RunOptions:
     """multihost, ray: certificates from python -m jaxdist.certs DIR --hosts ... for mutual TLS between hosts."""
     ray_address: str | None = None
     """ray: the cluster ('auto', 'ray://head:10001'; default: $RAY_ADDRESS, else a new local one)."""
+    start_timeout: float | None = None
+    """processes, multihost, ray: seconds every node may take to start, its constructor included
+    (default 300); past it the run fails naming the late nodes."""
 
     def __post_init__(self) -> None:
         for name, (launchers, _) in _LAUNCHER_OPTIONS.items():
@@ -82,6 +85,7 @@ _LAUNCHER_OPTIONS = {  # flag -> (the launchers that take it, its name among jd.
     "base_port": (("multihost",), "base_port"),
     "tls_dir": (("multihost", "ray"), "tls_dir"),
     "ray_address": (("ray",), "address"),
+    "start_timeout": (("processes", "multihost", "ray"), "start_timeout"),
 }
 
 

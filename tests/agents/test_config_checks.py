@@ -111,6 +111,10 @@ def test_a_launchers_flag_given_to_another_launcher_is_refused():
     assert RunOptions(launcher="multihost", hosts="h0,h1", host_index=1).launch_options() == {
         "hosts": "h0,h1", "host_index": 1}
     assert RunOptions().launch_options() is None
+    _, run = parse(ppo.PPOConfig, ppo.PRESETS, None, ["--start-timeout", "900"])
+    assert run.launch_options() == {"start_timeout": 900.0}
+    with pytest.raises(SystemExit, match="--start-timeout is an option of --launcher processes or multihost or ray"):
+        parse(ppo.PPOConfig, ppo.PRESETS, None, ["--launcher", "threads", "--start-timeout", "900"])
 
 
 def test_fresh_under_multihost_is_refused_before_any_host_deletes_the_shared_run_directory():

@@ -412,6 +412,19 @@ def test_a_node_interrupted_in_its_constructor_by_the_stop_is_stopped_not_failed
     assert running.status()["slow/0"]["state"] == "stopped", running.status()
 
 
+def test_a_node_stuck_in_its_constructor_fails_the_start_at_the_start_timeout_saying_so(tmp_path):
+    """Before, the start timeout covered binding only: a node whose constructor never returned (a
+    learner deadlocked inside XLA) kept launch() waiting for ever, without a word."""
+    program = jd.Program("stuck-start")
+    program.add_node(jd.CourierNode(nodes.HangsInConstructor), label="stuck")
+    program.add_node(jd.CourierNode(nodes.UntilStopped), label="worker")
+    began = time.monotonic()
+    running = jd.launch(program, launcher="processes", run_dir=str(tmp_path), echo=False, start_timeout=8, grace=1)
+    with pytest.raises(jd.NodeFailedError, match=r"start timeout \(8 s\) ran out: stuck/0 was still being constructed"):
+        running.wait(timeout=60)
+    assert time.monotonic() - began < 40
+
+
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_the_run_directory_and_logs_are_the_owners_and_a_planted_log_symlink_is_refused(tmp_path, launcher):
     run_dir = tmp_path / "run"

@@ -275,6 +275,13 @@ class BuiltUntilStopped:
         time.sleep(seconds)
 
 
+class HangsInConstructor:
+    """Never finishes being built, deaf to the stop (as a learner deadlocked inside XLA was)."""
+
+    def __init__(self) -> None:
+        time.sleep(3600)
+
+
 class Peer:
     """`peer_pid()` asks its peer, through the handle it was configured with, for the peer's pid."""
 

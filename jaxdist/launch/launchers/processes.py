@@ -86,6 +86,10 @@ def launch(
     return running
 
 
+_STARTING = {"spawned": "had not bound its server", "bound": "was waiting for the others to bind",
+             "constructing": "was still being constructed", "constructed": "was waiting for the others to be built"}
+
+
 class _Child:
     """One node's process, and what the supervisor knows of it across restarts."""
 
@@ -93,7 +97,7 @@ class _Child:
         self.name, self.label, self.node, self.policy = name, label, node, policy
         self.process: multiprocessing.Process | None = None
         self.conn: multiprocessing.connection.Connection | None = None
-        self.stage = "waiting"  # waiting -> spawned -> bound -> constructed -> running -> exited
+        self.stage = "waiting"  # waiting -> spawned -> bound -> constructing -> constructed -> running -> exited
         self.restarts = 0  # in a row: since it last stayed up for the policy's reset_after
         self.restart_at = 0.0
         self.running_since: float | None = None
@@ -205,7 +209,7 @@ class _ProcessesRunning(Running):
             self.addresses.update({name: address for name, address in addresses.items() if name not in self._fixed})
             child.stage = "bound"
             if self._started.is_set():  # a restarted node joins a program already running
-                self._send(child, "construct", dict(self.addresses))
+                self._construct(child)
         elif kind == "constructed":
             (self._has_run[child.name],) = body
             child.stage = "constructed"
@@ -281,7 +285,7 @@ class _ProcessesRunning(Running):
         stages = {child.stage for child in self._children.values()}
         if stages == {"bound"}:
             for child in self._children.values():
-                self._send(child, "construct", dict(self.addresses))
+                self._construct(child)
         elif stages == {"constructed"}:
             for child in self._children.values():
                 self._run_child(child)
@@ -289,9 +293,18 @@ class _ProcessesRunning(Running):
         elif "exited" in stages or self._stop_requested.is_set():
             self._started.set()
         elif time.monotonic() > deadline:
-            slow = sorted(child.name for child in self._children.values() if child.stage == "spawned")
-            self.node_failed(slow[0] if slow else "launcher", f"nodes {slow} did not start within the start timeout")
+            late = sorted((child for child in self._children.values() if child.stage in _STARTING),
+                          key=lambda child: child.name)
+            states = "; ".join(f"{child.name} {_STARTING[child.stage]}" for child in late)
+            log = log_path(self.run_dir, late[0].name)
+            self.node_failed(late[0].name, f"the start timeout ({self._start_timeout:g} s) ran out: {states} (a "
+                                           f"slower start needs jd.launch(..., start_timeout=...), or the agents' "
+                                           f"--start-timeout); last lines of {log}:\n{_tail(log, 20)}")
             self._started.set()
+
+    def _construct(self, child: _Child) -> None:
+        self._send(child, "construct", dict(self.addresses))
+        child.stage = "constructing"
 
     def _send(self, child: _Child, *message: Any) -> None:
         if child.stage not in ("exited", "waiting"):
