@@ -416,11 +416,12 @@ def test_a_node_stuck_in_its_constructor_fails_the_start_at_the_start_timeout_sa
     """Before, the start timeout covered binding only: a node whose constructor never returned (a
     learner deadlocked inside XLA) kept launch() waiting for ever, without a word."""
     program = jd.Program("stuck-start")
+    program.add_node(jd.CourierNode(nodes.UntilStopped), label="early")  # named first, yet waiting on the other
     program.add_node(jd.CourierNode(nodes.HangsInConstructor), label="stuck")
-    program.add_node(jd.CourierNode(nodes.UntilStopped), label="worker")
     began = time.monotonic()
     running = jd.launch(program, launcher="processes", run_dir=str(tmp_path), echo=False, start_timeout=8, grace=1)
-    with pytest.raises(jd.NodeFailedError, match=r"start timeout \(8 s\) ran out: stuck/0 was still being constructed"):
+    with pytest.raises(jd.NodeFailedError, match=r"node 'stuck/0' failed:\nthe start timeout \(8 s\) ran out: stuck/0 "
+                                                 r"was still being constructed"):
         running.wait(timeout=60)
     assert time.monotonic() - began < 40
 

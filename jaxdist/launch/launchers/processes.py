@@ -293,8 +293,8 @@ class _ProcessesRunning(Running):
         elif "exited" in stages or self._stop_requested.is_set():
             self._started.set()
         elif time.monotonic() > deadline:
-            late = sorted((child for child in self._children.values() if child.stage in _STARTING),
-                          key=lambda child: child.name)
+            late = sorted((child for child in self._children.values() if child.stage in _STARTING),  # stuck first
+                          key=lambda child: (child.stage not in ("spawned", "constructing"), child.name))
             states = "; ".join(f"{child.name} {_STARTING[child.stage]}" for child in late)
             log = log_path(self.run_dir, late[0].name)
             self.node_failed(late[0].name, f"the start timeout ({self._start_timeout:g} s) ran out: {states} (a "
