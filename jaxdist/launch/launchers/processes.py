@@ -296,10 +296,9 @@ class _ProcessesRunning(Running):
             late = sorted((child for child in self._children.values() if child.stage in _STARTING),  # stuck first
                           key=lambda child: (child.stage not in ("spawned", "constructing"), child.name))
             states = "; ".join(f"{child.name} {_STARTING[child.stage]}" for child in late)
-            log = log_path(self.run_dir, late[0].name)
             self.node_failed(late[0].name, f"the start timeout ({self._start_timeout:g} s) ran out: {states} (a "
                                            f"slower start needs jd.launch(..., start_timeout=...), or the agents' "
-                                           f"--start-timeout); last lines of {log}:\n{_tail(log, 20)}")
+                                           f"--start-timeout); {self._last_lines(late[0].name)}")
             self._started.set()
 
     def _construct(self, child: _Child) -> None:
@@ -312,8 +311,11 @@ class _ProcessesRunning(Running):
                 child.conn.send(message)
 
     def _death_report(self, name: str, exitcode: int | None) -> str:
-        lines = _tail(log_path(self.run_dir, name), 20)
-        return f"process {describe_exit(exitcode)}; last lines of {log_path(self.run_dir, name)}:\n{lines}"
+        return f"process {describe_exit(exitcode)}; {self._last_lines(name)}"
+
+    def _last_lines(self, name: str) -> str:
+        log = log_path(self.run_dir, name)
+        return f"last lines of {log}:\n{_tail(log, 20)}"
 
     # Scaling (`Running.scale`) ----------------------------------------------------------------
 
