@@ -13,7 +13,7 @@ tuned defaults first (CartPole-v1, Pendulum-v1, HalfCheetah-v5).
 
 Everything lands in runs/ppo-<env>-seed<seed>/ (--run-dir): config.json, logs/, metrics.csv,
 progress.csv, tensorboard/, learning_curve.png, summary.json, checkpoints/. Running the same
-command again resumes; --fresh starts over. ``python -m jaxdist.evaluate RUN_DIR`` plays the
+command again resumes; --fresh starts over. ``python -m jaxdist.tools.evaluate RUN_DIR`` plays the
 trained policy.
 """
 

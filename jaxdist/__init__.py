@@ -9,7 +9,9 @@ from typing import Any
 __version__ = "0.2.0.dev0"
 """The release this tree will become; what each release changed for users is in CHANGELOG.md."""
 
-from jaxdist import courier, metrics
+from jaxdist import courier
+
+from jaxdist.records import metrics
 from jaxdist.nodes import replay
 from jaxdist.launch import (LaunchError, NodeFailedError, Restart, Running, current_node, launch, stop, stop_requested,
                             wait_for_stop)
@@ -20,12 +22,12 @@ from jaxdist.nodes.courier_node import CourierNode
 from jaxdist.nodes.parameter_server import ParameterServer, VariableClient
 from jaxdist.nodes.py_node import PyNode
 from jaxdist.nodes.replay import ReplayNode
-from jaxdist.pool import Pool
+from jaxdist.tools.pool import Pool
 from jaxdist.program import Handle, Node, Program
 
 # These import JAX; programs that do not use them (the non-RL examples) should not pay for it.
 _LAZY = {**{name: "jaxdist.nodes.learner" for name in ("CheckpointOptions", "Learner", "ReplaySource")},
-         "LearnerLogic": "jaxdist.learner_logic"}
+         "LearnerLogic": "jaxdist.learning.learner_logic"}
 
 
 def __getattr__(name: str) -> Any:

@@ -11,11 +11,29 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 AddressTable = dict[str, str]
 """Node name -> "host:port" of its courier server, complete before any node runs."""
+
+
+class Launched(Protocol):
+    """A launched program as the launching process's handles see it (``jd.Running``)."""
+
+    def serves(self, node_name: str) -> bool: ...
+
+    def client(self, handle: "Handle") -> Any: ...
+
+
+_LAUNCHED: "weakref.WeakSet[Launched]" = weakref.WeakSet()
+
+
+def launched(program: Launched) -> None:
+    """Let handles dereferenced in this process (a test's body) reach ``program``'s nodes while
+    it runs: the launcher's ``Running`` registers itself here, below which it sits."""
+    _LAUNCHED.add(program)
 
 
 class Handle:
@@ -55,9 +73,12 @@ class Handle:
         without `make_client`, from the process that launched the program (a test's body, as
         Launchpad's ``handle.dereference()``): `Running.client(handle)` of that program."""
         if make_client is None:
-            from jaxdist.launch.running import serving
-
-            return serving(self.node_name).client(self)
+            for program in list(_LAUNCHED):
+                if program.serves(self.node_name):
+                    return program.client(self)
+            raise LookupError(f"no program launched from this process serves '{self.node_name}' now: a handle "
+                              f"becomes a client inside the node that receives it, or, from the launching process, "
+                              f"with running.client(handle) while the program runs")
         return make_client(self.node_name, **self._client_options)
 
     def __getattr__(self, name: str) -> Any:

@@ -63,7 +63,7 @@ def _policy_and_params(num_actions: int = 2):
 
     from jaxdist.agents.networks import ActorCritic
     from jaxdist.agents.policies import ActorCriticPolicy
-    from jaxdist.spaces import ActionSpace, EnvInfo
+    from jaxdist.envs.spaces import ActionSpace, EnvInfo
 
     env = EnvInfo((4,), "float32", ActionSpace(num_actions=num_actions))
     params = ActorCritic(action=env.action).init(jax.random.key(0), np.zeros((1, 4), np.float32))
@@ -128,7 +128,7 @@ def _scan_trajectory(policy, num_envs: int, trajectory_length: int):
     import jax
     import jax.numpy as jnp
 
-    from jaxdist.jax_envs import jax_env
+    from jaxdist.envs.jax_envs import jax_env
 
     env = jax_env("CartPole-v1")
 
@@ -189,7 +189,7 @@ def actor_loop(env, policy, params, steps: int, trajectory_length: int, sink) ->
 def measure(backend: str, num_envs: int, args, sink) -> dict:
     if backend == "jax":
         return measure_jax(num_envs, args, sink)
-    from jaxdist.envs import EnvSpec
+    from jaxdist.envs.vector import EnvSpec
 
     policy, params = _policy_and_params()
     env = EnvSpec("CartPole-v1", num_envs, backend).make(seed=0)
@@ -215,7 +215,7 @@ def measure(backend: str, num_envs: int, args, sink) -> dict:
 
 def measure_jax(num_envs: int, args, sink) -> dict:
     """The JAX backend's actor against the PureJaxRL-style scan, on the device and fetched."""
-    from jaxdist.envs import EnvSpec
+    from jaxdist.envs.vector import EnvSpec
 
     policy, params = _policy_and_params()
     T = args.trajectory_length

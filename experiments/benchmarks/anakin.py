@@ -4,7 +4,7 @@
 
 Both sides run the same computation: PPO's CartPole preset (2x64 MLP, T = 32, 10 epochs of 2
 minibatches, an evaluation of 10 episodes every 10 updates), the JAX CartPole of
-``jaxdist.jax_envs``, ``--envs`` envs (and ``--seeds`` runs vmapped), every update a rollout and
+``jaxdist.envs.jax_envs``, ``--envs`` envs (and ``--seeds`` runs vmapped), every update a rollout and
 PPO's update (``jaxdist.agents.anakin``):
 * baseline: PureJaxRL's shape, ``--updates`` updates as one ``lax.scan`` in one jitted call,
   nothing leaving the device between them;

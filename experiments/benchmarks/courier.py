@@ -7,7 +7,7 @@ calls in flight, uploads, staged bytes, per-chunk timeout). Latency is a tiny ca
 is blocking calls and futures; bandwidth is an echo of a float32 array (counted both ways)
 against an echo of the same number of raw bytes, over the socket (a client with shared memory
 off) and through shared memory (the default between processes of one host). The TLS rows run
-both sides with mutual TLS (certificates from ``jaxdist.certs``, as ``--tls-dir`` uses them).
+both sides with mutual TLS (certificates from ``jaxdist.tools.certs``, as ``--tls-dir`` uses them).
 Every comparison alternates the two trial by trial and reports medians.
 
     python experiments/benchmarks/courier.py [--quick]
@@ -27,7 +27,9 @@ from typing import Callable
 import grpc
 import numpy as np
 
-from jaxdist import certs, courier
+from jaxdist.tools import certs
+
+from jaxdist import courier
 from jaxdist.courier.tls import TLS
 
 HOST = "127.0.0.1"

@@ -76,7 +76,7 @@ def update(state, batch, rng):
     import jax.numpy as jnp
     import optax
 
-    from jaxdist import parallel
+    from jaxdist.learning import parallel
 
     def loss_fn(params):
         h = jnp.tanh(batch["x"] @ params["w1"] + params["b1"])
@@ -114,7 +114,7 @@ def updates_per_second(args: argparse.Namespace) -> dict:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from jaxdist import parallel
+    from jaxdist.learning import parallel
     from jaxdist.nodes.learner import Learner, LearnerLogic
 
     devices = jax.device_count()
@@ -179,7 +179,7 @@ def apex_updates_per_second(args: argparse.Namespace) -> list[tuple[str, float, 
     from jaxdist.agents.apex import ApexConfig, learning
     from jaxdist.nodes.learner import Learner
     from jaxdist.nodes.replay import PriorityWriter
-    from jaxdist.spaces import env_info
+    from jaxdist.envs.spaces import env_info
 
     config, env = ApexConfig(), env_info("CartPole-v1")
     logic = learning.logic(config, env)
@@ -246,7 +246,7 @@ def checkpoint_throughput(args: argparse.Namespace) -> list[tuple[str, float, fl
     import jax.numpy as jnp
     import orbax.checkpoint as ocp
 
-    from jaxdist.checkpoint import Checkpointer
+    from jaxdist.learning.checkpoint import Checkpointer
 
     n = args.ckpt_mb * 2 ** 20 // 4
     state = {"params": {f"w{i}": jnp.full((n // 4,), i, jnp.float32) for i in range(4)},

@@ -40,7 +40,7 @@ import jaxdist as jd
 from jaxdist import courier
 from jaxdist.nodes.cacher import CacherNode
 from jaxdist.nodes.parameter_server import ParameterServer
-from jaxdist.plotting import line_plot
+from jaxdist.records.plotting import line_plot
 
 TOPOLOGIES = ("one server", "partitioned", "cached")
 

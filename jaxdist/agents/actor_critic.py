@@ -20,7 +20,7 @@ import optax
 
 from jaxdist.agents import normalization
 from jaxdist.agents.networks import ActorCritic
-from jaxdist.spaces import EnvInfo
+from jaxdist.envs.spaces import EnvInfo
 
 PyTree = Any
 

@@ -1,5 +1,5 @@
 """Anakin (Hessel et al., 2021, "Podracer architectures"): acting, learning and evaluation in one
-jitted function, for environments written in JAX (:mod:`jaxdist.jax_envs`).
+jitted function, for environments written in JAX (:mod:`jaxdist.envs.jax_envs`).
 
 An on-policy agent's update already takes a batch of ``B`` trajectories of ``T + 1`` rows. Here
 the batch is not sent by actors: every update first plays ``T`` steps of ``B`` envs with the
@@ -41,11 +41,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdist import jax_envs, jax_rollout, parallel
+from jaxdist.envs import jax_envs, jax_rollout
+
+from jaxdist.learning import parallel
 from jaxdist.launch import context
-from jaxdist.metrics import MetricsWriter, metrics_path
+from jaxdist.records.metrics import MetricsWriter, metrics_path
 from jaxdist.nodes.evaluator import EVALUATIONS, record
-from jaxdist.learner_logic import LearnerLogic
+from jaxdist.learning.learner_logic import LearnerLogic
 
 PyTree = Any
 

@@ -55,7 +55,7 @@ class RunOptions:
     base_port: int | None = None
     """multihost: first port of host 0's range."""
     tls_dir: str | None = None
-    """multihost, ray: certificates from python -m jaxdist.certs DIR --hosts ... for mutual TLS between hosts."""
+    """multihost, ray: certificates from python -m jaxdist.tools.certs DIR --hosts ... for mutual TLS between hosts."""
     ray_address: str | None = None
     """ray: the cluster ('auto', 'ray://head:10001'; default: $RAY_ADDRESS, else a new local one)."""
     start_timeout: float | None = None
@@ -207,7 +207,7 @@ def report(summary: dict[str, Any], run_dir: str) -> None:
     saved = anakin_best or os.path.isdir(os.path.join(run_dir, "checkpoints", BEST_POLICY))
     if saved and best is not None and (final is None or best > final):  # final None: no evaluation this segment
         print(f"best evaluation return {best:.1f}, of learner version {summary['best_return_version']}: "
-              f"python -m jaxdist.evaluate {run_dir} --best plays it")
+              f"python -m jaxdist.tools.evaluate {run_dir} --best plays it")
     for seed in summary.get("seeds", []):  # num_seeds > 1: each seed's own evaluations
         reached = (f"reached {target:g} after {seed['steps_to_target']:,} env steps" if seed["steps_to_target"]
                    is not None else "did not reach the target")

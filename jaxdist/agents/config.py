@@ -16,7 +16,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from jaxdist.envs import backend_unavailable, jax_version_missing
+from jaxdist.envs.ports import jax_version_missing
+from jaxdist.envs.vector import backend_unavailable
 
 CONFIG_FILE = "config.json"
 
@@ -93,7 +94,7 @@ class AgentConfig:
     env_id: str = "CartPole-v1"
     """A registered gymnasium id, or ``module:EnvId`` (gymnasium imports the module first)."""
     env_backend: Literal["auto", "vector", "sync", "async", "envpool", "jax"] = "auto"
-    """How each actor vectorises its envs (see jaxdist.envs); jax: the env's JAX version (jaxdist.jax_envs;
+    """How each actor vectorises its envs (see jaxdist.envs.vector); jax: the env's JAX version (jaxdist.envs.jax_envs;
     gymnax's with jaxdist[jaxenv]), a whole trajectory of policy and envs per jitted call."""
     num_actors: int = 2
     envs_per_actor: int = 8
@@ -123,7 +124,7 @@ class AgentConfig:
     architecture: Literal["sebulba", "anakin"] = "sebulba"
     """sebulba: actor processes step the envs and send trajectories to the learner; anakin: the
     learner plays the envs itself, acting and learning in one jitted function on its devices
-    (on-policy agents, envs with a JAX port: jaxdist.jax_envs; num_actors x envs_per_actor envs)."""
+    (on-policy agents, envs with a JAX port: jaxdist.envs.jax_envs; num_actors x envs_per_actor envs)."""
     num_seeds: int = 1
     """Independent runs trained at once in one program, vmapped (architecture anakin): seed i's
     curves are logged as seed/<i>/..., the summary reports each."""

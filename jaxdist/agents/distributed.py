@@ -47,8 +47,8 @@ from typing import Any
 
 import jaxdist as jd
 from jaxdist.agents.config import AgentConfig, check_network_input, save
-from jaxdist.spaces import EnvInfo
-from jaxdist.envs import EnvSpec
+from jaxdist.envs.spaces import EnvInfo
+from jaxdist.envs.vector import EnvSpec
 
 SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 """Small XLA computations on a shared CPU: one thread each, no pool hand-offs."""

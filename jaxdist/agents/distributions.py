@@ -1,7 +1,7 @@
 """The policy's action distribution, chosen by the action space: pure jittable functions, so the
 losses in each agent's ``learning.py`` read the same for discrete and continuous actions.
 
-``space`` is a static (hashable) :class:`~jaxdist.spaces.ActionSpace`; ``dist`` is what
+``space`` is a static (hashable) :class:`~jaxdist.envs.spaces.ActionSpace`; ``dist`` is what
 ``ActorCritic`` outputs:
 
 - Discrete: ``dist = logits (..., n)``, a categorical ``pi(a) = softmax(logits)_a``; actions int32.
@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxdist.spaces import ActionSpace
+from jaxdist.envs.spaces import ActionSpace
 
 Dist = Any  # logits, or (mean, log_std)
 

@@ -42,9 +42,9 @@ from jaxdist import courier
 from jaxdist.agents import config as configs
 from jaxdist.agents.distributed import Topology, env_slug, resources
 from jaxdist.nodes.evaluator import EVALUATIONS, recorded_evaluations
-from jaxdist.metrics import MetricsWriter, metrics_path, read_metrics
-from jaxdist.metrics_tensorboard import TensorBoardWriter
-from jaxdist.plotting import line_plot
+from jaxdist.records.metrics import MetricsWriter, metrics_path, read_metrics
+from jaxdist.records.metrics_tensorboard import TensorBoardWriter
+from jaxdist.records.plotting import line_plot
 from jaxdist.program import group_of
 
 TRAIN_WINDOW = 20  # the training return is the mean of the last this many episodes

@@ -27,7 +27,7 @@ import numpy as np
 
 from jaxdist.agents.config import check_network_name
 from jaxdist.agents.distributions import Dist
-from jaxdist.spaces import ActionSpace
+from jaxdist.envs.spaces import ActionSpace
 
 if TYPE_CHECKING:
     import optax

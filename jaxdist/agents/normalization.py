@@ -8,7 +8,7 @@ not relearn them. The learner updates them from each batch it trains on.
 **Merge** (Chan et al.'s parallel variance): a batch of weight ``n``, mean ``m_b`` and variance
 ``v_b`` joins stats ``(m, v, c)`` as ``delta = m_b - m``, ``c' = c + n``,
 ``m' = m + delta n / c'``, ``v' = (v c + v_b n + delta^2 c n / c') / c'``. Under a pmap step
-(:mod:`jaxdist.parallel`) every device holds a shard: the batch moments are averaged over
+(:mod:`jaxdist.learning.parallel`) every device holds a shard: the batch moments are averaged over
 devices with ``parallel.pmean`` first, so jit on the global batch and pmap give the same stats.
 
 **Rewards** are divided by the running std of the discounted return ``G`` (no mean subtracted,
@@ -22,7 +22,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxdist import parallel
+from jaxdist.learning import parallel
 
 EPSILON = 1e-8  # added to the variance before dividing (SB3's value)
 _INITIAL_COUNT = 1e-4  # the prior (mean 0, var 1) weighs as this many samples (SB3's value)

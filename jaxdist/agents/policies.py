@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jaxdist.spaces import EnvInfo
+from jaxdist.envs.spaces import EnvInfo
 
 
 @dataclasses.dataclass(frozen=True)

@@ -105,7 +105,7 @@ def _learner_policy(run_dir: str, agent: Any, step: int | None, seed: int, run_s
 
 def _best_policy(run_dir: str, agent: Any, seed: int) -> TrainedPolicy:
     """The parameters the evaluator saved at the run's best evaluation."""
-    from jaxdist.checkpoint import checkpoint_dir
+    from jaxdist.learning.checkpoint import checkpoint_dir
     from jaxdist.nodes.evaluator import BEST_POLICY
 
     no_best = FileNotFoundError(f"{run_dir} has no best policy: the evaluator node saves one at each better "
@@ -145,7 +145,7 @@ def _restore(run_dir: str, agent: Any, template: Any, step: int | None, every: s
 def _restore_from(directory: str, template: Any, step: int | None, missing: Exception) -> tuple[int, Any]:
     """(step, the checkpoint of ``step`` in ``directory``, default the latest), shaped as
     ``template``; ``missing`` is raised when there is none."""
-    from jaxdist.checkpoint import Checkpointer
+    from jaxdist.learning.checkpoint import Checkpointer
 
     if not os.path.isdir(directory):  # a Checkpointer would create it: reading a run must not change it
         raise missing
@@ -160,7 +160,7 @@ def _restore_from(directory: str, template: Any, step: int | None, missing: Exce
 def _learner_checkpoints(run_dir: str, agent: Any) -> str:
     """Where the learner saved: its node's directory, or, for a learner spanning hosts, its
     group's (shared by all its processes)."""
-    from jaxdist.checkpoint import checkpoint_dir
+    from jaxdist.learning.checkpoint import checkpoint_dir
 
     node = agent.topology().learner.node_name
     single = checkpoint_dir(run_dir, node)

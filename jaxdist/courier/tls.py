@@ -1,5 +1,5 @@
 """Mutual TLS for courier: a server proves its host to every client, and every client proves its
-host to the server, with certificates signed by the run's own CA (``python -m jaxdist.certs``).
+host to the server, with certificates signed by the run's own CA (``python -m jaxdist.tools.certs``).
 The token still decides who may call; TLS keeps the token, the parameters and the stops from
 being read or changed between hosts, and a process that takes a node's address from answering.
 
@@ -37,7 +37,7 @@ class TLS:
         missing = [path for path in files if not os.path.isfile(path)]
         if missing:
             raise FileNotFoundError(f"TLS for host {name!r} needs {', '.join(missing)}: make them with "
-                                    f"`python -m jaxdist.certs {directory} --hosts {name},...` (every host of the run)")
+                                    f"`python -m jaxdist.tools.certs {directory} --hosts {name},...` (every host of the run)")
         ca, cert, key = (open(path, "rb").read() for path in files)
         return cls(ca, cert, key)
 

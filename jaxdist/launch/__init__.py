@@ -64,7 +64,7 @@ def launch(program: Program, launcher: str = "processes", **options: Any) -> Run
         host:port of jax.distributed (default: host 0). distributed: the per_host group that
         joins jax.distributed. bind_host: what servers bind ("0.0.0.0" for every interface).
         token: required, the same on every host (or $JAXDIST_TOKEN). tls_dir: certificates from
-        ``python -m jaxdist.certs`` for mutual TLS between hosts (or $JAXDIST_TLS_DIR).
+        ``python -m jaxdist.tools.certs`` for mutual TLS between hosts (or $JAXDIST_TLS_DIR).
 
     ``"ray"``: every node (or threads colocation) a Ray actor on a Ray cluster, run inside it as
     under ``"processes"`` (``pip install 'jaxdist[ray]'``). Everything of ``"processes"``, and:

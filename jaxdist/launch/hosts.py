@@ -265,7 +265,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--coordinator", default=None, help="host:port of the jax.distributed coordinator")
     group.add_argument("--base-port", type=int, default=None, help="first port of host 0's range")
     group.add_argument("--tls-dir", default=None,
-                       help="certificates from python -m jaxdist.certs DIR --hosts ... (mutual TLS between hosts)")
+                       help="certificates from python -m jaxdist.tools.certs DIR --hosts ... (mutual TLS between hosts)")
 
 
 def from_args(args: argparse.Namespace) -> dict[str, Any]:

@@ -10,11 +10,10 @@ from __future__ import annotations
 import abc
 import dataclasses
 import threading
-import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 from jaxdist.launch import preflight
-from jaxdist.program import Handle, Node, Program, group_of
+from jaxdist.program import Handle, Node, Program, group_of, launched
 
 if TYPE_CHECKING:
     from jaxdist.launch.run_lock import RunLock
@@ -60,17 +59,6 @@ class NodeStatus:
 
 
 WORK_DONE = "every node with work of its own has finished"
-_LAUNCHED: "weakref.WeakSet[Running]" = weakref.WeakSet()
-
-
-def serving(node_name: str) -> "Running":
-    """The program launched from this process that serves `node_name` and has not ended."""
-    for running in list(_LAUNCHED):
-        if node_name in running.addresses and not running._done.is_set():
-            return running
-    raise LookupError(f"no program launched from this process serves '{node_name}' now: a handle becomes a "
-                      f"client inside the node that receives it, or, from the launching process, with "
-                      f"running.client(handle) while the program runs")
 
 
 class Running(abc.ABC):
@@ -95,7 +83,7 @@ class Running(abc.ABC):
         self._stop_listeners: list[Callable[[str], None]] = []
         self._scale_lock = threading.Lock()  # one scale at a time, and none across the teardown
         self._run_lock: RunLock | None = None
-        _LAUNCHED.add(self)
+        launched(self)
 
     # Called by launchers --------------------------------------------------------------------
 
@@ -270,6 +258,10 @@ class Running(abc.ABC):
         with self._lock:
             names = {name for name in [*self._statuses, *self.addresses] if group_of(name) == group}
         return sorted(names, key=lambda name: [int(part) if part.isdigit() else 0 for part in name.split("/")[1:]])
+
+    def serves(self, node_name: str) -> bool:
+        """Whether `node_name` is a node of this program that serves, while the program runs."""
+        return node_name in self.addresses and not self._done.is_set()
 
     def client(self, handle: Any, **options: Any) -> Any:
         """A courier client of a serving node from outside the program (a test's body, a

@@ -9,9 +9,9 @@ trajectories sent with futures, parameters refreshed in the background.
 - ``policy(params, obs, key) -> (action, extras)``: a pure, picklable function of the whole batch
   (``extras``: a dict of arrays with the env axis first, e.g. ``{"logp", "value"}``); the actor
   jits it once. It runs on every step with the newest parameters the actor holds.
-- ``env``: anything with ``make(seed)`` (an ``EnvSpec``) giving a ``jaxdist.envs.VectorEnv``,
+- ``env``: anything with ``make(seed)`` (an ``EnvSpec``) giving a ``jaxdist.envs.vector.VectorEnv``,
   stepped from Python with one policy call per step, or, with ``EnvSpec(..., backend="jax")``, a
-  ``jaxdist.jax_rollout.JaxVectorEnv``: policy and envs play a whole trajectory in one jitted
+  ``jaxdist.envs.jax_rollout.JaxVectorEnv``: policy and envs play a whole trajectory in one jitted
   ``lax.scan`` per dispatch (``max_steps`` then counts whole trajectories). ``seed``
   seeds the env and the policy's key (``rng_impl``: JAX's ``unsafe_rbg`` by default, a
   single XLA op, measurably cheaper per step on CPU than threefry's; an actor's samples need
@@ -36,7 +36,7 @@ trajectories sent with futures, parameters refreshed in the background.
   stop takes the learner's process, with its queue, a moment before the actors.
 
 **Trajectories.** Every ``trajectory_length`` (T) steps each env's last ``T + 1`` rows go out as
-one item, a dict of arrays with a leading ``T + 1`` axis: the ``jaxdist.envs.TimeStep`` fields
+one item, a dict of arrays with a leading ``T + 1`` axis: the ``jaxdist.envs.vector.TimeStep`` fields
 ``obs``, ``reward``, ``terminated``, ``truncated`` (``first`` is left out: a row is first when
 the row before it ended an episode), ``action``, the policy's extras, and ``version`` (the
 parameter version that chose each action). The last row of one trajectory is the first row of
@@ -222,7 +222,7 @@ class Actor:
             self._env_steps += num_envs
 
     def _act_a_trajectory_per_dispatch(self) -> None:
-        """The JAX backend (``jaxdist.jax_rollout``): policy and envs play a whole trajectory in
+        """The JAX backend (``jaxdist.envs.jax_rollout``): policy and envs play a whole trajectory in
         one jitted call. Its first row was acted by the previous trajectory's parameters.
         A trajectory is played once the sink has room for it (a queue: once the learner has
         taken what came before), with the parameters fetched then, not played ahead and held in

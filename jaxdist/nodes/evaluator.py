@@ -29,7 +29,7 @@ import numpy as np
 
 from jaxdist import courier
 from jaxdist.launch import context
-from jaxdist.metrics import MetricsWriter, metrics_path, read_metrics
+from jaxdist.records.metrics import MetricsWriter, metrics_path, read_metrics
 from jaxdist.nodes.actor import Policy, jitted_step
 
 EVALUATIONS = "evaluations"
@@ -191,7 +191,7 @@ class BestPolicy:
     restarted or resumed evaluator replaces the saved policy only with a better one."""
 
     def __init__(self, run_dir: str) -> None:
-        from jaxdist.checkpoint import Checkpointer, checkpoint_dir
+        from jaxdist.learning.checkpoint import Checkpointer, checkpoint_dir
 
         self._checkpointer = Checkpointer(checkpoint_dir(run_dir, BEST_POLICY), keep=1)
         returns = [row["mean_return"] for row in recorded_evaluations(run_dir)]
@@ -213,7 +213,7 @@ def _jitted_episodes(policy: Policy, env: Any, num_envs: int, rng_impl: str | No
     against gymnasium's env) instead of a dispatch and a gymnasium step per step."""
     import jax
 
-    from jaxdist.jax_rollout import episodes
+    from jaxdist.envs.jax_rollout import episodes
 
     def play(params: Any, reset_key: jax.Array, key_data: jax.Array) -> tuple[jax.Array, jax.Array]:
         key, act_key = jax.random.split(jax.random.wrap_key_data(key_data, impl=rng_impl))

@@ -11,7 +11,7 @@ The algorithm is three pure functions in a :class:`LearnerLogic`; the node does 
         params = p.add_node(jd.CacherNode(learner, refresh_interval=0.5, uncached=("update",)))
 
 - ``update(state, batch, rng) -> (state, metrics)`` is written for the global batch and runs
-  through :func:`jaxdist.parallel.data_parallel` over every device (``mode="jit"`` or
+  through :func:`jaxdist.learning.parallel.data_parallel` over every device (``mode="jit"`` or
   ``"pmap"``), ``steps_per_call`` updates per dispatch under ``lax.scan``.
 - Batches come from a *source*: any callable ``next_batch() -> pytree`` (this process's rows
   of one step's batch; raising ``StopIteration`` ends training), or the client(s) of replay
@@ -52,12 +52,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdist import courier, parallel
-from jaxdist.checkpoint import Checkpointer, checkpoint_dir
+from jaxdist import courier
+
+from jaxdist.learning import parallel
+from jaxdist.learning.checkpoint import Checkpointer, checkpoint_dir
 from jaxdist.launch import context
 from jaxdist.launch.restart import Restart
-from jaxdist.learner_logic import LearnerLogic, PyTree, state_params
-from jaxdist.metrics import MetricsWriter, metrics_path
+from jaxdist.learning.learner_logic import LearnerLogic, PyTree, state_params
+from jaxdist.records.metrics import MetricsWriter, metrics_path
 from jaxdist.nodes.parameter_server import VersionedParams
 
 BatchSource = Callable[[], PyTree]

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import jaxdist as jd
-from jaxdist import jax_envs
+from jaxdist.envs import jax_envs
 from jaxdist.agents import anakin, load_policy, ppo
 from jaxdist.agents.config import with_preset
-from jaxdist.metrics import read_metrics
+from jaxdist.records.metrics import read_metrics
 from jaxdist.nodes.learner import Learner
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -15,7 +15,7 @@ import pytest
 from jaxdist.agents import apex
 from jaxdist.agents.apex import ApexConfig
 from jaxdist.agents.monitor import train
-from jaxdist.metrics import read_metrics
+from jaxdist.records.metrics import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -13,7 +13,7 @@ import pytest
 
 from jaxdist.agents.apex import acting, learning
 from jaxdist.agents.apex import ApexConfig
-from jaxdist.spaces import ActionSpace, EnvInfo
+from jaxdist.envs.spaces import ActionSpace, EnvInfo
 
 CONFIG = ApexConfig(hidden=(16, 16), target_update_period=3)
 ENV = EnvInfo((4,), "float32", ActionSpace(num_actions=3))

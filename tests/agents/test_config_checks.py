@@ -16,7 +16,7 @@ import sys
 import pytest
 
 import jaxdist as jd
-from jaxdist import envs
+from jaxdist.envs import ports
 from jaxdist.agents import apex, es, impala, ppo
 from jaxdist.agents import config as configs
 from jaxdist.agents.cli import RunOptions, failure_summary, parse, prepare_run_dir
@@ -89,11 +89,11 @@ def test_a_backend_whose_library_is_missing_is_refused_before_launching(monkeypa
 def test_an_env_without_a_jax_version_is_refused_before_launching_where_one_is_needed(monkeypatch):
     """Before, the run launched and its actor (or Anakin learner) failed some seconds later."""
     with pytest.raises(SystemExit, match="^error: --architecture anakin plays the env's JAX version, and there is no "
-                                         "JAX version of 'HalfCheetah-v5': jaxdist.jax_envs ports CartPole-v1"):
+                                         "JAX version of 'HalfCheetah-v5': jaxdist.envs.jax_envs ports CartPole-v1"):
         parse(ppo.PPOConfig, ppo.PRESETS, None, ["--env-id", "HalfCheetah-v5", "--architecture", "anakin"])
     with pytest.raises(ValueError, match="--env-backend jax plays .* no JAX version of 'Corridor-v0'"):
         impala.IMPALAConfig(env_id="my_envs:Corridor-v0", env_backend="jax")
-    monkeypatch.setattr(envs, "gymnax_installed", lambda: False)
+    monkeypatch.setattr(ports, "gymnax_installed", lambda: False)
     with pytest.raises(ValueError, match=r"gymnax's Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0 with "
                                          r"pip install 'jaxdist\[jaxenv\]'"):
         ppo.PPOConfig(env_id="Acrobot-v1", env_backend="jax")

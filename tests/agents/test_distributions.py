@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jaxdist.agents import distributions as D
-from jaxdist.spaces import ActionSpace
+from jaxdist.envs.spaces import ActionSpace
 
 DISCRETE = ActionSpace(num_actions=4)
 BOX = ActionSpace(shape=(3,), low=(-1.0,) * 3, high=(1.0,) * 3)

@@ -25,8 +25,8 @@ from jaxdist.agents.cli import parse
 from jaxdist.agents import distributed, es
 from jaxdist.agents.es import PRESETS, ESConfig
 from jaxdist.agents.monitor import train
-from jaxdist.metrics import read_metrics
-from jaxdist.metrics_tensorboard import read_scalars
+from jaxdist.records.metrics import read_metrics
+from jaxdist.records.metrics_tensorboard import read_scalars
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "experiments", "es.py")

@@ -13,7 +13,7 @@ import pytest
 from jaxdist.agents.es import learning, search
 from jaxdist.agents.es import ESConfig
 from jaxdist.agents.es.policy import Policy
-from jaxdist.jax_envs import jax_env
+from jaxdist.envs.jax_envs import jax_env
 
 # NumPy references ------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import pytest
 from jaxdist.agents import config as configs
 from jaxdist.agents import impala, load_policy
 from jaxdist.agents.monitor import train
-from jaxdist.metrics import read_metrics
+from jaxdist.records.metrics import read_metrics
 from run_checks import check_solved_and_final_policy_evaluated
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -22,7 +22,7 @@ from jaxdist.agents.impala import learning
 from jaxdist.agents.impala import IMPALAConfig
 from jaxdist.agents.impala.vtrace import vtrace
 from jaxdist.agents.policies import ActorCriticPolicy
-from jaxdist.spaces import EnvInfo
+from jaxdist.envs.spaces import EnvInfo
 
 # total_steps makes 10 updates of 8 trajectories x 16 transitions (the learning-rate schedule).
 CONFIG = IMPALAConfig(hidden=(16, 16), batch_trajectories=8, trajectory_length=16, total_steps=10 * 8 * 16)

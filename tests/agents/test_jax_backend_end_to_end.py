@@ -27,7 +27,7 @@ def test_ppo_solves_cartpole_with_the_jax_backend_through_the_script_on_fresh_da
     in the queue and a blocked send (4-6 versions old); now each update waits for the one before
     it and the actor plays once the queue has room, with the parameters published by then: the
     data is 2 versions old, within PPO's default max_policy_lag of 4."""
-    from jaxdist.metrics import read_metrics
+    from jaxdist.records.metrics import read_metrics
 
     done = script("ppo.py", "--run-dir", str(tmp_path), "--env-backend", "jax", "--stop-at-target")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -45,7 +45,7 @@ def test_ppo_learns_pendulum_with_two_jax_backend_actors_on_data_within_its_lag(
     """Pendulum's preset allows a lag of 2. Two actors sending half a batch each, asking the
     queue for room together, both saw its one free half and filled it ahead: half the data was
     3-4 versions old and dropped. The room each is told of is now held for its insert."""
-    from jaxdist.metrics import read_metrics
+    from jaxdist.records.metrics import read_metrics
 
     done = script("ppo.py", "--env-id", "Pendulum-v1", "--run-dir", str(tmp_path), "--env-backend", "jax",
                   "--num-actors", "2", "--envs-per-actor", "4", "--stop-at-target")
@@ -97,7 +97,7 @@ def test_an_actor_derives_the_published_shapes_without_the_learners_checkpointin
             f"config = a.{agent.upper()}Config(env_backend='jax'); "
             "shapes = distributed.published_shapes(a.agent(config)); "
             "assert shapes, 'no shapes'; "
-            "print(sorted(m for m in sys.modules if m.startswith(('orbax', 'jaxdist.checkpoint', 'jaxdist.nodes.learner'))))")
+            "print(sorted(m for m in sys.modules if m.startswith(('orbax', 'jaxdist.learning.checkpoint', 'jaxdist.nodes.learner'))))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert done.returncode == 0, done.stderr

@@ -12,7 +12,7 @@ import pytest
 from jaxdist.agents import ppo
 from jaxdist.agents.cli import last_evaluation, report
 from jaxdist.agents.monitor import evaluation_curve, finished_summary, steady_rate, steps_at
-from jaxdist.metrics import MetricsWriter
+from jaxdist.records.metrics import MetricsWriter
 from jaxdist.nodes.evaluator import BEST_POLICY
 
 
@@ -63,7 +63,7 @@ def test_the_closing_lines_name_the_saved_best_policy_only_when_it_beat_the_fina
                "env_steps": 28_160, "wall_time": 7.7, "steps_per_second": 18_202, "stop_reason": "done"}
     (tmp_path / "checkpoints" / BEST_POLICY).mkdir(parents=True)
     report(summary, str(tmp_path))
-    assert f"best evaluation return 500.0, of learner version 28: python -m jaxdist.evaluate {tmp_path} --best" \
+    assert f"best evaluation return 500.0, of learner version 28: python -m jaxdist.tools.evaluate {tmp_path} --best" \
         in capsys.readouterr().out
     report(dict(summary, final_return=500.0), str(tmp_path))  # as good: the final policy is the one to play
     assert "best evaluation" not in capsys.readouterr().out

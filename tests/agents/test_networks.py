@@ -10,7 +10,7 @@ import pytest
 import pixel_envs
 from jaxdist.agents import distributions
 from jaxdist.agents.networks import ActorCritic, QNetwork, torso
-from jaxdist.spaces import ActionSpace
+from jaxdist.envs.spaces import ActionSpace
 
 DISCRETE = ActionSpace(num_actions=3)
 BOX = ActionSpace(shape=(2,), low=(-1.0, -1.0), high=(1.0, 1.0))

@@ -97,7 +97,7 @@ import json, sys
 import jax
 jax.config.update("jax_num_cpu_devices", 8)
 import numpy as np
-from jaxdist import parallel
+from jaxdist.learning import parallel
 from jaxdist.agents import normalization as N
 
 def update(stats, batch, rng):

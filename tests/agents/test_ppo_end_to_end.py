@@ -1,6 +1,6 @@
 """PPO end to end: the Python surface, the experiment script as a user runs it (processes,
 the README's configuration and target), resume across segments, Ctrl-C, load_policy and
-``python -m jaxdist.evaluate``, continuous control and a pixel env with a CNN."""
+``python -m jaxdist.tools.evaluate``, continuous control and a pixel env with a CNN."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from jaxdist.agents import config as configs
 from jaxdist.agents import distributed, load_policy, ppo
 from jaxdist.agents.cli import parse
 from jaxdist.agents.monitor import default_run_dir, train
-from jaxdist.metrics import read_metrics
-from jaxdist.metrics_tensorboard import read_scalars
+from jaxdist.records.metrics import read_metrics
+from jaxdist.records.metrics_tensorboard import read_scalars
 from run_checks import check_solved_and_final_policy_evaluated
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -151,7 +151,7 @@ def test_the_demo_script_solves_cartpole_across_processes_and_resumes_its_accoun
     with pytest.raises(ValueError, match=r"\(N, 4\)"):
         policy.act(np.zeros(4, np.float32))
     # The best evaluation's policy (>= 475; the latest checkpoint's can score below the target).
-    evaluated = subprocess.run([sys.executable, "-m", "jaxdist.evaluate", str(tmp_path), "--best", "--episodes", "3",
+    evaluated = subprocess.run([sys.executable, "-m", "jaxdist.tools.evaluate", str(tmp_path), "--best", "--episodes", "3",
                                 "--video", str(tmp_path / "video")], capture_output=True, text=True, timeout=300)
     assert evaluated.returncode == 0, evaluated.stdout + evaluated.stderr
     mean = float(evaluated.stdout.split("mean return ")[1].split()[0])

@@ -19,7 +19,7 @@ from eight_devices import assert_pmap_equals_jit, flat_tree, on_eight_devices
 from jaxdist.agents import actor_critic
 from jaxdist.agents.ppo import learning
 from jaxdist.agents.ppo import PPOConfig
-from jaxdist.spaces import EnvInfo
+from jaxdist.envs.spaces import EnvInfo
 
 # Bandit batches of 8 trajectories x 16 transitions; total_steps makes 10 updates (the schedule).
 CONFIG = PPOConfig(hidden=(16, 16), epochs=2, minibatches=2, batch_trajectories=8, trajectory_length=16,

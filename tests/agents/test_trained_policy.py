@@ -1,4 +1,4 @@
-"""``load_policy`` and ``python -m jaxdist.evaluate`` on a run directory whose learner checkpoints
+"""``load_policy`` and ``python -m jaxdist.tools.evaluate`` on a run directory whose learner checkpoints
 are real Orbax saves of an (untrained) PPO state, at updates 2 and 4: a step, a seed or a
 directory with no policy is a clear error (a line, from the command), and reading a run
 changes nothing in it."""
@@ -13,10 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdist import evaluate
+from jaxdist.tools import evaluate
 from jaxdist.agents import config as configs
 from jaxdist.agents import load_policy, ppo
-from jaxdist.checkpoint import Checkpointer, checkpoint_dir
+from jaxdist.learning.checkpoint import Checkpointer, checkpoint_dir
 from jaxdist.nodes.learner import initial_state
 
 SAVED_STEPS = (2, 4)
@@ -41,7 +41,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def run_cli(monkeypatch: pytest.MonkeyPatch, *arguments: str) -> None:
-    monkeypatch.setattr(sys, "argv", ["python -m jaxdist.evaluate", *arguments])
+    monkeypatch.setattr(sys, "argv", ["python -m jaxdist.tools.evaluate", *arguments])
     evaluate.main()
 
 
@@ -106,11 +106,11 @@ def test_the_command_answers_a_directory_that_is_no_run_with_one_line(tmp_path, 
 
 
 def test_the_commands_help_shows_how_to_run_it(monkeypatch, capsys):
-    """Before, its usage line read ``/.../jaxdist/evaluate.py [-h] [OPTIONS] STR``."""
+    """Before, its usage line read ``/.../jaxdist/tools/evaluate.py [-h] [OPTIONS] STR``."""
     monkeypatch.setattr(sys, "argv", ["evaluate.py", "--help"])
     with pytest.raises(SystemExit):
         evaluate.main()
-    assert "usage: python -m jaxdist.evaluate [-h] [OPTIONS] RUN_DIR" in capsys.readouterr().out
+    assert "usage: python -m jaxdist.tools.evaluate [-h] [OPTIONS] RUN_DIR" in capsys.readouterr().out
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +132,7 @@ def es_run_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, np.ndarra
 
 def test_an_es_run_gives_the_policy_of_its_mean_parameters(es_run_dir):
     from jaxdist.agents.es.policy import Policy
-    from jaxdist.jax_envs import jax_env
+    from jaxdist.envs.jax_envs import jax_env
 
     run, theta = es_run_dir
     policy = load_policy(run)

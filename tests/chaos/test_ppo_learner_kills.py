@@ -19,8 +19,8 @@ import pytest
 import jaxdist as jd
 from jaxdist import courier
 from jaxdist.agents import distributed, ppo
-from jaxdist.checkpoint import checkpoint_dir
-from jaxdist.metrics import metrics_path, read_metrics
+from jaxdist.learning.checkpoint import checkpoint_dir
+from jaxdist.records.metrics import metrics_path, read_metrics
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""Mutual TLS between courier servers and clients, with certificates from ``python -m jaxdist.certs``:
+"""Mutual TLS between courier servers and clients, with certificates from ``python -m jaxdist.tools.certs``:
 calls (inline and staged) go through; a plaintext client, a client of another CA, a client
 without a certificate and a server whose certificate names another host are all refused, and
 the server goes on serving."""
@@ -14,7 +14,9 @@ import grpc
 import numpy as np
 import pytest
 
-from jaxdist import certs, courier
+from jaxdist.tools import certs
+
+from jaxdist import courier
 from jaxdist.courier.tls import TLS, TLS_DIR_ENV, TLS_NAME_ENV, from_environment
 
 HOST = "127.0.0.1"
@@ -28,7 +30,7 @@ class Echo:
 @pytest.fixture(scope="module")
 def ca_dir(tmp_path_factory):
     directory = str(tmp_path_factory.mktemp("certs") / "run")
-    done = subprocess.run([sys.executable, "-m", "jaxdist.certs", directory, "--hosts", f"{HOST},m1"],
+    done = subprocess.run([sys.executable, "-m", "jaxdist.tools.certs", directory, "--hosts", f"{HOST},m1"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return directory
@@ -97,7 +99,7 @@ def test_the_environment_names_the_credentials_and_a_missing_file_says_how_to_ma
     assert tls == TLS.load(ca_dir, HOST) and "PRIVATE" not in repr(tls)  # a repr never shows the key
     with pytest.raises(ValueError, match=TLS_NAME_ENV):
         from_environment({TLS_DIR_ENV: ca_dir})
-    with pytest.raises(FileNotFoundError, match=r"python -m jaxdist.certs .* --hosts m9"):
+    with pytest.raises(FileNotFoundError, match=r"python -m jaxdist.tools.certs .* --hosts m9"):
         TLS.load(ca_dir, "m9")
 
 

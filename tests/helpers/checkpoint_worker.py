@@ -23,7 +23,7 @@ def main() -> None:
     ap.add_argument("--process-id", type=int, default=0)
     args = ap.parse_args()
 
-    from jaxdist import parallel
+    from jaxdist.learning import parallel
     if args.coordinator:
         parallel.initialize(args.coordinator, args.num_processes, args.process_id,
                             initialization_timeout=60, heartbeat_timeout_seconds=20)
@@ -32,7 +32,7 @@ def main() -> None:
     import optax
     from jax.sharding import NamedSharding, PartitionSpec
 
-    from jaxdist.checkpoint import Checkpointer
+    from jaxdist.learning.checkpoint import Checkpointer
 
     tx = optax.adam(1e-3)
     replicated = NamedSharding(parallel.make_mesh(), PartitionSpec())

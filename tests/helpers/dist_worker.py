@@ -1,4 +1,4 @@
-"""Train a small MLP with jaxdist.parallel and save the final parameters of every variant.
+"""Train a small MLP with jaxdist.learning.parallel and save the final parameters of every variant.
 
 Run as a subprocess: it sets its own CPU device count before JAX starts. With --coordinator
 it joins a jax.distributed group and feeds only its share of every global batch.
@@ -34,7 +34,7 @@ def main() -> None:
 
     import jax
     jax.config.update("jax_num_cpu_devices", args.devices)
-    from jaxdist import parallel
+    from jaxdist.learning import parallel
     if args.coordinator:
         init = dict(coordinator_address=args.coordinator, num_processes=args.num_processes,
                     process_id=args.process_id, initialization_timeout=60,
@@ -119,7 +119,7 @@ def main() -> None:
 def check_checkpoint_roundtrip(directory, state):
     """Collective save of a replicated state; restore lands with the template's sharding."""
     import jax
-    from jaxdist.checkpoint import Checkpointer
+    from jaxdist.learning.checkpoint import Checkpointer
 
     with Checkpointer(directory) as ckpt:
         ckpt.save(10, state)

@@ -402,7 +402,7 @@ def test_with_tls_dir_the_hosts_talk_mutual_tls_and_refuse_plaintext(tmp_path):
     answers a TLS client with the run's certificate and refuses a plaintext one; the stop
     travels between the hosts' control ports, which use TLS too."""
     base, tls_dir = reserve_base_port(), str(tmp_path / "certs")
-    subprocess.run([sys.executable, "-m", "jaxdist.certs", tls_dir, "--hosts", "127.0.0.1"], check=True, timeout=60,
+    subprocess.run([sys.executable, "-m", "jaxdist.tools.certs", tls_dir, "--hosts", "127.0.0.1"], check=True, timeout=60,
                    capture_output=True)
     extra = ("--mode", "forever", "--callers", "2", "--tls-dir", tls_dir)
     hosts = [subprocess.Popen(script(index, base, str(tmp_path / f"h{index}"), *extra), stdout=subprocess.PIPE,
@@ -434,7 +434,7 @@ def test_a_run_beyond_loopback_without_tls_says_so(capsys):
     multihost._use_tls(None, ["m0", "m1"], 0)
     multihost._use_tls(None, ["127.0.0.1", "127.0.0.1"], 0)
     out = capsys.readouterr().out
-    assert out.count("without TLS") == 1 and "python -m jaxdist.certs DIR --hosts m0,m1" in out
+    assert out.count("without TLS") == 1 and "python -m jaxdist.tools.certs DIR --hosts m0,m1" in out
 
 
 @pytest.mark.slow

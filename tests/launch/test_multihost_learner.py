@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from jaxdist.agents import load_policy
-from jaxdist.metrics import read_metrics
+from jaxdist.records.metrics import read_metrics
 from ports import reserve_base_port
 
 pytestmark = pytest.mark.slow

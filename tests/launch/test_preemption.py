@@ -12,7 +12,7 @@ import pytest
 
 import learner_nodes as ln
 from waiting import wait_until
-from jaxdist.metrics import read_metrics
+from jaxdist.records.metrics import read_metrics
 
 SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support")
 

@@ -20,7 +20,7 @@ import learner_nodes as ln
 import ray_nodes
 from ray_cluster import cluster, live_actors  # noqa: F401 - cluster is a fixture
 from jaxdist import courier
-from jaxdist.checkpoint import checkpoint_dir
+from jaxdist.learning.checkpoint import checkpoint_dir
 from jaxdist.courier import tls
 from jaxdist.nodes.learner import Learner
 from jaxdist.nodes.replay import Fifo, ReplayClient, ReplayNode
@@ -322,7 +322,7 @@ def test_a_units_actor_that_dies_comes_back_by_its_restart_policy_on_its_address
 def test_with_tls_dir_nodes_talk_mutual_tls_and_refuse_plaintext(cluster, tmp_path, monkeypatch):
     node_ip = ray.util.get_node_ip_address()
     tls_dir = str(tmp_path / "certs")
-    subprocess.run([sys.executable, "-m", "jaxdist.certs", tls_dir, "--hosts", node_ip], check=True, timeout=60,
+    subprocess.run([sys.executable, "-m", "jaxdist.tools.certs", tls_dir, "--hosts", node_ip], check=True, timeout=60,
                    capture_output=True)
     for variable in (tls.TLS_DIR_ENV, tls.TLS_NAME_ENV):  # the launcher sets them here, for its own clients
         monkeypatch.setenv(variable, "")

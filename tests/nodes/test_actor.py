@@ -14,8 +14,8 @@ import jaxdist as jd
 from jaxdist import courier
 from jaxdist.agents.networks import ActorCritic
 from jaxdist.agents.policies import ActorCriticPolicy
-from jaxdist.spaces import ActionSpace, EnvInfo
-from jaxdist.envs import EnvSpec
+from jaxdist.envs.spaces import ActionSpace, EnvInfo
+from jaxdist.envs.vector import EnvSpec
 from jaxdist.nodes import actor as actor_module
 from jaxdist.nodes.actor import OUTAGE_REPORT_AFTER, Actor
 from jaxdist.nodes.replay import Fifo

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxdist.envs import EnvSpec
+from jaxdist.envs.vector import EnvSpec
 from jaxdist.nodes.actor import Actor
 
 

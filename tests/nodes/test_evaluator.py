@@ -15,13 +15,13 @@ import slow_envs
 import jaxdist as jd
 from jaxdist.agents.networks import ActorCritic
 from jaxdist.agents.policies import ActorCriticPolicy
-from jaxdist.envs import EnvSpec
-from jaxdist.metrics import read_metrics
-from jaxdist.checkpoint import Checkpointer, checkpoint_dir
-from jaxdist.metrics import MetricsWriter, metrics_path
+from jaxdist.envs.vector import EnvSpec
+from jaxdist.records.metrics import read_metrics
+from jaxdist.learning.checkpoint import Checkpointer, checkpoint_dir
+from jaxdist.records.metrics import MetricsWriter, metrics_path
 from jaxdist.nodes.evaluator import BEST_POLICY, EVALUATIONS, Evaluator, BestPolicy
 from jaxdist.nodes.parameter_server import ParameterServer, VersionedParams
-from jaxdist.spaces import ActionSpace, EnvInfo
+from jaxdist.envs.spaces import ActionSpace, EnvInfo
 
 CARTPOLE = EnvInfo((4,), "float32", ActionSpace(num_actions=2))
 POLICY = ActorCriticPolicy(CARTPOLE, "mlp", (8,), deterministic=True)  # as agents give evaluators

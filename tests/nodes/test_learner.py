@@ -17,9 +17,9 @@ import pytest
 import jaxdist as jd
 import learner_nodes as ln
 from jaxdist import courier
-from jaxdist.checkpoint import Checkpointer, checkpoint_dir
-from jaxdist.learner_logic import LearnerLogic
-from jaxdist.metrics import read_metrics
+from jaxdist.learning.checkpoint import Checkpointer, checkpoint_dir
+from jaxdist.learning.learner_logic import LearnerLogic
+from jaxdist.records.metrics import read_metrics
 from jaxdist.nodes.learner import Learner, ReplaySource
 from jaxdist.nodes.parameter_server import MAX_WAIT
 from waiting import returns

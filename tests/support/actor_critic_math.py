@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 from eight_devices import flat_tree
 
-from jaxdist import parallel
+from jaxdist.learning import parallel
 from jaxdist.agents import actor_critic, distributions, normalization
-from jaxdist.spaces import ActionSpace, EnvInfo
+from jaxdist.envs.spaces import ActionSpace, EnvInfo
 
 CARTPOLE = EnvInfo((4,), "float32", ActionSpace(num_actions=2))
 PENDULUM = EnvInfo((3,), "float32", ActionSpace(shape=(1,), low=(-2.0,), high=(2.0,)))

@@ -4,7 +4,7 @@ in the test's own process).
 
 A test module defines ``eight_device_cases() -> {name: (update, state, batch)}``;
 ``on_eight_devices("agents.test_x_math", tmp_path)`` runs each case's update once per mode
-(``jaxdist.parallel.data_parallel``) and returns the flattened results keyed
+(``jaxdist.learning.parallel.data_parallel``) and returns the flattened results keyed
 ``"<mode>/<name>/['state']..."`` and ``"<mode>/<name>/['metrics']..."``.
 """
 
@@ -47,7 +47,7 @@ def run_cases(module: str, path: str) -> None:
     """In the 8-device process: every case of ``module`` under both modes, saved to ``path``."""
     import jax
 
-    from jaxdist import parallel
+    from jaxdist.learning import parallel
 
     assert jax.device_count() == 8
     cases = importlib.import_module(module).eight_device_cases()

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxdist import parallel
+from jaxdist.learning import parallel
 from jaxdist.nodes.learner import LearnerLogic
 
 FEATURES, HIDDEN = 4, 16

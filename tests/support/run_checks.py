@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from jaxdist.metrics import read_metrics
+from jaxdist.records.metrics import read_metrics
 
 
 def check_solved_and_final_policy_evaluated(run_dir: str | os.PathLike, target: float = 475.0) -> dict:

@@ -15,7 +15,7 @@ from jaxdist.agents import distributed
 from jaxdist.agents.apex import acting
 from jaxdist.agents.config import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, AgentConfig, Bound, Presets,
                                    check_bounds)
-from jaxdist.spaces import env_info
+from jaxdist.envs.spaces import env_info
 
 
 @dataclasses.dataclass(frozen=True)

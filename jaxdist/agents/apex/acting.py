@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxdist.spaces import EnvInfo
+from jaxdist.envs.spaces import EnvInfo
 
 
 def actor_epsilons(num_actors: int, base: float = 0.4, alpha: float = 7.0) -> list[float]:

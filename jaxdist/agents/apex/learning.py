@@ -3,7 +3,7 @@ priorities, double-DQN targets, the prioritized-replay loss, and one jitted upda
 function here is pure; the distribution (actors, replay, the learner node) lives elsewhere.
 
 **Rows and transitions.** Actors send trajectories of ``T + 1`` rows in the convention of
-:mod:`jaxdist.envs`: row t holds ``obs_t``, the reward earned arriving there, whether ``obs_t``
+:mod:`jaxdist.envs.vector`: row t holds ``obs_t``, the reward earned arriving there, whether ``obs_t``
 ended its episode (``terminated`` / ``truncated``), and the action taken at ``obs_t``. The
 transition from row t is real unless row t ended an episode (the env then ignored the action and
 autoreset). Its n-step return looks ``m <= n`` rows ahead, stopping early at the row that ends
@@ -35,8 +35,8 @@ import optax
 
 from jaxdist.agents.apex import ApexConfig
 from jaxdist.agents.networks import QNetwork
-from jaxdist.spaces import EnvInfo
-from jaxdist.learner_logic import LearnerLogic
+from jaxdist.envs.spaces import EnvInfo
+from jaxdist.learning.learner_logic import LearnerLogic
 
 PyTree = Any
 

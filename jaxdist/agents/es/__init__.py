@@ -47,7 +47,7 @@ class ESConfig:
     generation's ``episodes_per_member`` start states (evaluation episodes count no env steps)."""
 
     env_id: Literal["CartPole-v1", "Pendulum-v1"] = "CartPole-v1"
-    """An env with a JAX port of its dynamics (jaxdist/jax_envs.py); picks its preset."""
+    """An env with a JAX port of its dynamics (jaxdist/envs/jax_envs.py); picks its preset."""
     seed: int = 0
     num_workers: int = 2
     """Worker nodes: ES's actors."""

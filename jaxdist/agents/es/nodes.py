@@ -16,7 +16,7 @@ import jaxdist as jd
 from jaxdist.agents.config import save
 from jaxdist.nodes.evaluator import EVALUATIONS, record
 from jaxdist.launch import context
-from jaxdist.metrics import MetricsWriter, metrics_path
+from jaxdist.records.metrics import MetricsWriter, metrics_path
 
 if TYPE_CHECKING:
     from jaxdist.agents.es import ESConfig
@@ -34,7 +34,7 @@ class Master:
 
     def __init__(self, workers: list[Any], config: ESConfig) -> None:
         from jaxdist.agents.es.search import Rollouts, Search  # JAX, imported where the node runs
-        from jaxdist.checkpoint import checkpoint_dir
+        from jaxdist.learning.checkpoint import checkpoint_dir
 
         node = jd.current_node()
         if node is None:

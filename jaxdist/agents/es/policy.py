@@ -9,7 +9,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from jaxdist.jax_envs import JaxEnv
+from jaxdist.envs.jax_envs import JaxEnv
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,11 +16,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdist import jax_rollout
+from jaxdist.envs import jax_rollout
 from jaxdist.agents.es import learning
 from jaxdist.agents.es.policy import Policy
-from jaxdist.checkpoint import Checkpointer
-from jaxdist.jax_envs import JaxEnv, jax_env
+from jaxdist.learning.checkpoint import Checkpointer
+from jaxdist.envs.jax_envs import JaxEnv, jax_env
 
 if TYPE_CHECKING:
     from jaxdist.agents.es import ESConfig

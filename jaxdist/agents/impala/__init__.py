@@ -11,7 +11,7 @@ import dataclasses
 from jaxdist.agents import distributed, policies
 from jaxdist.agents.config import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, AgentConfig, Presets,
                                    check_bounds)
-from jaxdist.spaces import env_info
+from jaxdist.envs.spaces import env_info
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,7 @@ elsewhere, and V-trace itself in :mod:`jaxdist.agents.impala.vtrace`.
 
 **Batch.** ``B`` trajectories of ``T + 1`` rows each, every leaf shaped ``(B, T + 1, ...)``:
 ``obs``, ``action``, ``reward``, ``terminated``, ``truncated`` (the row convention of
-:mod:`jaxdist.envs`), and from the acting policy ``logp`` (``log mu(a|x)`` of the behaviour
+:mod:`jaxdist.envs.vector`), and from the acting policy ``logp`` (``log mu(a|x)`` of the behaviour
 policy, discrete or continuous) and ``version`` (the parameter version that chose the action). The last row serves only
 to bootstrap (it is the next trajectory's first).
 
@@ -28,12 +28,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxdist import parallel
+from jaxdist.learning import parallel
 from jaxdist.agents import actor_critic, distributions, networks
 from jaxdist.agents.impala import IMPALAConfig
 from jaxdist.agents.impala.vtrace import vtrace
-from jaxdist.spaces import EnvInfo
-from jaxdist.learner_logic import LearnerLogic
+from jaxdist.envs.spaces import EnvInfo
+from jaxdist.learning.learner_logic import LearnerLogic
 
 PyTree = Any
 

@@ -2,7 +2,7 @@
 policy-gradient advantages for trajectories acted by a behaviour policy ``mu`` older than the
 learner's ``pi``. A pure, jittable function of time-major arrays.
 
-**Rows.** The row convention of :mod:`jaxdist.envs` and PPO's ``gae``: ``T + 1`` rows, row ``t``
+**Rows.** The row convention of :mod:`jaxdist.envs.vector` and PPO's ``gae``: ``T + 1`` rows, row ``t``
 describes arriving at ``x_t`` (``reward[t]`` earned on the way, ``terminated[t]`` /
 ``truncated[t]`` when ``x_t`` ends its episode). Transition ``s`` goes from row ``s`` to row
 ``s + 1`` with reward ``r_s = reward[s + 1]``; it is *real* unless row ``s`` ended an episode (then

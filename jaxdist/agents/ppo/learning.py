@@ -4,7 +4,7 @@ replay, the learner node) lives elsewhere.
 
 **Batch.** ``B`` trajectories of ``T + 1`` rows each, every leaf shaped ``(B, T + 1, ...)``:
 ``obs``, ``action``, ``reward``, ``terminated``, ``truncated`` (the row convention of
-:mod:`jaxdist.envs`: a row describes arriving at ``obs``), and from the acting policy ``logp``
+:mod:`jaxdist.envs.vector`: a row describes arriving at ``obs``), and from the acting policy ``logp``
 (of ``action``) and ``version`` (the parameter version that chose the action). Actions are
 discrete or continuous: the policy's distribution comes from :mod:`jaxdist.agents.distributions`. An
 actor's consecutive trajectories share a row: the last row of one is the first of the next, and
@@ -40,11 +40,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxdist import parallel
+from jaxdist.learning import parallel
 from jaxdist.agents import actor_critic, distributions, networks
 from jaxdist.agents.ppo import PPOConfig
-from jaxdist.spaces import EnvInfo
-from jaxdist.learner_logic import LearnerLogic
+from jaxdist.envs.spaces import EnvInfo
+from jaxdist.learning.learner_logic import LearnerLogic
 
 PyTree = Any
 

@@ -92,7 +92,7 @@ def launch(
 
     `token`: the courier secret, the same on every host (default: $JAXDIST_TOKEN); a random
     one per host would lock the hosts out of each other. `tls_dir`: certificates from
-    `python -m jaxdist.certs DIR --hosts ...` (default: $JAXDIST_TLS_DIR): every courier server
+    `python -m jaxdist.tools.certs DIR --hosts ...` (default: $JAXDIST_TLS_DIR): every courier server
     and client of the run, the control ports included, then use mutual TLS (this process and
     the nodes' get $JAXDIST_TLS_DIR and $JAXDIST_TLS_NAME, see `jaxdist.courier.tls`).
     `bind_host`: what servers bind ("0.0.0.0" for every interface); default: the host's name in
@@ -143,7 +143,7 @@ def _use_tls(directory: str | None, hosts: Sequence[str], host_index: int) -> No
         os.environ.update({tls.TLS_DIR_ENV: directory, tls.TLS_NAME_ENV: hosts[host_index]})
     elif any(host not in LOOPBACK for host in hosts):
         print(f"[launcher] courier runs without TLS between hosts {', '.join(dict.fromkeys(hosts))}: the token, "
-              f"parameters and stops cross the network in cleartext. For mutual TLS run `python -m jaxdist.certs "
+              f"parameters and stops cross the network in cleartext. For mutual TLS run `python -m jaxdist.tools.certs "
               f"DIR --hosts {','.join(dict.fromkeys(hosts))}` and launch with tls_dir=DIR (--tls-dir DIR)", flush=True)
 
 

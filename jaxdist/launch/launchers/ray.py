@@ -99,7 +99,7 @@ def launch(
     made is closed at the stop. `num_hosts`: the hosts `placement` spreads over (default: the
     per_host group's size, else the cluster's node count). `bind_host`: what servers bind
     ("node": each Ray node's IP; default: 127.0.0.1 when the whole cluster is this machine, else "node").
-    `tls_dir`: certificates from `python -m jaxdist.certs DIR --hosts <each Ray node's IP>,...`
+    `tls_dir`: certificates from `python -m jaxdist.tools.certs DIR --hosts <each Ray node's IP>,...`
     where every Ray node reads them (default: $JAXDIST_TLS_DIR): every courier server and client
     of the run then uses mutual TLS, each under the name of its host's IP (127.0.0.1 on loopback).
     """
@@ -233,7 +233,7 @@ def _bind_host(ray: Any, bind_host: str | None, tls_dir: str | None) -> str:
         return LOOPBACK
     if not tls_dir:
         print(f"[launcher] courier runs without TLS between the Ray cluster's {len(addresses)} machines: the token, "
-              f"parameters and stops cross the network in cleartext. For mutual TLS run `python -m jaxdist.certs DIR "
+              f"parameters and stops cross the network in cleartext. For mutual TLS run `python -m jaxdist.tools.certs DIR "
               f"--hosts {','.join(sorted(addresses))}` where every node reads DIR and launch with tls_dir=DIR", flush=True)
     return NODE_IP
 

@@ -7,7 +7,7 @@ counters, table kinds, and each signature's structure). Saves are synchronous, s
 is committed; a save cut short by SIGKILL leaves only Orbax's temporary directory, which is never
 restored.
 
-Why not ``jaxdist.checkpoint.Checkpointer``: its ``restore`` needs a template of the exact
+Why not ``jaxdist.learning.checkpoint.Checkpointer``: its ``restore`` needs a template of the exact
 shapes, but a table's shapes (how many items are live, what an item looks like) are only known
 from the checkpoint itself; and Orbax refuses zero-size arrays and empty trees (an empty table)
 and gives tuples and NamedTuples back as lists and dicts. So this module saves the structure on

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jaxdist.envs import EnvSpec, VectorEnv, envpool_installed, resolve_backend
+from jaxdist.envs.vector import EnvSpec, VectorEnv, envpool_installed, resolve_backend
 
 BACKENDS = ["vector", "sync"]
 

@@ -1,4 +1,4 @@
-"""jaxdist.parallel: meshes, data-parallel steps on 1 vs 8 devices, two processes vs one.
+"""jaxdist.learning.parallel: meshes, data-parallel steps on 1 vs 8 devices, two processes vs one.
 
 Multi-device runs happen in subprocesses (tests/helpers/dist_worker.py) because this pytest
 process may already have started JAX with one device.
@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType
 
-from jaxdist import parallel
+from jaxdist.learning import parallel
 
-WORKER = Path(__file__).parent / "helpers" / "dist_worker.py"
+WORKER = Path(__file__).parents[1] / "helpers" / "dist_worker.py"
 # Unoptimised XLA compiles ~2x faster here; every run compared uses the same flag.
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_backend_optimization_level=0"}
 
@@ -161,7 +161,7 @@ def test_sigterm_runs_the_chained_handler_before_it_raises_the_flag():
     had stopped the program (seen once in a loaded test run)."""
     script = (
         "import os, signal\n"
-        "from jaxdist import parallel\n"
+        "from jaxdist.learning import parallel\n"
         "seen = []\n"
         "signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(parallel.preemption_requested(0)))\n"
         "parallel.install_sigterm_flag()\n"

@@ -10,7 +10,7 @@ from typing import Any
 
 import jax
 
-from jaxdist import parallel
+from jaxdist.learning import parallel
 
 PyTree = Any
 

@@ -1,6 +1,6 @@
 """What an agent must know about an environment before it builds networks: the observation shape
 and dtype and the action space, as small hashable records. They sit beside the envs (gymnasium's,
-read by ``env_info``, and the JAX ports in ``jaxdist.jax_envs``), below the agents.
+read by ``env_info``, and the JAX ports in ``jaxdist.envs.jax_envs``), below the agents.
 
 No JAX here: launching processes read an env's spaces (``env_info``) without starting JAX.
 ``ActionSpace`` is hashable so that jitted functions take it as a static argument (see

@@ -8,15 +8,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdist import envs, jax_envs
-from jaxdist.jax_envs import State, jax_env
+from jaxdist.envs import jax_envs, ports
+from jaxdist.envs.jax_envs import State, jax_env
 
 
 def test_an_env_without_a_jax_version_is_named_with_those_that_have_one_and_what_to_install(monkeypatch):
-    with pytest.raises(ValueError, match="no JAX version of 'Ant-v5': jaxdist.jax_envs ports CartPole-v1, Pendulum-v1; "
+    with pytest.raises(ValueError, match="no JAX version of 'Ant-v5': jaxdist.envs.jax_envs ports CartPole-v1, Pendulum-v1; "
                                          "gymnax's Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0$"):
         jax_env("Ant-v5")
-    for module in (jax_envs, envs):
+    for module in (jax_envs, ports):
         monkeypatch.setattr(module, "gymnax_installed", lambda: False)
     with pytest.raises(ValueError, match=r"gymnax's Acrobot-v1, .* with pip install 'jaxdist\[jaxenv\]'"):
         jax_env("Acrobot-v1")
@@ -27,11 +27,11 @@ def test_the_ids_the_configs_check_without_jax_are_those_that_have_a_jax_version
     they must name jaxdist's ports and gymnax's envs that gymnasium knows by the same id."""
     import gymnax
 
-    assert tuple(jax_envs.ENVS) == envs.JAX_PORTS
-    assert set(envs.GYMNAX_IDS) <= set(gymnax.registered_envs)
-    assert set(envs.GYMNAX_IDS) == {env_id for env_id in gymnax.registered_envs if env_id in gym.registry} - set(
-        envs.JAX_PORTS)
-    for env_id in envs.GYMNAX_IDS:
+    assert tuple(jax_envs.ENVS) == ports.JAX_PORTS
+    assert set(ports.GYMNAX_IDS) <= set(gymnax.registered_envs)
+    assert set(ports.GYMNAX_IDS) == {env_id for env_id in gymnax.registered_envs if env_id in gym.registry} - set(
+        ports.JAX_PORTS)
+    for env_id in ports.GYMNAX_IDS:
         assert jax_env(env_id).env_id == env_id
 
 

@@ -7,7 +7,7 @@ jaxdist's own port where there is one (no gymnax import, ~2 s), else gymnax's.
 The API is functional: ``reset(key) -> (state, obs)`` and ``step(state, action, key) -> Step``
 (the key matters to stochastic envs; the ports ignore it), both pure and jittable and without
 autoreset, so a caller vmaps them over envs and autoresets with ``jnp.where`` on
-``terminated | truncated`` inside its scan. The actors' JAX backend (``jaxdist.jax_rollout``),
+``terminated | truncated`` inside its scan. The actors' JAX backend (``jaxdist.envs.jax_rollout``),
 Anakin and ES's rollouts run on them.
 
 The functions are pure and follow the dtype of the state: float32 in training, float64 (under
@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxdist.envs import gymnax_installed, jax_version_missing
+from jaxdist.envs.ports import gymnax_installed, jax_version_missing
 
 
 class State(NamedTuple):

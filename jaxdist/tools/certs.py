@@ -1,7 +1,7 @@
 """Certificates for mutual TLS between the hosts of a run: a CA of the run's own and one
 certificate per host, signed by it, good as both server and client.
 
-    python -m jaxdist.certs DIR --hosts m0,m1          # DIR/ca.pem, ca.key, m0.pem, m0.key, ...
+    python -m jaxdist.tools.certs DIR --hosts m0,m1          # DIR/ca.pem, ca.key, m0.pem, m0.key, ...
     python experiments/ppo.py --launcher multihost --tls-dir DIR ...   # on every host
 
 Put ``DIR`` where every host reads it (the run's shared filesystem), or copy it to each. A host's
@@ -92,7 +92,7 @@ def _general_name(x509: Any, host: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m jaxdist.certs", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m jaxdist.tools.certs", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("directory", help="where to write them (made readable by its owner alone)")
     parser.add_argument("--hosts", required=True,

@@ -12,7 +12,7 @@ import jaxdist as jd
 import pool_nodes as nodes
 from waiting import returns, wait_until
 from jaxdist import courier
-from jaxdist.pool import EvaluatorsUnavailableError
+from jaxdist.tools.pool import EvaluatorsUnavailableError
 
 
 @pytest.fixture

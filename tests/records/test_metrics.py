@@ -1,10 +1,10 @@
-"""jaxdist.metrics: the CSV writer across restarts, new columns, torn lines and purges."""
+"""jaxdist.records.metrics: the CSV writer across restarts, new columns, torn lines and purges."""
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdist.metrics import MetricsWriter, metrics_path, read_metrics
+from jaxdist.records.metrics import MetricsWriter, metrics_path, read_metrics
 
 
 def test_rows_are_readable_and_nested_values_become_slash_columns(tmp_path):

@@ -1,4 +1,4 @@
-"""Play a trained policy: ``python -m jaxdist.evaluate RUN_DIR --episodes N [--video DIR]``.
+"""Play a trained policy: ``python -m jaxdist.tools.evaluate RUN_DIR --episodes N [--video DIR]``.
 
 Loads the run's config and latest learner checkpoint, or ``--step``'s, and of a run of several
 seeds ``--run-seed``'s policy (``jaxdist.agents.load_policy``), plays ``episodes`` episodes of
@@ -94,7 +94,7 @@ def play(policy: TrainedPolicy, arguments: Arguments) -> list[float]:
 
 
 def main() -> None:
-    arguments = tyro.cli(Arguments, prog="python -m jaxdist.evaluate", description=__doc__)
+    arguments = tyro.cli(Arguments, prog="python -m jaxdist.tools.evaluate", description=__doc__)
     try:
         policy = load(arguments)
     except (ValueError, FileNotFoundError) as error:  # the message says what to pass instead

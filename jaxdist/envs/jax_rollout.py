@@ -1,5 +1,5 @@
 """The actors' JAX env backend (``EnvSpec(env_id, n, backend="jax")``): ``n`` envs of an env
-written in JAX (:mod:`jaxdist.jax_envs`) and the actor's policy play a whole trajectory of ``T``
+written in JAX (:mod:`jaxdist.envs.jax_envs`) and the actor's policy play a whole trajectory of ``T``
 steps in one jitted ``lax.scan`` (env ``vmap``-ed, policy on the batch): one dispatch per
 trajectory instead of one per step.
 
@@ -10,7 +10,7 @@ trajectory instead of one per step.
 
 The trajectory is the actor's (:mod:`jaxdist.nodes.actor`), row for row: ``obs``, ``reward``,
 ``terminated``, ``truncated`` (arriving at ``obs``, the autoreset convention of
-:mod:`jaxdist.envs`: after a row that ended an episode comes the next episode's first row with
+:mod:`jaxdist.envs.vector`: after a row that ended an episode comes the next episode's first row with
 reward 0, the action chosen on the ending row ignored), then ``action`` and the policy's extras
 (chosen on ``obs``). The scan steps the env with each row's action and then chooses the next
 row's, so the last row's action is already chosen and carried into the next trajectory as its
@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdist.jax_envs import GymnaxEnv, JaxEnv
+from jaxdist.envs.jax_envs import GymnaxEnv, JaxEnv
 
 PyTree = Any
 

@@ -1,4 +1,4 @@
-"""jaxdist.spaces: action-space records from gymnasium spaces, env_info, and the pixel
+"""jaxdist.envs.spaces: action-space records from gymnasium spaces, env_info, and the pixel
 test env (tests/support/pixel_envs.py)."""
 
 import subprocess
@@ -11,7 +11,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import pixel_envs
-from jaxdist.spaces import ActionSpace, EnvInfo, env_info
+from jaxdist.envs.spaces import ActionSpace, EnvInfo, env_info
 
 
 def test_discrete_space_records_its_number_of_actions():
@@ -96,7 +96,7 @@ def test_missing_module_of_a_module_env_id_is_named():
 
 
 def test_env_info_does_not_import_jax():
-    code = "import sys; from jaxdist import spaces; print('jax' in sys.modules)"
+    code = "import sys; from jaxdist.envs import spaces; print('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -1,4 +1,4 @@
-"""jaxdist.checkpoint: round trips, intervals, retention, SIGKILL/SIGTERM of real processes."""
+"""jaxdist.learning.checkpoint: round trips, intervals, retention, SIGKILL/SIGTERM of real processes."""
 
 import os
 import queue
@@ -17,10 +17,10 @@ import numpy as np
 import optax
 import pytest
 
-from jaxdist import checkpoint
-from jaxdist.checkpoint import Checkpointer, checkpoint_dir
+from jaxdist.learning import checkpoint
+from jaxdist.learning.checkpoint import Checkpointer, checkpoint_dir
 
-WORKER = Path(__file__).parent / "helpers" / "checkpoint_worker.py"
+WORKER = Path(__file__).parents[1] / "helpers" / "checkpoint_worker.py"
 
 
 def make_state(seed: int) -> dict:

@@ -12,8 +12,8 @@ vectorization_mode="vector_entry_point")``: no Python per env; CartPole has one)
 from a ``forkserver`` so that none is forked from a process that already runs JAX or gRPC
 threads), ``"envpool"`` (when EnvPool is installed), and ``"auto"``: vector when the env has a
 vector entry point, else EnvPool when installed, else sync. ``"jax"`` is not gymnasium's: the
-env's JAX version (``jaxdist.jax_envs``) played with the actor's policy a whole trajectory per
-jitted dispatch (``jaxdist.jax_rollout.JaxVectorEnv``, made by the same ``make(seed)``).
+env's JAX version (``jaxdist.envs.jax_envs``) played with the actor's policy a whole trajectory per
+jitted dispatch (``jaxdist.envs.jax_rollout.JaxVectorEnv``, made by the same ``make(seed)``).
 
 **The autoreset boundary.** Gymnasium 1.x vector envs reset an env on the step *after* its
 episode ended: that step ignores the action and returns the first observation of the next
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 if TYPE_CHECKING:
-    from jaxdist.jax_rollout import JaxVectorEnv
+    from jaxdist.envs.jax_rollout import JaxVectorEnv
 
 BACKENDS = ("auto", "vector", "sync", "async", "envpool", "jax")
 
@@ -74,8 +74,8 @@ class EnvSpec:
 
     def make(self, seed: int) -> "VectorEnv | JaxVectorEnv":
         if self.backend == "jax":
-            from jaxdist.jax_envs import jax_env
-            from jaxdist.jax_rollout import JaxVectorEnv
+            from jaxdist.envs.jax_envs import jax_env
+            from jaxdist.envs.jax_rollout import JaxVectorEnv
 
             return JaxVectorEnv(jax_env(registered_id(self.env_id)), self.num_envs, seed)
         backend = resolve_backend(self.env_id, self.backend)
@@ -84,29 +84,6 @@ class EnvSpec:
 
 def envpool_installed() -> bool:
     return importlib.util.find_spec("envpool") is not None
-
-
-JAX_PORTS = ("CartPole-v1", "Pendulum-v1")
-"""The ids ``jaxdist.jax_envs`` ports itself, checked step for step against gymnasium's envs."""
-
-GYMNAX_IDS = ("Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0")
-"""gymnax's envs that gymnasium also knows by the same id (the agents read an env's spaces from
-gymnasium's): with ``jaxdist[jaxenv]`` these have a JAX version too."""
-
-
-def gymnax_installed() -> bool:
-    return importlib.util.find_spec("gymnax") is not None
-
-
-def jax_version_missing(env_id: str) -> str | None:
-    """Why the agents have no JAX version of ``env_id`` (a registered id) here, naming the ids
-    that have one and what to install; None when it has one. Imports no JAX, so that a config
-    refuses such an id before anything is launched."""
-    if env_id in JAX_PORTS or (env_id in GYMNAX_IDS and gymnax_installed()):
-        return None
-    install = "" if gymnax_installed() else " with pip install 'jaxdist[jaxenv]'"
-    return (f"no JAX version of {env_id!r}: jaxdist.jax_envs ports {', '.join(JAX_PORTS)}; gymnax's "
-            f"{', '.join(GYMNAX_IDS)}{install}")
 
 
 def backend_unavailable(backend: str) -> str | None:
@@ -154,7 +131,7 @@ def _make_raw(spec: EnvSpec, backend: str) -> Any:
         mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         if AutoresetMode(mode) != AutoresetMode.NEXT_STEP:
             env.close()
-            raise ValueError(f"{spec.env_id}'s vector env autoresets in mode {mode}; jaxdist.envs expects "
+            raise ValueError(f"{spec.env_id}'s vector env autoresets in mode {mode}; jaxdist.envs.vector expects "
                              "NEXT_STEP: use backend='sync' or 'async'")
         return env
     vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.NEXT_STEP}

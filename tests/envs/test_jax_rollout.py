@@ -11,13 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdist import jax_envs
+from jaxdist.envs import jax_envs
 from jaxdist.agents.networks import ActorCritic
 from jaxdist.agents.policies import ActorCriticPolicy
-from jaxdist.envs import EnvSpec
+from jaxdist.envs.vector import EnvSpec
 from jaxdist.nodes.actor import Actor
 from jaxdist.nodes.parameter_server import ParameterServer
-from jaxdist.spaces import ActionSpace, EnvInfo
+from jaxdist.envs.spaces import ActionSpace, EnvInfo
 
 CARTPOLE = EnvInfo((4,), "float32", ActionSpace(num_actions=2))
 POLICY = ActorCriticPolicy(CARTPOLE, "mlp", (8,))
@@ -134,7 +134,7 @@ def test_continuous_actions_are_sent_whole_and_reach_the_env_clipped():
 
 
 def test_an_env_without_a_jax_version_is_refused_naming_those_that_have_one():
-    with pytest.raises(ValueError, match=r"no JAX version of 'Ant-v5': jaxdist.jax_envs ports CartPole-v1, "
+    with pytest.raises(ValueError, match=r"no JAX version of 'Ant-v5': jaxdist.envs.jax_envs ports CartPole-v1, "
                                          r"Pendulum-v1; gymnax's Acrobot-v1"):
         EnvSpec("Ant-v5", 2, "jax").make(seed=0)
     with pytest.raises(ValueError, match="backend 'jax' takes none"):
@@ -143,7 +143,7 @@ def test_an_env_without_a_jax_version_is_refused_naming_those_that_have_one():
 
 def test_a_gymnax_env_plays_in_the_actor_with_gymnasiums_spaces():
     pytest.importorskip("gymnax", reason="gymnax comes with jaxdist[jaxenv] (and [dev])")
-    from jaxdist.spaces import env_info
+    from jaxdist.envs.spaces import env_info
 
     info = env_info("Acrobot-v1")
     policy = ActorCriticPolicy(info, "mlp", (8,))
@@ -268,7 +268,7 @@ def test_whole_episodes_in_one_scan_are_the_ports_episodes_played_step_by_step()
     """``jax_rollout.episodes`` (the evaluations of the evaluator, Anakin and ES): each episode's
     return and length are those of the port stepped from Python from the same start state, the
     steps after its end masked; a policy that always pushes one way ends in a few steps."""
-    from jaxdist.jax_rollout import episodes
+    from jaxdist.envs.jax_rollout import episodes
 
     env = jax_envs.jax_env("CartPole-v1")
     greedy = ActorCriticPolicy(CARTPOLE, "mlp", (8,), deterministic=True)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
 
-from jaxdist.metrics_tensorboard import TensorBoardWriter, read_events, read_scalars
+from jaxdist.records.metrics_tensorboard import TensorBoardWriter, read_events, read_scalars
 
 
 def texts(logdir) -> dict[str, list[tuple[int, str]]]:

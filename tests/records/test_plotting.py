@@ -7,7 +7,7 @@ import pytest
 from matplotlib.colors import to_rgb
 from matplotlib.image import imread
 
-from jaxdist.plotting import line_plot
+from jaxdist.records.plotting import line_plot
 
 SERIES, FIRST_HLINE = "C0", "C1"  # the colours of the first series and of the first hline after one series
 
