@@ -22,7 +22,7 @@ import time
 
 START = time.time()  # the clock starts before the imports: start-up counts
 
-from jaxdist.agents import apex, cli  # noqa: E402
+from jaxdist.agents import apex, run  # noqa: E402
 
 if __name__ == "__main__":
-    cli.main("apex", apex.ApexConfig, apex.PRESETS, apex.agent, __doc__, START)
+    run.main(apex.agent, apex.ApexConfig, apex.PRESETS, __doc__, START)

@@ -25,7 +25,7 @@ import time
 
 START = time.time()  # the clock starts before the imports: start-up counts
 
-from jaxdist.agents import cli, es  # noqa: E402
+from jaxdist.agents import es, run  # noqa: E402
 
 if __name__ == "__main__":
-    cli.main("es", es.ESConfig, es.PRESETS, es.agent, __doc__, START)
+    run.main(es.agent, es.ESConfig, es.PRESETS, __doc__, START)

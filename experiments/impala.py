@@ -20,7 +20,7 @@ import time
 
 START = time.time()  # the clock starts before the imports: start-up counts
 
-from jaxdist.agents import cli, impala  # noqa: E402
+from jaxdist.agents import impala, run  # noqa: E402
 
 if __name__ == "__main__":
-    cli.main("impala", impala.IMPALAConfig, impala.PRESETS, impala.agent, __doc__, START)
+    run.main(impala.agent, impala.IMPALAConfig, impala.PRESETS, __doc__, START)

@@ -23,7 +23,7 @@ import time
 
 START = time.time()  # the clock starts before the imports: start-up counts
 
-from jaxdist.agents import cli, ppo  # noqa: E402
+from jaxdist.agents import ppo, run  # noqa: E402
 
 if __name__ == "__main__":
-    cli.main("ppo", ppo.PPOConfig, ppo.PRESETS, ppo.agent, __doc__, START)
+    run.main(ppo.agent, ppo.PPOConfig, ppo.PRESETS, __doc__, START)

@@ -13,8 +13,8 @@ from jaxdist import courier
 
 from jaxdist.records import metrics
 from jaxdist.nodes import replay
-from jaxdist.launch import (LaunchError, NodeFailedError, Restart, Running, current_node, launch, stop, stop_requested,
-                            wait_for_stop)
+from jaxdist.launch import (LaunchError, NodeFailedError, Restart, Running, current_node, finish_on_stop, launch,
+                            log_path, run_dir_holder, stop, stop_requested, wait_for_stop)
 from jaxdist.launch.placement import on_host, per_host, spread
 from jaxdist.nodes.cacher import CacherNode
 from jaxdist.nodes.colocation import ColocationNode
@@ -59,11 +59,14 @@ __all__ = [
     "VariableClient",
     "courier",
     "current_node",
+    "finish_on_stop",
     "launch",
+    "log_path",
     "metrics",
     "on_host",
     "per_host",
     "replay",
+    "run_dir_holder",
     "spread",
     "stop",
     "stop_requested",

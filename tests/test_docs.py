@@ -40,7 +40,7 @@ def test_every_python_block_of_the_guides_runs(guide, code, tmp_path):
 
 
 PUBLIC_MODULES = ["jaxdist", "jaxdist.courier", "jaxdist.agents", "jaxdist.agents.ppo", "jaxdist.agents.impala",
-                  "jaxdist.agents.apex", "jaxdist.agents.es", "jaxdist.agents.monitor", "jaxdist.compat.launchpad"]
+                  "jaxdist.agents.apex", "jaxdist.agents.es", "jaxdist.agents.run", "jaxdist.compat.launchpad"]
 
 
 def public_names():

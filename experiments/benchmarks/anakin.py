@@ -5,7 +5,7 @@
 Both sides run the same computation: PPO's CartPole preset (2x64 MLP, T = 32, 10 epochs of 2
 minibatches, an evaluation of 10 episodes every 10 updates), the JAX CartPole of
 ``jaxdist.envs.jax_envs``, ``--envs`` envs (and ``--seeds`` runs vmapped), every update a rollout and
-PPO's update (``jaxdist.agents.anakin``):
+PPO's update (``jaxdist.learning.anakin``):
 * baseline: PureJaxRL's shape, ``--updates`` updates as one ``lax.scan`` in one jitted call,
   nothing leaving the device between them;
 * jaxdist: the learner node's own loop, ``Learner.run()`` in this process, as the Anakin
@@ -30,8 +30,10 @@ def measure(envs: int, args: argparse.Namespace) -> tuple[float, float, float]:
     """(baseline, jaxdist, median ratio) env steps/s for ``envs`` envs."""
     import jax
 
-    from jaxdist.agents import anakin, distributed, ppo
-    from jaxdist.agents.config import with_preset
+    from jaxdist.agents import experiment as distributed, ppo
+
+    from jaxdist.learning import anakin
+    from jaxdist.agents.experiment import with_preset
     from jaxdist.nodes.learner import Learner
 
     config = with_preset(ppo.PPOConfig, "CartPole-v1", ppo.PRESETS, architecture="anakin", num_actors=1,

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdist.agents.config import check_network_name
+from jaxdist.agents.experiment import check_network_name
 from jaxdist.agents.distributions import Dist
 from jaxdist.envs.spaces import ActionSpace
 

@@ -8,8 +8,10 @@ import pkgutil
 import sys
 from typing import Any
 
-from jaxdist.launch.context import current_node, stop, stop_requested, wait_for_stop
+from jaxdist.launch.context import current_node, finish_on_stop, stop, stop_requested, wait_for_stop
+from jaxdist.launch.output import log_path
 from jaxdist.launch.restart import Restart
+from jaxdist.launch.run_lock import holder as run_dir_holder
 from jaxdist.launch.running import RUNNING, LaunchError, NodeFailedError, Running
 from jaxdist.launch import launchers
 from jaxdist.program import Program
@@ -112,7 +114,10 @@ __all__ = [
     "Running",
     "available_launchers",
     "current_node",
+    "finish_on_stop",
     "launch",
+    "log_path",
+    "run_dir_holder",
     "stop",
     "stop_requested",
     "wait_for_stop",

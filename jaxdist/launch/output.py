@@ -11,6 +11,7 @@ from typing import IO, TextIO
 
 
 def log_path(run_dir: str, node_name: str) -> str:
+    """Where node ``node_name``'s output is logged in ``run_dir``."""
     return os.path.join(run_dir, "logs", node_name.replace("/", "-") + ".log")
 
 

@@ -147,3 +147,17 @@ class Checkpointer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def restore_saved(directory: str, template: Any, step: int | None, missing: Exception) -> tuple[int, Any]:
+    """(step, the checkpoint of ``step`` in ``directory``, default the latest), shaped as
+    ``template``, for a reader outside the run (``load_policy``); ``missing`` is raised when there
+    is none. Reading a run changes nothing in it: no directory is created."""
+    if not os.path.isdir(directory):
+        raise missing
+    with Checkpointer(directory) as checkpointer:
+        latest = checkpointer.latest_step()
+        if latest is None:
+            raise missing
+        step = latest if step is None else step
+        return step, checkpointer.restore(template, step)

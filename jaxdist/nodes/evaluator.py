@@ -22,6 +22,9 @@ unfinished episodes would read as a low return.
 
 from __future__ import annotations
 
+import contextvars
+import queue
+import threading
 import time
 from typing import Any
 
@@ -50,19 +53,22 @@ def recorded_evaluations(run_dir: str) -> list[dict[str, Any]]:
 
 
 def record(writer: MetricsWriter, version: int, returns: np.ndarray, target_return: float | None,
-           stop_at_target: bool, version_time: float | None = None) -> bool:
+           stop_at_target: bool, env_steps: int | None = None, version_time: float | None = None) -> bool:
     """Appends one evaluation's row to ``evaluations.csv`` (flushed: the monitor reads it at
     once) and says it: whether it reached ``target_return``, and then, with ``stop_at_target``,
     it has stopped the program. ``returns`` of several seeds (``(seeds, episodes)``) also give
     each seed's mean, ``seed/<i>/mean_return``. ``version_time``: when the evaluated version
     was fetched (a ``time.time()``), where that was well before the row is written: the env
-    steps of a policy are those made by then, not while it was evaluated."""
+    steps of a policy are those made by then, not while it was evaluated. ``env_steps``: those
+    behind the version, where the node that records knows them (ES's master, an Anakin learner)."""
     returns = np.asarray(returns, np.float64)  # a float32 mean would be written as 47.70000076293945
     mean = float(np.mean(returns))
     row = {"mean_return": mean, "min_return": float(np.min(returns)), "max_return": float(np.max(returns)),
            "episodes": returns.shape[-1]}
     if version_time is not None:
         row["version_time"] = version_time
+    if env_steps is not None:
+        row["env_steps"] = env_steps
     if returns.ndim == 2 and len(returns) > 1:
         row.update({f"seed/{i}/mean_return": float(np.mean(seed)) for i, seed in enumerate(returns)})
     writer.write(version, row)
@@ -113,7 +119,7 @@ class Evaluator:
             if self._best is not None:
                 self._best.offer(version, params, returns)
             stop_here = self._stop_at_target and not self._finish_learner
-            at_target = record(self._writer, version, returns, self._target, stop_here, fetched) and self._stop_at_target
+            at_target = record(self._writer, version, returns, self._target, stop_here, version_time=fetched) and self._stop_at_target
             if at_target and stop_here:
                 return
             if at_target and not self._last(version) and not self._finish_training(version):
@@ -221,3 +227,54 @@ def _jitted_episodes(policy: Policy, env: Any, num_envs: int, rng_impl: str | No
         return jax.random.key_data(key), returns
 
     return jax.jit(play)
+
+
+class EvaluationRecorder:
+    """The evaluator of a learner that evaluates inside its update (Anakin,
+    :mod:`jaxdist.learning.anakin`), as its ``after_update``: each dispatch's ``eval_returns``
+    (NaN where no evaluation ran), written on a thread of its own to ``evaluations.csv`` as the
+    evaluator node writes them (per-seed means beside the overall one), with the env steps the
+    learner had played by that version (``version x`` its update's ``env_steps``: exact, where an
+    evaluator node's rows are placed by the monitor); with ``stop_at_target`` the first
+    evaluation whose mean reaches ``target_return`` stops the program. ``flush()`` returns once
+    what it was handed is written: the learner calls it before it ends the program."""
+
+    def __init__(self, run_dir: str, target_return: float | None, stop_at_target: bool) -> None:
+        self._writer = MetricsWriter(metrics_path(run_dir, EVALUATIONS))
+        self._target, self._stop_at_target = target_return, stop_at_target
+        self._pending: queue.SimpleQueue = queue.SimpleQueue()
+        run_in_node = contextvars.copy_context().run  # jd.stop() names this node
+        self._thread = threading.Thread(target=run_in_node, args=(self._write,), name="anakin-evaluations",
+                                        daemon=True)
+        self._thread.start()
+
+    def __call__(self, batch: Any, metrics: dict[str, Any]) -> None:
+        from jaxdist.learning import parallel
+
+        if parallel.is_primary():  # a learner spanning hosts: one of its processes writes
+            self._pending.put((metrics["version"], metrics["eval_returns"], metrics["env_steps"]))
+
+    def flush(self) -> None:
+        written = threading.Event()
+        self._pending.put(written)
+        while not written.wait(0.1) and self._thread.is_alive():
+            pass  # the writer has stopped (at the target, or the program is stopping): nothing more is written
+
+    def _write(self) -> None:
+        while True:
+            handed = self._pending.get()
+            if isinstance(handed, threading.Event):  # a flush: all before it is written
+                handed.set()
+                continue
+            import jax
+
+            versions, returns, steps = jax.device_get(handed)
+            versions, steps = np.atleast_1d(versions), np.atleast_1d(steps)
+            returns = returns.reshape(-1, *returns.shape[-2:])
+            for version, seeds, per_update in zip(versions, returns, steps):  # a dispatch of several updates: each
+                if not np.isnan(seeds).all() and record(self._writer, int(version), seeds, self._target,
+                                                        self._stop_at_target, int(version) * int(per_update)) \
+                        and self._stop_at_target:
+                    return
+            if context.stop_requested():
+                return

@@ -21,7 +21,9 @@ The algorithm is three pure functions in a :class:`LearnerLogic`; the node does 
   read in order) resumes where the checkpoint left off rather than from its beginning. Without a source, callers push batches with the served ``update(batch)``.
 - Served: ``update(batch)``, ``get(min_version=-1, wait=0)`` (the ParameterServer contract,
   so actors' ``VariableClient`` reads it directly or through a ``CacherNode``: give the cacher
-  ``uncached=("update",)``), ``status()``.
+  ``uncached=("update",)``), ``status()``, and ``stats()``: a learner whose updates make env
+  steps (Anakin's play their envs) reports them as the metric ``env_steps``, which it counts
+  (summed over a dispatch's scanned updates) as an actor counts its own.
   Only ``parallel.is_primary()`` publishes and writes metrics; device-to-host copies for both
   happen on a background thread, so the step loop never waits on them.
 - Outside a program (a script, a benchmark) it works the same: ``Learner(logic, source,
@@ -291,6 +293,10 @@ class Learner:
         """
         return self._published.get(min_version, wait)
 
+    def stats(self) -> dict[str, Any]:
+        """The env steps this life of the learner's updates played (see the module doc), and its step."""
+        return {"env_steps": self._io.env_steps if self._io is not None else 0, "version": self._step}
+
     def status(self) -> dict[str, Any]:
         """step, the published version, restored_step (None for a fresh start), devices, mode."""
         return {"step": self._step, "version": self._published.version(),
@@ -344,6 +350,11 @@ class Learner:
         self._train, metrics = self._dp(self._train, device_batch, self._rng)
         if self._after_update is not None:
             self._after_update(device_batch, metrics)
+        if isinstance(metrics, dict) and "env_steps" in metrics:  # a counter, not a metric to average
+            metrics = dict(metrics)
+            env_steps = metrics.pop("env_steps")
+            if self._io is not None:
+                self._io.count(self._dp.unreplicate(env_steps))
         before, self._step = self._step, self._step + self._k
         self._last_metrics = metrics
         self._rate.tick(self._step)
@@ -694,6 +705,8 @@ class _HostIO:
         self._cond = threading.Condition()
         self._params: tuple | None = None
         self._rows: list[tuple] = []
+        self._counts: list[Any] = []
+        self.env_steps = 0  # counted from the updates' env_steps metric
         self._flush = False
         self._busy = False
         self._closed = False
@@ -703,6 +716,12 @@ class _HostIO:
     def publish(self, version: int, device_params: PyTree, done: Callable[[int, PyTree], None]) -> None:
         with self._cond:
             self._params = (version, device_params, done)
+            self._cond.notify_all()
+
+    def count(self, env_steps: PyTree) -> None:
+        """Add a dispatch's env steps (device values, one per scanned update) to ``env_steps``."""
+        with self._cond:
+            self._counts.append(env_steps)
             self._cond.notify_all()
 
     def log(self, step: int, metrics: PyTree, steps_per_call: int, extra: dict[str, float]) -> None:
@@ -718,7 +737,7 @@ class _HostIO:
 
     def drain(self) -> None:
         with self._cond:
-            self._cond.wait_for(lambda: not (self._params or self._rows or self._flush or self._busy)
+            self._cond.wait_for(lambda: not (self._params or self._rows or self._counts or self._flush or self._busy)
                                 or self._closed)
 
     def close(self) -> None:
@@ -731,14 +750,16 @@ class _HostIO:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._params or self._rows or self._flush or self._closed)
+                self._cond.wait_for(lambda: self._params or self._rows or self._counts or self._flush or self._closed)
                 if self._closed:
                     return
                 params, self._params = self._params, None
                 rows, self._rows = self._rows, []
+                counts, self._counts = self._counts, []
                 flush, self._flush = self._flush, False
                 self._busy = True
             try:
+                self.env_steps += sum(int(np.sum(count)) for count in jax.device_get(counts))
                 for step, metrics, k, extra in rows:
                     self._writer.write(step, {**_host_metrics(metrics, k), **extra})
                 if flush and hasattr(self._writer, "flush"):

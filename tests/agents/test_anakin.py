@@ -17,9 +17,11 @@ import pytest
 
 import jaxdist as jd
 from jaxdist.envs import jax_envs
-from jaxdist.agents import anakin, load_policy, ppo
-from jaxdist.agents.config import with_preset
+from jaxdist.agents import load_policy, ppo
+from jaxdist.learning import anakin
+from jaxdist.agents.experiment import with_preset
 from jaxdist.records.metrics import read_metrics
+from jaxdist.nodes.evaluator import EvaluationRecorder
 from jaxdist.nodes.learner import Learner
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -39,8 +41,8 @@ def fresh_envs(num_envs: int) -> dict:
 
 def cartpole_logic(num_envs: int = 16, **options):
     agent = ppo.agent(CONFIG)
-    return anakin.logic(agent.learner_logic(CONFIG, agent.env), agent.policy(CONFIG, agent.env, 0),
-                        agent.policy(CONFIG, agent.env, None), CONFIG.env_id, num_envs, CONFIG.trajectory_length,
+    return anakin.logic(agent.part("learner_logic", CONFIG, agent.env), agent.part("policy", CONFIG, agent.env, 0),
+                        agent.part("policy", CONFIG, agent.env, None), CONFIG.env_id, num_envs, CONFIG.trajectory_length,
                         **options)
 
 
@@ -131,11 +133,14 @@ def test_load_policy_best_plays_the_best_evaluated_version_of_an_anakin_run(tmp_
 
 
 def test_the_evaluation_recorder_has_written_all_it_was_handed_when_flush_returns(tmp_path):
-    recorder = anakin.EvaluationRecorder(str(tmp_path), target_return=None, stop_at_target=False)
+    recorder = EvaluationRecorder(str(tmp_path), target_return=None, stop_at_target=False)
     for version in range(1, 41):
-        recorder(None, {"version": jnp.int32(version), "eval_returns": jnp.full((1, 3), float(version))})
+        recorder(None, {"version": jnp.int32(version), "eval_returns": jnp.full((1, 3), float(version)),
+                        "env_steps": jnp.int32(512)})
     recorder.flush()
-    assert [row["step"] for row in read_metrics(tmp_path / "evaluations.csv")] == list(range(1, 41))
+    rows = read_metrics(tmp_path / "evaluations.csv")
+    assert [row["step"] for row in rows] == list(range(1, 41))
+    assert [row["env_steps"] for row in rows] == [512 * version for version in range(1, 41)]  # exact, from the learner
 
 
 def test_seeds_learn_independently_and_are_logged_each():
@@ -168,7 +173,7 @@ def test_initialising_many_seeds_never_deadlocks_the_cpu_thread_pool():
 
 def test_the_anakin_topology_is_one_learner_and_refuses_replay_agents_and_seeds_without_it():
     topology = ppo.agent(CONFIG).topology()
-    assert topology.actors == [] and [node.name for node in topology.program.nodes()] == ["learner/0"]
+    assert topology.acting == [topology.learner] and [node.name for node in topology.program.nodes()] == ["learner/0"]
     with pytest.raises(ValueError, match="on-policy agents.*architecture='sebulba'"):  # Ape-X's config says it first
         dataclasses.replace(ppo.agent(CONFIG), prioritized=True).topology()
     with pytest.raises(ValueError, match="num_seeds=4 .* needs --architecture anakin"):
@@ -177,12 +182,13 @@ def test_the_anakin_topology_is_one_learner_and_refuses_replay_agents_and_seeds_
 
 EIGHT_DEVICES = textwrap.dedent("""
     import json, jax, numpy as np
-    from jaxdist.agents import anakin, ppo
-    from jaxdist.agents.config import with_preset
+    from jaxdist.agents import ppo
+    from jaxdist.learning import anakin
+    from jaxdist.agents.experiment import with_preset
     from jaxdist.nodes.learner import Learner
     config = with_preset(ppo.PPOConfig, "CartPole-v1", ppo.PRESETS, architecture="anakin", num_actors=1,
                          envs_per_actor=32)
-    from jaxdist.agents import distributed
+    from jaxdist.agents import experiment as distributed
     logic = distributed.anakin_logic(ppo.agent(config))
     learner = Learner(logic, anakin.no_batch, mode="pmap", metrics=False, log_every=None, publish_every=None)
     returns = []

@@ -14,7 +14,7 @@ import pytest
 
 from jaxdist.agents import apex
 from jaxdist.agents.apex import ApexConfig
-from jaxdist.agents.monitor import train
+from jaxdist.agents.run import train
 from jaxdist.records.metrics import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

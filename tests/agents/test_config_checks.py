@@ -16,11 +16,11 @@ import sys
 import pytest
 
 import jaxdist as jd
-from jaxdist.envs import ports
+from jaxdist.envs import ports, vector as envs
 from jaxdist.agents import apex, es, impala, ppo
-from jaxdist.agents import config as configs
-from jaxdist.agents.cli import RunOptions, failure_summary, parse, prepare_run_dir
-from jaxdist.agents.config import Bound, check_bounds, with_preset
+from jaxdist.agents import experiment as configs
+from jaxdist.agents.run import RunOptions, failure_summary, parse, prepare_run_dir
+from jaxdist.agents.experiment import Bound, check_bounds, with_preset
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUPPORT = os.path.join(REPO, "tests", "support")
@@ -51,6 +51,8 @@ OUT_OF_RANGE = [
     (es.ESConfig, "sigma", 0.0, "sigma must be > 0"),
     (es.ESConfig, "seed", -3, "seed must be in"),
 ]
+
+PPO = "jaxdist.agents.ppo:agent"
 
 
 @pytest.mark.parametrize("config_type, name, value, message", OUT_OF_RANGE,
@@ -147,7 +149,7 @@ def test_a_run_directory_that_cannot_be_written_is_one_error_line(tmp_path):
     (tmp_path / "a_file").write_text("")
     with pytest.raises(SystemExit, match=r"^error: cannot write the run directory .*a_file/run \(Not a directory: "
                                          r".*\): choose another --run-dir$"):
-        prepare_run_dir(str(tmp_path / "a_file" / "run"), "ppo", ppo.PPOConfig(), RunOptions())
+        prepare_run_dir(str(tmp_path / "a_file" / "run"), PPO, ppo.PPOConfig(), RunOptions())
 
 
 def test_a_new_run_directory_holds_its_config_before_launching_so_fresh_knows_it(tmp_path):
@@ -155,15 +157,15 @@ def test_a_new_run_directory_holds_its_config_before_launching_so_fresh_knows_it
     ``--fresh`` then refused it as not a run ("choose another --run-dir")."""
     run_dir = str(tmp_path / "run")
     config = ppo.PPOConfig(gamma=0.9)
-    prepare_run_dir(run_dir, "ppo", config, RunOptions())
+    prepare_run_dir(run_dir, PPO, config, RunOptions())
     assert json.loads((tmp_path / "run" / configs.CONFIG_FILE).read_text())["config"]["gamma"] == 0.9
     assert stat.S_IMODE(os.stat(run_dir).st_mode) == 0o700
-    prepare_run_dir(run_dir, "ppo", ppo.PPOConfig(gamma=0.95), RunOptions(fresh=True))
-    assert configs.load(run_dir)[1]["gamma"] == 0.95
+    prepare_run_dir(run_dir, PPO, ppo.PPOConfig(gamma=0.95), RunOptions(fresh=True))
+    assert configs.load(run_dir).fields["gamma"] == 0.95
     with pytest.raises(SystemExit, match="gamma: 0.95 -> 0.99"):
-        prepare_run_dir(run_dir, "ppo", ppo.PPOConfig(gamma=0.99), RunOptions())
-    prepare_run_dir(run_dir, "ppo", ppo.PPOConfig(gamma=0.99), RunOptions(allow_config_change=True))
-    assert configs.load(run_dir)[1]["gamma"] == 0.99  # the config the run now runs
+        prepare_run_dir(run_dir, PPO, ppo.PPOConfig(gamma=0.99), RunOptions())
+    prepare_run_dir(run_dir, PPO, ppo.PPOConfig(gamma=0.99), RunOptions(allow_config_change=True))
+    assert configs.load(run_dir).fields["gamma"] == 0.99  # the config the run now runs
 
 
 def test_a_failed_node_is_summed_up_in_one_line_with_its_log(tmp_path):

@@ -20,11 +20,11 @@ import pytest
 
 import jaxdist as jd
 from jaxdist import courier
-from jaxdist.agents import config as configs
-from jaxdist.agents.cli import parse
-from jaxdist.agents import distributed, es
+from jaxdist.agents import experiment as configs
+from jaxdist.agents.run import parse
+from jaxdist.agents import experiment as distributed, es
 from jaxdist.agents.es import PRESETS, ESConfig
-from jaxdist.agents.monitor import train
+from jaxdist.agents.run import train
 from jaxdist.records.metrics import read_metrics
 from jaxdist.records.metrics_tensorboard import read_scalars
 
@@ -46,7 +46,7 @@ def test_every_config_field_is_a_flag_and_the_env_picks_its_preset():
 
 
 def test_a_resume_with_another_config_names_the_fields_and_refuses(tmp_path):
-    configs.save(str(tmp_path), "es", ESConfig(sigma=0.1))
+    configs.save(str(tmp_path), "jaxdist.agents.es:agent", ESConfig(sigma=0.1))
     done = subprocess.run([sys.executable, SCRIPT, "--quiet", "--run-dir", str(tmp_path), "--sigma", "0.2"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
@@ -58,7 +58,7 @@ def test_the_workers_call_the_master_by_the_handle_add_node_gave_it():
     (master,) = topology.program.groups["master"]
     workers = topology.program.groups["worker"]
     assert topology.learner.node_name == master.name 
-    assert [handle.node_name for handle in topology.actors] == [node.name for node in workers]
+    assert [handle.node_name for handle in topology.acting] == [node.name for node in workers]
     assert all(node.args[0] is topology.learner for node in workers)
     assert [handle.node_name for handle in master.args[0]] == [node.name for node in workers]
     assert master.default_restart() == es.MASTER_RESTART and master.stops_first()  # node options
@@ -84,7 +84,8 @@ def test_a_threads_run_solves_cartpole_then_a_rerun_resumes_and_counts_the_targe
     assert "learner/population_return" in read_scalars(tmp_path / "tensorboard" / "learner")
     assert "progress/eval_return" in read_scalars(tmp_path / "tensorboard" / "progress")
     assert (tmp_path / "learning_curve.png").read_bytes().startswith(b"\x89PNG")
-    assert configs.load(str(tmp_path)) == ("es", configs.to_dict(config))  # the resolved config is saved
+    saved = configs.load(str(tmp_path))
+    assert (saved.factory, saved.fields) == ("jaxdist.agents.es:agent", configs.to_dict(config))  # the resolved config is saved
 
     more = dataclasses.replace(config, stop_at_target=False, total_steps=metrics[-1]["env_steps"] + 60_000)
     resumed = train(es.agent(more), launcher="threads", run_dir=str(tmp_path), echo=False, out=out)

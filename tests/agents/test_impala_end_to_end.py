@@ -11,9 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from jaxdist.agents import config as configs
+from jaxdist.agents import experiment as configs
 from jaxdist.agents import impala, load_policy
-from jaxdist.agents.monitor import train
+from jaxdist.agents.run import train
 from jaxdist.records.metrics import read_metrics
 from run_checks import check_solved_and_final_policy_evaluated
 

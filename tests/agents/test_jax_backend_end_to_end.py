@@ -70,7 +70,7 @@ def test_the_other_agents_learn_from_the_jax_backends_trajectories(tmp_path, age
 
 def test_a_backend_preset_comes_over_the_envs_and_under_the_flags():
     from jaxdist.agents import ppo
-    from jaxdist.agents.cli import parse
+    from jaxdist.agents.run import parse
 
     gymnasium, _ = parse(ppo.PPOConfig, ppo.PRESETS, None, ["--env-id", "Pendulum-v1"])
     jax_backend, _ = parse(ppo.PPOConfig, ppo.PRESETS, None, ["--env-id", "Pendulum-v1", "--env-backend", "jax"])
@@ -83,7 +83,7 @@ def test_a_backend_preset_comes_over_the_envs_and_under_the_flags():
 
 
 def test_the_actors_and_the_evaluator_play_the_configured_backend():
-    from jaxdist.agents import distributed, ppo
+    from jaxdist.agents import experiment as distributed, ppo
 
     assert distributed.env_spec(ppo.PPOConfig(env_backend="jax"), 16).backend == "jax"
     assert distributed.env_spec(ppo.PPOConfig(env_backend="sync"), 10).backend == "sync"

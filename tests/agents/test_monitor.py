@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from jaxdist.agents import ppo
-from jaxdist.agents.cli import last_evaluation, report
-from jaxdist.agents.monitor import evaluation_curve, finished_summary, steady_rate, steps_at
+from jaxdist.agents import es, ppo
+from jaxdist.agents.run import last_evaluation, report
+from jaxdist.agents.run import evaluation_curve, finished_summary, steady_rate, steps_at
 from jaxdist.records.metrics import MetricsWriter
 from jaxdist.nodes.evaluator import BEST_POLICY
 
@@ -60,8 +60,8 @@ def test_an_evaluation_is_placed_at_the_env_steps_of_the_version_it_scored():
 def test_the_closing_lines_name_the_saved_best_policy_only_when_it_beat_the_final_one(tmp_path, capsys):
     summary = {"target_return": 475.0, "wall_time_to_target": 6.6, "steps_to_target": 27_712, "final_return": 366.9,
                "final_return_version": 49, "learner_version": 49, "best_return": 500.0, "best_return_version": 28,
-               "env_steps": 28_160, "wall_time": 7.7, "steps_per_second": 18_202, "stop_reason": "done"}
-    (tmp_path / "checkpoints" / BEST_POLICY).mkdir(parents=True)
+               "env_steps": 28_160, "wall_time": 7.7, "steps_per_second": 18_202, "stop_reason": "done",
+               "keeps_best": True}
     report(summary, str(tmp_path))
     assert f"best evaluation return 500.0, of learner version 28: python -m jaxdist.tools.evaluate {tmp_path} --best" \
         in capsys.readouterr().out
@@ -69,16 +69,19 @@ def test_the_closing_lines_name_the_saved_best_policy_only_when_it_beat_the_fina
     assert "best evaluation" not in capsys.readouterr().out
     report(dict(summary, final_return=None, final_return_version=None), str(tmp_path))  # a segment that evaluated nothing
     assert "no evaluation finished" in capsys.readouterr().out
-
-
-def test_an_anakin_run_of_one_seed_names_its_best_policy_which_its_checkpoints_keep(tmp_path, capsys):
-    summary = {"architecture": "anakin", "target_return": 475.0, "final_return": 366.9, "final_return_version": 49,
-               "learner_version": 49, "best_return": 500.0, "best_return_version": 28, "env_steps": 28_160,
-               "wall_time": 7.7, "steps_per_second": 18_202, "stop_reason": "done"}
-    report(summary, str(tmp_path))  # no checkpoints/best_policy: the learner's state holds it
-    assert "best evaluation return 500.0, of learner version 28" in capsys.readouterr().out
-    report(dict(summary, num_seeds=2, seeds=[]), str(tmp_path))  # --best would play seed 0's best, not the mean's
+    report(dict(summary, keeps_best=False), str(tmp_path))  # nothing saved to play
     assert "best evaluation" not in capsys.readouterr().out
+
+
+def test_where_a_run_keeps_its_best_policy_is_its_topology_s_to_say(tmp_path):
+    """Sebulba's evaluator saves it beside the checkpoints; Anakin's learner state keeps each
+    seed's; ES keeps none."""
+    sebulba = ppo.agent(ppo.PPOConfig()).topology()
+    assert not sebulba.keeps_best(str(tmp_path))
+    (tmp_path / "checkpoints" / BEST_POLICY).mkdir(parents=True)
+    assert sebulba.keeps_best(str(tmp_path))
+    assert ppo.agent(ppo.PPOConfig(architecture="anakin")).topology().keeps_best(str(tmp_path))
+    assert not es.agent(es.ESConfig()).topology().keeps_best(str(tmp_path))
 
 
 def _run_dir(path, saved_update: int, summary_version: int, evaluations: list[tuple[int, float]]):

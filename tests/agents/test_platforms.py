@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from jaxdist.agents import distributed, ppo
+from jaxdist.agents import experiment as distributed, ppo
 
 
 def platforms(monkeypatch: pytest.MonkeyPatch, value: str | None, **config) -> dict[str, str]:

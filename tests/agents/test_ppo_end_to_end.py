@@ -18,10 +18,10 @@ import pytest
 
 import jaxdist as jd
 from jaxdist import courier
-from jaxdist.agents import config as configs
-from jaxdist.agents import distributed, load_policy, ppo
-from jaxdist.agents.cli import parse
-from jaxdist.agents.monitor import default_run_dir, train
+from jaxdist.agents import experiment as configs
+from jaxdist.agents import experiment as distributed, load_policy, ppo
+from jaxdist.agents.run import parse
+from jaxdist.agents.run import default_run_dir, train
 from jaxdist.records.metrics import read_metrics
 from jaxdist.records.metrics_tensorboard import read_scalars
 from run_checks import check_solved_and_final_policy_evaluated
@@ -48,7 +48,7 @@ def test_every_config_field_is_a_flag_and_the_env_picks_its_preset():
 
 
 def test_a_resume_with_another_config_names_the_fields_and_refuses(tmp_path):
-    configs.save(str(tmp_path), "ppo", ppo.PPOConfig(gamma=0.98))
+    configs.save(str(tmp_path), "jaxdist.agents.ppo:agent", ppo.PPOConfig(gamma=0.98))
     done = script("--run-dir", str(tmp_path), "--gamma", "0.9", "--ent-coef", "0.01", timeout=60)
     assert done.returncode != 0
     assert "gamma: 0.98 -> 0.9" in done.stderr and "ent_coef: 0.0 -> 0.01" in done.stderr, done.stderr
@@ -227,7 +227,7 @@ def test_actors_keep_acting_while_the_learner_is_killed_and_comes_back_from_its_
     try:
         learner = courier.Client(running.addresses[topology.learner.node_name], token=running.token, timeout=5)
         actors = [courier.Client(running.addresses[a.node_name], token=running.token, timeout=5)
-                  for a in topology.actors]
+                  for a in topology.acting]
 
         def wait_for(condition, what, timeout=60.0):
             deadline = time.monotonic() + timeout
@@ -285,4 +285,4 @@ def test_hosts_saving_the_config_into_one_shared_run_directory_at_once_all_succe
               for _ in range(4)]
     errors = [saver.communicate(timeout=120)[1] for saver in savers]
     assert [saver.returncode for saver in savers] == [0] * 4, errors
-    assert configs.load(str(tmp_path))[0] == "ppo"
+    assert configs.load(str(tmp_path)).factory == "jaxdist.agents.ppo:agent"

@@ -10,8 +10,8 @@ import time
 import pytest
 
 import jaxdist as jd
-from jaxdist.agents import distributed, ppo
-from jaxdist.agents.monitor import Monitor
+from jaxdist.agents import experiment as distributed, ppo
+from jaxdist.agents.run import Monitor
 
 pytestmark = pytest.mark.slow
 

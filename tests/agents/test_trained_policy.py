@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from jaxdist.tools import evaluate
-from jaxdist.agents import config as configs
+from jaxdist.agents import experiment as configs
 from jaxdist.agents import load_policy, ppo
 from jaxdist.learning.checkpoint import Checkpointer, checkpoint_dir
 from jaxdist.nodes.learner import initial_state
@@ -24,10 +24,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def untrained_run(run_dir: str, saved_steps: tuple[int, ...], config: ppo.PPOConfig = ppo.PPOConfig()) -> str:
-    configs.save(run_dir, "ppo", config)
+    configs.save(run_dir, "jaxdist.agents.ppo:agent", config)
     agent = ppo.agent(config)
     if saved_steps:
-        fresh = initial_state(agent.learner_logic(config, agent.env), jax.random.key(0))
+        fresh = initial_state(agent.part("learner_logic", config, agent.env), jax.random.key(0))
         directory = checkpoint_dir(run_dir, agent.topology().learner.node_name)
         with Checkpointer(directory, async_save=False) as checkpointer:
             for step in saved_steps:
@@ -122,7 +122,7 @@ def es_run_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, np.ndarra
 
     run = str(tmp_path_factory.mktemp("es-run"))
     config = es.ESConfig()
-    configs.save(run, "es", config)
+    configs.save(run, "jaxdist.agents.es:agent", config)
     search = Search(config, Rollouts(config).policy, checkpoint_dir(run, es.agent(config).topology().learner.node_name))
     search.step(search.seeds(), np.random.default_rng(0).normal(size=(config.pairs, 2)), env_steps=1_000)
     search.save()

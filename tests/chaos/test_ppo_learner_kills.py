@@ -18,7 +18,7 @@ import pytest
 
 import jaxdist as jd
 from jaxdist import courier
-from jaxdist.agents import distributed, ppo
+from jaxdist.agents import experiment as distributed, ppo
 from jaxdist.learning.checkpoint import checkpoint_dir
 from jaxdist.records.metrics import metrics_path, read_metrics
 

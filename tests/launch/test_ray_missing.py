@@ -22,7 +22,7 @@ def test_launcher_ray_without_ray_says_what_to_install(monkeypatch, tmp_path):
 
 
 def test_importing_jaxdist_and_its_launchers_imports_no_ray():
-    code = ("import sys, jaxdist, jaxdist.launch.launchers.ray, jaxdist.agents.cli; "
+    code = ("import sys, jaxdist, jaxdist.launch.launchers.ray, jaxdist.agents.run; "
             "assert 'ray' not in sys.modules, 'ray was imported'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

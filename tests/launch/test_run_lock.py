@@ -15,7 +15,7 @@ import pytest
 
 import jaxdist as jd
 from jaxdist.agents import ppo
-from jaxdist.agents.cli import RunOptions, prepare_run_dir
+from jaxdist.agents.run import RunOptions, prepare_run_dir
 from jaxdist.launch import run_lock
 from jaxdist.launch.run_lock import RunLock
 
@@ -82,21 +82,21 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
 def test_the_command_line_leaves_a_run_directory_in_use_alone(tmp_path):
     """``--fresh`` deleted a running launch's files, and a resume with ``--allow-config-change``
     replaced its config.json, before the launch itself was refused."""
-    prepare_run_dir(str(tmp_path), "ppo", ppo.PPOConfig(gamma=0.9), RunOptions())
+    prepare_run_dir(str(tmp_path), "jaxdist.agents.ppo:agent", ppo.PPOConfig(gamma=0.9), RunOptions())
     held = RunLock(str(tmp_path))
     try:
         for options in (RunOptions(fresh=True), RunOptions(allow_config_change=True)):
             with pytest.raises(SystemExit, match=rf"^error: {tmp_path} is in use by a launch that is running \(pid "):
-                prepare_run_dir(str(tmp_path), "ppo", ppo.PPOConfig(gamma=0.5), options)
+                prepare_run_dir(str(tmp_path), "jaxdist.agents.ppo:agent", ppo.PPOConfig(gamma=0.5), options)
         assert (tmp_path / "config.json").exists() and '"gamma": 0.9' in (tmp_path / "config.json").read_text()
         # Under multihost every host's share holds its own lock in the one directory as the others start.
-        prepare_run_dir(str(tmp_path), "ppo", ppo.PPOConfig(gamma=0.9), RunOptions(launcher="multihost"))
+        prepare_run_dir(str(tmp_path), "jaxdist.agents.ppo:agent", ppo.PPOConfig(gamma=0.9), RunOptions(launcher="multihost"))
     finally:
         held.release()
     a_file = tmp_path / "notes.txt"
     a_file.write_text("mine")
     with pytest.raises(SystemExit, match="is a file, not a directory"):
-        prepare_run_dir(str(a_file), "ppo", ppo.PPOConfig(), RunOptions(fresh=True))
+        prepare_run_dir(str(a_file), "jaxdist.agents.ppo:agent", ppo.PPOConfig(), RunOptions(fresh=True))
     assert a_file.read_text() == "mine"
 
 

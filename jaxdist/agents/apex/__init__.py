@@ -11,11 +11,8 @@ import dataclasses
 import math
 
 import jaxdist as jd
-from jaxdist.agents import distributed
-from jaxdist.agents.apex import acting
-from jaxdist.agents.config import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, AgentConfig, Bound, Presets,
-                                   check_bounds)
-from jaxdist.envs.spaces import env_info
+from jaxdist.agents.experiment import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Agent, AgentConfig, Bound,
+                                       Presets, check_bounds)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,14 +127,15 @@ def replay_table(config: ApexConfig) -> jd.replay.Prioritized:
     return jd.replay.Prioritized(config.replay_size, config.priority_exponent, limiter, seed=config.seed)
 
 
-def agent(config: ApexConfig) -> distributed.Agent:
-    """The record ``monitor.train`` takes; ``agent(config).topology()`` builds its program."""
-    env = env_info(config.env_id)
-    if not env.action.discrete:
+def agent(config: ApexConfig) -> Agent:
+    """The record ``run.train`` takes; ``agent(config).topology()`` builds its program."""
+    record = Agent("apex", "jaxdist.agents.apex:agent", config, learner_logic="jaxdist.agents.apex.learning:logic",
+                   policy="jaxdist.agents.apex.acting:policy", replay_table="jaxdist.agents.apex:replay_table",
+                   sink="jaxdist.agents.apex.acting:TransitionSink", prioritized=True)
+    if not record.env.action.discrete:
         raise ValueError(f"DQN chooses among discrete actions; {config.env_id} has a continuous action space "
                          f"(use PPO or IMPALA)")
-    return distributed.Agent("apex", config, env, distributed.Lazy("jaxdist.agents.apex.learning:logic"),
-                             acting.policy, replay_table, sink=acting.TransitionSink, prioritized=True)
+    return record
 
 
 __all__ = ["ApexConfig", "PRESETS", "agent"]

@@ -8,9 +8,9 @@ ES keeps its own program, a pool rather than actors and a learner:
                workers with futures through a ``jd.Pool``, serves the parameters they pull,
                checkpoints, scores the mean policy, and ends the program (``jd.stop()``)
 
-and shares everything around it with the actor-learner agents: the command line
-(``jaxdist.agents.cli``) and the watcher (``jaxdist.agents.monitor.train``), which polls the
-master as it polls a learner and the workers as it polls actors. The math is in
+and implements the topology protocol (``jaxdist.agents.experiment.Topology``) the actor-learner
+agents' architectures do, so that the command line, the monitor (``jaxdist.agents.run``) and
+``load_policy`` treat it as them: the master stands for the learner, the workers for the actors. The math is in
 ``learning.py``, the policy in ``policy.py``, the batched episodes and the
 master's state in ``search.py``. Nothing here imports JAX.
 """
@@ -18,12 +18,12 @@ master's state in ``search.py``. Nothing here imports JAX.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Any, Literal
 
 import jaxdist as jd
-from jaxdist.agents.config import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, SEED, Bound, Presets, check_bounds
-from jaxdist.agents.distributed import Topology, env_slug
 from jaxdist.agents.es.nodes import Master, Worker
+from jaxdist.agents.experiment import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, SEED, Bound, Policy, Presets, check_bounds,
+                                       learner_checkpoints, program_name, restore_learner)
 
 PRESETS: Presets = {
     # A CartPole episode starts within 0.05 of upright, so one episode ranks a member well.
@@ -114,31 +114,65 @@ class ESConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ES:
-    """What ``monitor.train`` launches and watches: ``train(es.agent(config))``."""
+    """What ``run.train`` launches and watches: ``train(es.agent(config))``."""
 
     config: ESConfig
     name: str = "es"
+    factory: str = "jaxdist.agents.es:agent"
 
-    def topology(self) -> Topology:
-        """The master and the workers call each other: the master's node is made first, with the
-        list its workers' handles are added to (arguments travel only at launch). Crashed nodes
-        come back (node options): a worker afresh (the pool gives its task to the others
-        meanwhile), the master from its checkpoint; a stop reaches the master first, while its
-        workers still serve the generation in flight."""
-        config = self.config
-        program = jd.Program(f"es-{env_slug(config.env_id)}")
+    def topology(self) -> ESTopology:
+        """ES's own program, behind the protocol every architecture implements."""
+        return ESTopology(self)
+
+
+@dataclasses.dataclass
+class ESTopology:
+    """The master and the workers call each other: the master's node is made first, with the
+    list its workers' handles are added to (arguments travel only at launch). Crashed nodes
+    come back (node options): a worker afresh (the pool gives its task to the others
+    meanwhile), the master from its checkpoint; a stop reaches the master first, while its
+    workers still serve the generation in flight. The workers make (and count) the env steps."""
+
+    es: ES
+
+    def __post_init__(self) -> None:
+        config = self.es.config
+        self.program = jd.Program(program_name(self.es))
         workers: list[jd.Handle] = []
-        master_node = jd.CourierNode(Master, workers, config).with_options(restart=MASTER_RESTART, stops_first=True)
-        master = master_node.create_handle()
-        with program.group("worker"):
-            workers.extend(program.add_node(jd.CourierNode(Worker, master, config).with_options(restart=WORKER_RESTART))
-                           for _ in range(config.num_workers))
-        with program.group("master"):
-            program.add_node(master_node)
-        return Topology(program, master, workers, placement={"master": jd.on_host(0), "worker": jd.spread()})
+        master_node = jd.CourierNode(Master, workers, config, self.es.factory).with_options(
+            restart=MASTER_RESTART, stops_first=True)
+        self.learner = master_node.create_handle()
+        with self.program.group("worker"):
+            workers.extend(self.program.add_node(jd.CourierNode(Worker, self.learner, config).with_options(
+                restart=WORKER_RESTART)) for _ in range(config.num_workers))
+        with self.program.group("master"):
+            self.program.add_node(master_node)
+        self.acting, self.placement = workers, {"master": jd.on_host(0), "worker": jd.spread()}
+        self.last_update, self.seeds = None, 1
+
+    def checkpoints(self, run_dir: str) -> str:
+        return learner_checkpoints(run_dir, self.learner)
+
+    def keeps_best(self, run_dir: str) -> bool:
+        return False
+
+    def trained(self, run_dir: str, step: int | None, run_seed: int, best: bool) -> Policy:
+        """The master's mean parameters, played greedily by its flat-vector MLP."""
+        from jaxdist.agents.es import search
+
+        if best:
+            raise FileNotFoundError(f"{run_dir} has no best policy: ES keeps only its mean parameters; load the "
+                                    f"latest checkpoint's (best=False)")
+        config = self.es.config
+        rollouts = search.Rollouts(config)
+        restored = restore_learner(run_dir, self.checkpoints(run_dir), search.initial_state(config, rollouts.policy),
+                                   step, f"{config.checkpoint_every_generations} generations")
+        policy: Any = rollouts.policy
+        return Policy(restored["theta"], int(restored["generation"]), {True: policy, False: policy},
+                      (rollouts.dynamics.obs_size,))
 
 
-agent = ES  # es.agent(config), as ppo.agent(config): the record monitor.train takes
+agent = ES  # es.agent(config), as ppo.agent(config): the record run.train takes
 
 
 __all__ = ["ES", "ESConfig", "PRESETS", "agent"]

@@ -1,8 +1,9 @@
 """ES's two nodes. The master serves what a watcher polls of a learner (``status()``: the
 generation as its step), writes the learner's files (``metrics.csv`` a row per generation,
-``evaluations.csv`` the mean policy's score) and checkpoints like one; the workers serve what a
-watcher polls of actors (``stats()``, and ``episodes(since)``: the population's returns, ES's
-training returns). JAX is imported where the nodes run, never by the launching process."""
+``evaluations.csv`` the mean policy's score and the env steps behind it) and checkpoints like
+one; the workers serve what a watcher polls of the nodes that make env steps (``stats()``, and
+``episodes(since)``: the population's returns, ES's training returns). JAX is imported where
+the nodes run, never by the launching process."""
 
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import jaxdist as jd
-from jaxdist.agents.config import save
+from jaxdist.agents.experiment import save
 from jaxdist.nodes.evaluator import EVALUATIONS, record
-from jaxdist.launch import context
 from jaxdist.records.metrics import MetricsWriter, metrics_path
 
 if TYPE_CHECKING:
@@ -32,16 +32,16 @@ class Master:
     supervisor, or a rerun on the same run directory, resumes. Stopped first (a node option), it
     finishes the generation in flight while the workers still serve, saves, and ends the program."""
 
-    def __init__(self, workers: list[Any], config: ESConfig) -> None:
+    def __init__(self, workers: list[Any], config: ESConfig, factory: str) -> None:
         from jaxdist.agents.es.search import Rollouts, Search  # JAX, imported where the node runs
         from jaxdist.learning.checkpoint import checkpoint_dir
 
         node = jd.current_node()
         if node is None:
             raise RuntimeError("the ES master runs as a node of a launched program: see es.agent(config).topology()")
-        context.finish_on_stop()  # interrupted, it would lose the generation in flight
+        jd.finish_on_stop()  # interrupted, it would lose the generation in flight
         self._run_dir, self._config = node.run_dir, config
-        save(self._run_dir, "es", config)  # the run's config, however it was launched
+        save(self._run_dir, factory, config)  # the run's config, however it was launched
         self._rollouts = Rollouts(config)
         self._search = Search(config, self._rollouts.policy, checkpoint_dir(self._run_dir, node.node_name))
         self._pool = jd.Pool(workers, task_timeout=config.task_timeout, backup_after=config.backup_after,
@@ -76,8 +76,8 @@ class Master:
                 row = self._generation()
                 metrics.write(search.generation, row)
                 returns = self._rollouts.evaluate(search.theta, search.generation)
-                if record(evaluations, search.generation, returns, config.target_return,
-                          config.stop_at_target) and config.stop_at_target:
+                if record(evaluations, search.generation, returns, config.target_return, config.stop_at_target,
+                          search.env_steps) and config.stop_at_target:
                     break
         finally:
             search.save()

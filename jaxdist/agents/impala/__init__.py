@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxdist.agents import distributed, policies
-from jaxdist.agents.config import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, AgentConfig, Presets,
-                                   check_bounds)
-from jaxdist.envs.spaces import env_info
+from jaxdist.agents.experiment import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Agent, AgentConfig,
+                                       Presets, check_bounds)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,10 +86,10 @@ PRESETS: Presets = {
 """Tuned defaults per env id; every field stays overridable flag by flag."""
 
 
-def agent(config: IMPALAConfig) -> distributed.Agent:
-    """The record ``monitor.train`` takes; ``agent(config).topology()`` builds its program."""
-    return distributed.Agent("impala", config, env_info(config.env_id), distributed.Lazy("jaxdist.agents.impala.learning:logic"),
-                             policies.actor_critic, distributed.fifo)
+def agent(config: IMPALAConfig) -> Agent:
+    """The record ``run.train`` takes; ``agent(config).topology()`` builds its program."""
+    return Agent("impala", "jaxdist.agents.impala:agent", config, learner_logic="jaxdist.agents.impala.learning:logic",
+                 policy="jaxdist.agents.policies:actor_critic")
 
 
 __all__ = ["IMPALAConfig", "PRESETS", "agent"]

@@ -1,19 +1,16 @@
-"""PPO as an agent record: its config (``PPOConfig``, per-env ``PRESETS``) and its components.
-The math (GAE, the clipped loss, the jitted update) is in ``learning.py``; the actors run the
-shared actor-critic policy (``jaxdist.agents.policies``), the learner is the generic one, the
-topology the shared one (``jaxdist.agents.distributed``):
-``jd.launch(ppo.make_program(ppo.PPOConfig())).wait()``. Nothing here imports JAX: the
-launching process builds configs and programs without it."""
+"""PPO as an agent record: its config (``PPOConfig``, per-env ``PRESETS``) and its parts. The
+math (GAE, the clipped loss, the jitted update) is in ``learning.py``; the actors run the shared
+actor-critic policy, and the topology is the config's architecture
+(``jaxdist.agents.experiment``): ``jd.launch(ppo.make_program(ppo.PPOConfig())).wait()``.
+Nothing here imports JAX: the launching process builds configs and programs without it."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import jaxdist as jd
-from jaxdist.agents import distributed, policies
-from jaxdist.agents.config import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, AgentConfig, Presets,
-                                   check_bounds)
-from jaxdist.envs.spaces import env_info
+from jaxdist.agents.experiment import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Agent, AgentConfig,
+                                       Presets, check_bounds)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,10 +100,10 @@ PRESETS: Presets = {
 (env id, env backend) what differs on that backend; every field stays overridable flag by flag."""
 
 
-def agent(config: PPOConfig) -> distributed.Agent:
-    """The record ``monitor.train`` takes; ``agent(config).topology()`` builds its program."""
-    return distributed.Agent("ppo", config, env_info(config.env_id), distributed.Lazy("jaxdist.agents.ppo.learning:logic"),
-                             policies.actor_critic, distributed.fifo)
+def agent(config: PPOConfig) -> Agent:
+    """The record ``run.train`` takes; ``agent(config).topology()`` builds its program."""
+    return Agent("ppo", "jaxdist.agents.ppo:agent", config, learner_logic="jaxdist.agents.ppo.learning:logic",
+                 policy="jaxdist.agents.policies:actor_critic")
 
 
 def make_program(config: PPOConfig) -> jd.Program:

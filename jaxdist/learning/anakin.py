@@ -24,17 +24,17 @@ deterministic policy plays ``eval_episodes`` whole episodes from fresh start sta
 ``eval_returns``; so does the learner's last update, whatever the interval (the policy training
 ends with is always evaluated). Each seed's best evaluated parameters stay in the state
 (``best``), so its checkpoints hold them for ``load_policy(run_dir, best=True)``.
-:class:`EvaluationRecorder`, the learner's ``after_update``, writes the returns to
-``evaluations.csv`` as the evaluator node does for the distributed mode, and stops the program
-at the target.
+:class:`~jaxdist.nodes.evaluator.EvaluationRecorder`, the learner's ``after_update``, writes the
+returns to ``evaluations.csv`` as the evaluator node does for the distributed mode, and stops the
+program at the target.
+
+**Env steps** are counted where they are made: every update reports the ``env_steps`` it
+played (all hosts', per seed) as a metric, which the learner sums.
 """
 
 from __future__ import annotations
 
-import contextvars
 import functools
-import queue
-import threading
 from typing import Any
 
 import jax
@@ -119,6 +119,8 @@ def _update(agent_logic: LearnerLogic, policy: Any, evaluation_policy: Any, env:
     best = keep_best(state["best"], eval_returns, version, jax.vmap(agent_logic.params)(agent))
     logged = {name: jnp.nanmean(value) if name == "episode_return" else jnp.mean(value)
               for name, value in metrics.items()}
+    num_envs = jax.tree.leaves(state["envs"])[0].shape[1]  # this host's, of each seed
+    logged["env_steps"] = jnp.int32(num_envs * length * jax.process_count())
     if num_seeds > 1:
         logged.update({f"seed/{i}/{name}": value[i] for name, value in metrics.items() for i in range(num_seeds)})
     return {"agent": agent, "envs": envs, "best": best}, dict(logged, version=version, eval_returns=eval_returns)
@@ -184,45 +186,3 @@ def rollout(policy: Any, env: jax_envs.JaxEnv, params: PyTree, envs: dict[str, P
     last = {**envs["row"], **{name: jnp.zeros_like(value[0]) for name, value in rows.items() if name not in envs["row"]}}
     trajectories = jax.tree.map(lambda xs, x: jnp.swapaxes(jnp.concatenate([xs, x[None]]), 0, 1), rows, last)
     return envs, trajectories, finished
-
-
-class EvaluationRecorder:
-    """The learner's ``after_update`` under Anakin: each dispatch's ``eval_returns`` (NaN where
-    no evaluation ran), written on a thread of its own to ``evaluations.csv`` as the evaluator
-    node writes them (per-seed means beside the overall one); with ``stop_at_target`` the first
-    evaluation whose mean reaches ``target_return`` stops the program. ``flush()`` returns once
-    what it was handed is written: the learner calls it before it ends the program."""
-
-    def __init__(self, run_dir: str, target_return: float | None, stop_at_target: bool) -> None:
-        self._writer = MetricsWriter(metrics_path(run_dir, EVALUATIONS))
-        self._target, self._stop_at_target = target_return, stop_at_target
-        self._pending: queue.SimpleQueue = queue.SimpleQueue()
-        run_in_node = contextvars.copy_context().run  # jd.stop() names this node
-        self._thread = threading.Thread(target=run_in_node, args=(self._write,), name="anakin-evaluations",
-                                        daemon=True)
-        self._thread.start()
-
-    def __call__(self, batch: Any, metrics: dict[str, Any]) -> None:
-        if parallel.is_primary():  # a learner spanning hosts: one of its processes writes
-            self._pending.put((metrics["version"], metrics["eval_returns"]))
-
-    def flush(self) -> None:
-        written = threading.Event()
-        self._pending.put(written)
-        while not written.wait(0.1) and self._thread.is_alive():
-            pass  # the writer has stopped (at the target, or the program is stopping): nothing more is written
-
-    def _write(self) -> None:
-        while True:
-            handed = self._pending.get()
-            if isinstance(handed, threading.Event):  # a flush: all before it is written
-                handed.set()
-                continue
-            versions, returns = jax.device_get(handed)
-            versions, returns = np.atleast_1d(versions), returns.reshape(-1, *returns.shape[-2:])
-            for version, seeds in zip(versions, returns):  # a dispatch of several updates: each
-                if not np.isnan(seeds).all() and record(self._writer, int(version), seeds, self._target,
-                                                        self._stop_at_target) and self._stop_at_target:
-                    return
-            if context.stop_requested():
-                return

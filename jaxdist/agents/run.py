@@ -1,9 +1,20 @@
-"""Launch an agent's program and watch it: ``train(agent, launcher=..., run_dir=...) -> summary``.
+"""Running an agent: its command line (``main``, ``parse``), launching and watching its program
+(``train``), and the report.
 
-The program ends itself (the learner after its last update, the evaluator at the target with
-``stop_at_target``); the launching process only watches. A few times a second it polls the
-actors (env steps, training episodes), the evaluator's ``evaluations.csv`` (the deterministic
-policy's return: the reported and target metric) and the learner (its version and policy lag), and from that
+**The command line** of every agent's script is generated from its config dataclass with tyro
+(CleanRL's choice): every config field is a flag with its default and its help text, beside the
+run's own options (launcher, run directory, ...). Defaults come in three layers: the config
+class's, then the preset of the env named by ``--env-id`` (tuned defaults per env, as
+rl-baselines3-zoo keeps them, and what differs for the ``--env-backend`` named), then the flags.
+The resolved config is saved in the run directory; relaunching on a directory with checkpoints
+resumes, and refuses (naming the fields) if the config differs, unless told
+``--allow-config-change``.
+
+**The monitor.** The program ends itself (the learner after its last update, the evaluator at
+the target with ``stop_at_target``); the launching process only watches. A few times a second it
+polls the nodes that make env steps (the topology's ``acting``: their ``stats()`` counts, summed,
+and training episodes), the evaluator's ``evaluations.csv`` (the deterministic policy's return:
+the reported and target metric) and the learner (its version and policy lag), and from that
 
 - prints a progress line: elapsed time, env steps, env steps/s, evaluation return, training
   return, learner version, lag, restarts;
@@ -29,23 +40,234 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent import futures
-from typing import Any, Protocol, TextIO
+from typing import Annotated, Any, Literal, Protocol, TextIO
 
 import numpy as np
 
 import jaxdist as jd
 from jaxdist import courier
-from jaxdist.agents import config as configs
-from jaxdist.agents.distributed import Topology, env_slug, resources
+from jaxdist.agents import experiment
+from jaxdist.agents.experiment import AgentConfig, Presets, Topology, env_slug, qualified_name, resources
 from jaxdist.nodes.evaluator import EVALUATIONS, recorded_evaluations
+from jaxdist.program import group_of
 from jaxdist.records.metrics import MetricsWriter, metrics_path, read_metrics
 from jaxdist.records.metrics_tensorboard import TensorBoardWriter
 from jaxdist.records.plotting import line_plot
-from jaxdist.program import group_of
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How to run, not what: none of these is saved with the config."""
+
+    launcher: Literal["threads", "processes", "multihost", "ray"] = "processes"
+    """multihost: run this same command on every host (see the README's runbook); ray: on a Ray cluster."""
+    run_dir: str | None = None
+    """Default: runs/<agent>-<env>-seed<seed>, e.g. runs/ppo-cartpole-seed0."""
+    fresh: bool = False
+    """Delete the run directory first and start over (default: resume from its checkpoints); not
+    under multihost, whose hosts share the directory: delete it once before launching."""
+    allow_config_change: bool = False
+    """Resume even though the config differs from the one the run was started with."""
+    compilation_cache: str = os.path.join("~", ".cache", "jaxdist", "jax")
+    """JAX's persistent compilation cache ('' to turn it off)."""
+    quiet: bool = False
+    """Do not echo the nodes' output."""
+    track: str | None = None
+    """Log to this Weights & Biases project (pip install 'jaxdist[wandb]')."""
+    hosts: str | None = None
+    """multihost: comma-separated hosts, or a SLURM node list like node[01-04] (default: detected)."""
+    host_index: int | None = None
+    """multihost: this host's index in --hosts (default: detected)."""
+    coordinator: str | None = None
+    """multihost: host:port of the jax.distributed coordinator."""
+    base_port: int | None = None
+    """multihost: first port of host 0's range."""
+    tls_dir: str | None = None
+    """multihost, ray: certificates from python -m jaxdist.tools.certs DIR --hosts ... for mutual TLS between hosts."""
+    ray_address: str | None = None
+    """ray: the cluster ('auto', 'ray://head:10001'; default: $RAY_ADDRESS, else a new local one)."""
+    start_timeout: float | None = None
+    """processes, multihost, ray: seconds every node may take to start, its constructor included
+    (default 300); past it the run fails naming the late nodes."""
+
+    def __post_init__(self) -> None:
+        for name, (launchers, _) in _LAUNCHER_OPTIONS.items():
+            if getattr(self, name) is not None and self.launcher not in launchers:
+                raise ValueError(f"--{name.replace('_', '-')} is an option of --launcher {' or '.join(launchers)}, "
+                                 f"not of {self.launcher}: drop it, or name that launcher")
+        if self.fresh and self.launcher == "multihost":
+            raise ValueError("--fresh is not for --launcher multihost: every host would delete the shared run "
+                             "directory while the others start in it. Delete it once before launching (rm -rf the "
+                             "--run-dir), or choose a new --run-dir")
+
+    def launch_options(self) -> dict[str, Any] | None:
+        """What ``jd.launch`` takes from these flags under this launcher."""
+        return {option: getattr(self, name) for name, (launchers, option) in _LAUNCHER_OPTIONS.items()
+                if self.launcher in launchers and getattr(self, name) is not None} or None
+
+
+_LAUNCHER_OPTIONS = {  # flag -> (the launchers that take it, its name among jd.launch's options)
+    "hosts": (("multihost",), "hosts"),
+    "host_index": (("multihost",), "host_index"),
+    "coordinator": (("multihost",), "coordinator"),
+    "base_port": (("multihost",), "base_port"),
+    "tls_dir": (("multihost", "ray"), "tls_dir"),
+    "ray_address": (("ray",), "address"),
+    "start_timeout": (("processes", "multihost", "ray"), "start_timeout"),
+}
+
+
+def parse(config_type: type[AgentConfig], presets: Presets, description: str | None,
+          args: Sequence[str] | None = None) -> tuple[AgentConfig, RunOptions]:
+    """(config, run options) from the command line, over the preset of its ``--env-id``."""
+    args = list(sys.argv[1:] if args is None else args)
+    try:
+        env_id = _flag_value(args, "--env-id") or config_type().env_id
+        backend = _flag_value(args, "--env-backend")
+        default = experiment.with_preset(config_type, env_id, presets, **({"env_backend": backend} if backend else {}))
+    except ValueError as error:  # a preset the class refuses, e.g. an env the agent does not support
+        raise SystemExit(f"error: {error}") from None
+
+    import tyro  # here: every node's process imports its script, and only the launching one parses
+
+    flat = tyro.conf.arg(name="")  # --learning-rate, not --config.learning-rate
+    command_type = dataclasses.make_dataclass("Command", [
+        ("config", Annotated[config_type, flat]),
+        ("run", Annotated[RunOptions, flat], dataclasses.field(default=RunOptions()))], frozen=True)
+    try:
+        command = tyro.cli(command_type, default=command_type(default), args=args, description=description)
+    except ValueError as error:  # the config's own checks (e.g. num_actors must be >= 1)
+        raise SystemExit(f"error: {error}") from None
+    return command.config, command.run
+
+
+def prepare_run_dir(run_dir: str, factory: str, config: AgentConfig, run: RunOptions) -> None:
+    """Start over on ``--fresh``; on a resume, refuse a config that differs from the saved one
+    unless ``--allow-config-change``. Then save the config this launch runs (its learner saves
+    it again as it starts), so that a launch that fails before then still leaves a run directory
+    that resumes, and that ``--fresh`` recognises as a run. A directory a running launch holds
+    is left alone: its launch would refuse this one anyway, after its config had been replaced
+    or its files deleted (under multihost the other hosts' shares hold it as this one starts)."""
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise SystemExit(f"error: --run-dir {run_dir} is a file, not a directory: choose another --run-dir")
+    holder = jd.run_dir_holder(run_dir) if os.path.isdir(run_dir) and run.launcher != "multihost" else None
+    if holder:
+        raise SystemExit(f"error: {run_dir} is in use by a launch that is running ({holder}): wait for it to end "
+                         f"or stop it, or choose another --run-dir")
+    saved_file = os.path.join(run_dir, experiment.CONFIG_FILE)
+    if run.fresh:
+        if os.path.exists(run_dir) and not os.path.exists(saved_file) \
+                and not os.path.isdir(os.path.join(run_dir, "checkpoints")):
+            raise SystemExit(f"error: --fresh deletes the run directory, but {run_dir} holds no jaxdist run "
+                             f"(no {experiment.CONFIG_FILE}): choose another --run-dir")
+        shutil.rmtree(run_dir, ignore_errors=True)
+    elif os.path.exists(saved_file) and not run.allow_config_change:
+        _refuse_another_config(run_dir, factory, config)
+    try:
+        experiment.save(run_dir, factory, config)
+    except OSError as error:  # a read-only place, a missing mount, no permission
+        raise SystemExit(f"error: cannot write the run directory {run_dir} ({error.strerror}: {error.filename}): "
+                         f"choose another --run-dir") from None
+
+
+def _refuse_another_config(run_dir: str, factory: str, config: AgentConfig) -> None:
+    saved = experiment.load(run_dir)
+    changed = (experiment.differences(saved.fields, config) if saved.factory == factory
+               else {"agent": (saved.factory, factory)})
+    changed.pop("stop_at_target", None)  # when to stop is not what is learned
+    if changed:
+        lines = "\n".join(f"  {name}: {before!r} -> {after!r}" for name, (before, after) in changed.items())
+        raise SystemExit(f"error: {run_dir} holds a run started with another config; these fields differ:\n{lines}\n"
+                         f"Resume with the saved config (drop those flags), start over with --fresh, pass "
+                         f"--allow-config-change to resume anyway, or choose another --run-dir.")
+
+
+def main(make_agent: Callable[[Any], Any], config_type: type[AgentConfig], presets: Presets,
+         description: str | None, start_time: float) -> dict[str, Any]:
+    """An agent script's whole body: parse, prepare the run directory, train (``train`` of
+    ``make_agent(config)``), report."""
+    config, run = parse(config_type, presets, description)
+    try:
+        built = make_agent(config)
+    except ValueError as error:  # an env this agent cannot act in, an unknown env id
+        raise SystemExit(f"error: {error}") from None
+    run_dir = run.run_dir or default_run_dir(built)
+    prepare_run_dir(run_dir, built.factory, config, run)
+    launch_options = run.launch_options()
+    if run.launcher == "ray":  # groups go to hosts as under multihost, a host being a Ray node
+        launch_options = {**(launch_options or {}), "placement": built.topology().placement}
+    try:
+        summary = train(built, launcher=run.launcher, run_dir=run_dir, start_time=start_time,
+                        compilation_cache=os.path.expanduser(run.compilation_cache) or None, echo=not run.quiet,
+                        track=run.track, launch_options=launch_options)
+    except jd.LaunchError as refused:  # e.g. multihost without the hosts it needs
+        raise SystemExit(f"error: {refused}") from None
+    except jd.NodeFailedError as failure:
+        raise SystemExit(f"error: {failure_summary(failure, run_dir)}") from None
+    report(summary, run_dir)
+    return summary
+
+
+def failure_summary(failure: jd.NodeFailedError, run_dir: str) -> str:
+    """One line for a node that failed past its restarts, and where its whole traceback is (the
+    nodes' output above has it too, unless --quiet): the launching process's own stack would
+    only bury it."""
+    return f"node '{failure.node_name}' failed: {failure.headline} (its log: {jd.log_path(run_dir, failure.node_name)})"
+
+
+def report(summary: dict[str, Any], run_dir: str) -> None:
+    """The closing lines: when the target was reached, the last evaluation (and a better saved one),
+    throughput, why the run stopped."""
+    if "host_index" in summary:  # a multihost share: host 0 reports the run
+        print(f"host {summary['host_index']} stopped: {summary['stop_reason']}")
+        return
+    target = summary.get("target_return")
+    if summary.get("wall_time_to_target") is not None:
+        print(f"reached evaluation return {target:g} after {summary['wall_time_to_target']:.1f} s (the whole run, "
+              f"start-up included) and {summary['steps_to_target']:,} env steps")
+    elif target is not None:
+        print(f"did not reach evaluation return {target:g}")
+    print(last_evaluation(summary))
+    best, final = summary.get("best_return"), summary.get("final_return")
+    if summary.get("keeps_best") and best is not None and (final is None or best > final):  # final None: no evaluation this segment
+        print(f"best evaluation return {best:.1f}, of learner version {summary['best_return_version']}: "
+              f"python -m jaxdist.tools.evaluate {run_dir} --best plays it")
+    for seed in summary.get("seeds", []):  # num_seeds > 1: each seed's own evaluations
+        reached = (f"reached {target:g} after {seed['steps_to_target']:,} env steps" if seed["steps_to_target"]
+                   is not None else "did not reach the target")
+        print(f"  seed {seed['seed']}: {reached}; last evaluation return {seed['final_return']:.1f}")
+    rate = summary.get("steps_per_second")
+    seeds = f" per seed ({summary['num_seeds']} seeds)" if "num_seeds" in summary else ""
+    print(f"{summary['env_steps']:,} env steps{seeds} in {summary['wall_time']:.1f} s; steady throughput "
+          f"{'-' if rate is None else f'{rate:,}'} env steps/s{seeds}; {summary['stop_reason']}; results in {run_dir}")
+
+
+def last_evaluation(summary: dict[str, Any]) -> str:
+    """Which policy the last evaluation scored: the final one (what ``load_policy`` restores) or,
+    when the run stopped early (at the target, Ctrl-C), an earlier one."""
+    if summary.get("final_return") is None:
+        return "no evaluation finished"
+    version, last = summary["final_return_version"], summary["learner_version"]
+    which = "the final policy" if version >= last else f"the learner went on to version {last}"
+    return f"last evaluation return {summary['final_return']:.1f}, of learner version {version} ({which})"
+
+
+def _flag_value(args: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+# Launching and watching -----------------------------------------------------------------------
+
 
 TRAIN_WINDOW = 20  # the training return is the mean of the last this many episodes
 SUMMARY = "summary.json"  # in the run directory: what train() returned, for a relaunch that has nothing to do
@@ -135,7 +357,7 @@ def finished_summary(run_dir: str, topology: Topology, config: Any) -> dict[str,
     run would only evaluate its final policy again (a second row for it in ``evaluations.csv``)
     and rewrite its record. None too where ``summary.json`` is not that of the saved update (the
     launching process was killed before writing it): the relaunch then writes it."""
-    saved = saved_update(run_dir, topology.learner.node_name)
+    saved = saved_update(topology.checkpoints(run_dir))
     try:
         with open(os.path.join(run_dir, SUMMARY)) as f:
             summary = json.load(f)
@@ -158,11 +380,10 @@ def finished_summary(run_dir: str, topology: Topology, config: Any) -> dict[str,
     return None
 
 
-def saved_update(run_dir: str, learner_node_name: str) -> int | None:
-    """The newest complete learner checkpoint's update (after a stop, the one it saved)."""
+def saved_update(checkpoints: str) -> int | None:
+    """The newest complete learner checkpoint's update in ``checkpoints`` (after a stop, the one it saved)."""
     try:
-        steps = [int(name) for name in os.listdir(os.path.join(run_dir, "checkpoints", learner_node_name))
-                 if name.isdigit()]
+        steps = [int(name) for name in os.listdir(checkpoints) if name.isdigit()]
     except OSError:
         return None
     return max(steps, default=None)
@@ -174,9 +395,11 @@ def default_run_dir(agent: Trainable) -> str:
 
 
 class Trainable(Protocol):
-    """What ``train`` launches and watches: an ``Agent``, or ES's record."""
+    """What ``train`` launches and watches: an ``Agent``, or ES's record: a name, the factory
+    that made it, its config, and its topology."""
 
     name: str
+    factory: str
     config: Any
 
     def topology(self) -> Topology:
@@ -195,7 +418,7 @@ class Monitor:
         self._client = lambda address: courier.Client(address, token=token, timeout=2.0).failing_fast()  # noqa: E731
         self._running, self._topology = running, topology
         # The actors' groups, followed through running.members: running.scale adds and removes actors.
-        self._actor_groups = sorted({group_of(actor.node_name) for actor in topology.actors})
+        self._acting_groups = sorted({group_of(node.node_name) for node in topology.acting})
         self._actors: dict[str, _Watched] = {}
         self._departed_steps = 0  # env steps of actors that running.scale removed
         self._learner = self._client(running.addresses[topology.learner.node_name])
@@ -203,7 +426,6 @@ class Monitor:
         self._evaluations_read = 0
         self._evaluations_size = -1  # bytes of evaluations.csv when last parsed
         self._train_returns: list[float] = []
-        self._learner_env_steps = 0  # as a learner that counts them last wrote
         self.restored_step = self._wait_for_learner()
         path = metrics_path(run_dir, "progress")
         try:
@@ -217,7 +439,7 @@ class Monitor:
         self.eval_version: int | None = None  # the learner version eval_return is of
         self.best: tuple[float, int] | None = None  # the whole run's best evaluation: (mean return, version)
         self.seeds: dict[int, dict[str, Any]] = {}  # with num_seeds > 1: each seed's evaluations
-        self._num_seeds = getattr(self.config, "num_seeds", 1)  # ES's config trains one
+        self._num_seeds = topology.seeds
         self._first_update: tuple[float, int] | None = None
         self._last_acting: tuple[float, int] = (time.time(), 0)  # when env steps last grew
         self._readings: collections.deque[tuple[float, int]] = collections.deque(maxlen=READINGS_KEPT)
@@ -230,7 +452,7 @@ class Monitor:
              if row.get("target_steps") is not None), None)
         self._csv = MetricsWriter(path)
         self._tb = TensorBoardWriter(os.path.join(run_dir, "tensorboard", "progress"))
-        self._tb.config(configs.to_dict(self.config))
+        self._tb.config(experiment.to_dict(self.config))
         self._learner_tb = TensorBoardWriter(os.path.join(run_dir, "tensorboard", "learner"),
                                              purge_step=self.restored_step)
         self._tracker = tracker  # a Weights & Biases run, or None
@@ -239,10 +461,10 @@ class Monitor:
 
     @property
     def env_steps(self) -> int:
-        """The actors' count, or a learner's own (ES's master writes it in ``metrics.csv``) where
-        that is more: the final poll comes after the nodes have gone, their files not."""
-        acted = self._departed_steps + sum(actor.steps + actor.earlier for actor in self._actors.values())
-        return max(self._base_steps + acted, self._learner_env_steps)
+        """Earlier segments' env steps and the sum of what the nodes that make them reported
+        (every life of each, and of those ``running.scale`` removed)."""
+        acted = self._departed_steps + sum(node.steps + node.earlier for node in self._actors.values())
+        return self._base_steps + acted
 
     @property
     def wall_time(self) -> float:
@@ -274,9 +496,6 @@ class Monitor:
         self._read_evaluations()
         if status is not None:
             self.version = int(status["step"])
-            if not self._actor_groups:  # the learner plays the envs itself (Anakin): a fixed number an update
-                self._learner_env_steps = max(self._learner_env_steps,
-                                              round(self.version * self.config.steps_per_update))
             learner_lag = (status.get("metrics") or {}).get("policy_lag_mean")
             acting = [self.version - v for v in versions if v is not None and v >= 0]
             self.lag = learner_lag if learner_lag is not None else (float(np.mean(acting)) if acting else None)
@@ -299,7 +518,7 @@ class Monitor:
     def _follow_actors(self) -> None:
         """The actors' groups as they are now: an actor running.scale added gets a client once
         it serves; one it removed keeps the steps it made counted."""
-        names = [name for group in self._actor_groups for name in self._running.members(group)]
+        names = [name for group in self._acting_groups for name in self._running.members(group)]
         for name in set(self._actors) - set(names):
             gone = self._actors.pop(name)
             self._departed_steps += gone.steps + gone.earlier
@@ -332,10 +551,11 @@ class Monitor:
             self.eval_return, self.eval_version = row["mean_return"], int(row["step"])
             if row.get("wall_time", 0.0) < self.start_time:
                 continue  # an earlier segment's crossing of the target is read from progress.csv
-            # Without actors (Anakin) a version's env steps are exact; else the actors' count when the
-            # evaluator fetched the version, between the polls around then: the count when the row
-            # is read (after the evaluation, or after the program has ended) had grown since.
-            steps = (int(row["step"] * self.config.steps_per_update) if not self._actor_groups
+            # The env steps the recording node knew were behind the version (Anakin's learner, ES's
+            # master); else the count when the evaluator fetched the version, between the polls
+            # around then: the count when the row is read (after the evaluation, or after the
+            # program has ended) had grown since.
+            steps = (int(row["env_steps"]) if row.get("env_steps") is not None
                      else steps_at(self._readings, evaluated_at(row)))
             reached = (self.base_wall_time + row["wall_time"] - self.start_time, steps)
             if self.solved_at is None and target is not None and self.eval_return >= target:
@@ -374,7 +594,6 @@ class Monitor:
         except (OSError, ValueError):
             return  # not written yet, or caught mid-rewrite: next time
         for row in rows:
-            self._learner_env_steps = max(self._learner_env_steps, int(row.get("env_steps") or 0))
             step = row.get("step")
             if step is not None and step > self._mirrored_step:
                 values = {(k if k.startswith("learner/") else f"learner/{k}"): v for k, v in row.items()
@@ -386,13 +605,13 @@ class Monitor:
         return sum(int(s.get("restarts", 0) or 0) for s in self._running.status().values())
 
     def saved_update(self) -> int | None:
-        return saved_update(self.run_dir, self._topology.learner.node_name)
+        return saved_update(self._topology.checkpoints(self.run_dir))
 
     def summary(self) -> dict[str, Any]:
         steady = None if self._first_update is None else steady_rate(self._first_update, self._last_acting)
         return {
             "agent": self.agent.name, "env_id": self.config.env_id, "seed": self.config.seed,
-            "architecture": getattr(self.config, "architecture", None), "target_return": self.config.target_return,
+            "target_return": self.config.target_return,
             "wall_time_to_target": None if self.solved_at is None else round(self.solved_at[0], 2),
             "steps_to_target": None if self.solved_at is None else self.solved_at[1],
             "env_steps": self.env_steps, "wall_time": round(self.wall_time, 2),
@@ -403,6 +622,8 @@ class Monitor:
             "train_return": self.train_return(),
             # The learner's last version: the final poll comes after it has gone, its final save not.
             "learner_version": max(self.version, self.saved_update() or 0), "restored_step": self.restored_step,
+            # With several seeds --best would play seed 0's best, not that of the mean reported.
+            "keeps_best": self._num_seeds == 1 and self._topology.keeps_best(self.run_dir),
             **({"num_seeds": self._num_seeds, "seeds": [self.seeds[i] for i in sorted(self.seeds)]}
                if self._num_seeds > 1 else {}),
         }
@@ -527,7 +748,7 @@ def _wandb(project: str, agent: Trainable, run_dir: str) -> Any:
     os.makedirs(run_dir, mode=0o700, exist_ok=True)  # before the launcher would: for its owner alone
     try:
         return wandb.init(project=project, name=name, id=name, resume="allow", dir=run_dir,
-                          config=configs.to_dict(agent.config))
+                          config=experiment.to_dict(agent.config))
     except (wandb.errors.UsageError, wandb.errors.CommError) as error:  # no account here, or no network
         raise jd.LaunchError(f"--track: Weights & Biases refused the run ({error}); log in (wandb login, or "
                              f"WANDB_API_KEY), or set WANDB_MODE=offline to keep it in {run_dir}/wandb for "
