@@ -248,11 +248,16 @@ class EvaluationRecorder:
                                         daemon=True)
         self._thread.start()
 
-    def __call__(self, batch: Any, metrics: dict[str, Any]) -> None:
+    def __call__(self, batch: Any, metrics: dict[str, Any]) -> dict[str, Any]:
+        """Take the evaluations (and the versions they are of) out of ``metrics``: they go to
+        ``evaluations.csv``, not to the learner's ``metrics.csv`` beside its own step."""
         from jaxdist.learning import parallel
 
+        metrics = dict(metrics)
+        evaluated = (metrics.pop("version"), metrics.pop("eval_returns"), metrics["env_steps"])
         if parallel.is_primary():  # a learner spanning hosts: one of its processes writes
-            self._pending.put((metrics["version"], metrics["eval_returns"], metrics["env_steps"]))
+            self._pending.put(evaluated)
+        return metrics
 
     def flush(self) -> None:
         written = threading.Event()

@@ -156,9 +156,10 @@ class Learner:
     per_host group, with a heartbeat short enough that a dead peer ends the group in seconds,
     see :data:`DISTRIBUTED_DEFAULTS`), ``checkpoint_name`` (the directory under
     ``<run_dir>/checkpoints``; default: the node name, or for a learner spanning processes the
-    group's label, shared by all its processes), ``after_update`` (``after_update(batch, metrics)``,
-    called after every dispatch with the batch learned from and the metrics, possibly device
-    arrays still being computed: it should hand them to a thread, and may have a ``flush()``,
+    group's label, shared by all its processes), ``after_update`` (``after_update(batch, metrics)
+    -> metrics``, called after every dispatch with the batch learned from and the metrics,
+    possibly device arrays still being computed: it takes out what it handles and returns the
+    metrics left to log; it should hand what it took to a thread, and may have a ``flush()``,
     called when the learner finishes, before it ends the program, that returns once what it
     was handed is done. Prioritized replay gets the new priorities of the keys it sampled this
     way; Anakin's evaluations are written this way), ``block_every`` (how far dispatches run
@@ -184,7 +185,7 @@ class Learner:
                  log_every: int | None = 100, prefetch: int = 2, run_dir: str | None = None,
                  name: str | None = None, replay_options: Mapping[str, Any] | None = None,
                  distributed: Mapping[str, Any] | Literal["env"] | None = None, block_every: int | None = None,
-                 after_update: Callable[[PyTree, PyTree], None] | None = None,
+                 after_update: Callable[[PyTree, PyTree], PyTree] | None = None,
                  checkpoint_name: str | None = None, end_program: bool = False) -> None:
         if distributed is not None:
             parallel.initialize(**_distributed_arguments(distributed))
@@ -349,7 +350,7 @@ class Learner:
         """One dispatch of the step, then whatever the intervals ask; caller holds the lock."""
         self._train, metrics = self._dp(self._train, device_batch, self._rng)
         if self._after_update is not None:
-            self._after_update(device_batch, metrics)
+            metrics = self._after_update(device_batch, metrics)
         if isinstance(metrics, dict) and "env_steps" in metrics:  # a counter, not a metric to average
             metrics = dict(metrics)
             env_steps = metrics.pop("env_steps")

@@ -104,6 +104,8 @@ def test_the_last_update_is_evaluated_whatever_the_interval_and_its_row_written_
     assert running.stop_reason == "training is over at update 7 (max_steps reached) (node 'learner/0')"
     assert [row["step"] for row in read_metrics(tmp_path / "evaluations.csv")] == [5, 7]
     assert load_policy(str(tmp_path)).step == 7
+    logged = set().union(*read_metrics(tmp_path / "metrics.csv"))  # the evaluations are in their own file
+    assert "loss" in logged and not logged & {"version", "eval_returns", "env_steps"}
 
 
 def test_each_seed_keeps_the_parameters_of_its_best_evaluation_and_not_evaluating_changes_nothing():

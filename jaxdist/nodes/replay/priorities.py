@@ -27,11 +27,15 @@ class PriorityWriter:
         self.errors = 0
         threading.Thread(target=self._loop, name="priority-writer", daemon=True).start()
 
-    def __call__(self, batch: dict[str, Any], metrics: dict[str, Any]) -> None:
+    def __call__(self, batch: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
+        """Take the new priorities out of ``metrics`` (one per sampled item, not a metric to log)."""
+        metrics = dict(metrics)
+        priorities = metrics.pop("priorities")
         with self._cond:
             self._cond.wait_for(lambda: len(self._pending) < self._max_pending)
-            self._pending.append((batch["keys"], metrics["priorities"]))
+            self._pending.append((batch["keys"], priorities))
             self._cond.notify_all()
+        return metrics
 
     def _loop(self) -> None:
         import jax

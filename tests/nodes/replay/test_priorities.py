@@ -39,7 +39,9 @@ def test_priority_writer_sends_each_batchs_new_priorities_home_in_order():
     writer = PriorityWriter(replay)
     for step in range(5):
         keys = np.arange(4) + 10 * step
-        writer({"keys": keys, "data": {}, "probabilities": np.full(4, 0.25)}, {"priorities": keys / 10.0, "loss": 1.0})
+        logged = writer({"keys": keys, "data": {}, "probabilities": np.full(4, 0.25)},
+                        {"priorities": keys / 10.0, "loss": 1.0})
+        assert logged == {"loss": 1.0}  # the priorities are the writer's, not a metric of the learner's
     wait_until(lambda: len(sent_keys(replay)) == 20, what="all 20 priorities written")
     np.testing.assert_array_equal(sent_keys(replay), np.concatenate([np.arange(4) + 10 * s for s in range(5)]))
     for method, (keys, priorities), kwargs in replay.calls:
