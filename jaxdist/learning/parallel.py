@@ -58,6 +58,14 @@ def pmean(tree: PyTree) -> PyTree:
     return tree if axis is None else jax.lax.pmean(tree, axis)
 
 
+def weighted_mean(x: jax.Array, weight: jax.Array) -> jax.Array:
+    """``sum(x w) / sum(w)`` over the global batch, as a term of a loss or a metric: under a pmap
+    step this device's sum over its shard, divided by the weight of every shard (the step
+    averages gradients and metrics over devices, which sums the numerators). 0 if no weight."""
+    count = pmean(jnp.sum(weight))
+    return jnp.sum(x * weight) / jnp.where(count > 0, count, 1.0)
+
+
 def shard_count() -> int | jax.Array:
     """Devices the batch is split over: pmap's inside a ``mode="pmap"`` step, else 1 (under jit
     the update sees the global batch whole). With ``pmean``, it turns a per-shard mean into the
