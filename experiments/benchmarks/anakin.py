@@ -30,7 +30,7 @@ def measure(envs: int, args: argparse.Namespace) -> tuple[float, float, float]:
     """(baseline, jaxdist, median ratio) env steps/s for ``envs`` envs."""
     import jax
 
-    from jaxdist.agents import experiment as distributed, ppo
+    from jaxdist.agents import experiment, ppo
 
     from jaxdist.learning import anakin
     from jaxdist.agents.experiment import with_preset
@@ -38,7 +38,7 @@ def measure(envs: int, args: argparse.Namespace) -> tuple[float, float, float]:
 
     config = with_preset(ppo.PPOConfig, "CartPole-v1", ppo.PRESETS, architecture="anakin", num_actors=1,
                          envs_per_actor=envs, total_steps=10**9, num_seeds=args.seeds)
-    logic = distributed.anakin_logic(ppo.agent(config))
+    logic = experiment.anakin_logic(ppo.agent(config))
     steps_per_round = args.updates * envs * config.trajectory_length * args.seeds
 
     @jax.jit

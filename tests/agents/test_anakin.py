@@ -190,8 +190,8 @@ EIGHT_DEVICES = textwrap.dedent("""
     from jaxdist.nodes.learner import Learner
     config = with_preset(ppo.PPOConfig, "CartPole-v1", ppo.PRESETS, architecture="anakin", num_actors=1,
                          envs_per_actor=32)
-    from jaxdist.agents import experiment as distributed
-    logic = distributed.anakin_logic(ppo.agent(config))
+    from jaxdist.agents import experiment
+    logic = experiment.anakin_logic(ppo.agent(config))
     learner = Learner(logic, anakin.no_batch, mode="pmap", metrics=False, log_every=None, publish_every=None)
     returns = []
     for _ in range(120):

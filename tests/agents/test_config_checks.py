@@ -18,7 +18,7 @@ import pytest
 import jaxdist as jd
 from jaxdist.envs import ports, vector as envs
 from jaxdist.agents import apex, es, impala, ppo
-from jaxdist.agents import experiment as configs
+from jaxdist.agents import experiment
 from jaxdist.agents.run import RunOptions, failure_summary, parse, prepare_run_dir
 from jaxdist.agents.experiment import Bound, check_bounds, with_preset
 
@@ -158,14 +158,14 @@ def test_a_new_run_directory_holds_its_config_before_launching_so_fresh_knows_it
     run_dir = str(tmp_path / "run")
     config = ppo.PPOConfig(gamma=0.9)
     prepare_run_dir(run_dir, PPO, config, RunOptions())
-    assert json.loads((tmp_path / "run" / configs.CONFIG_FILE).read_text())["config"]["gamma"] == 0.9
+    assert json.loads((tmp_path / "run" / experiment.CONFIG_FILE).read_text())["config"]["gamma"] == 0.9
     assert stat.S_IMODE(os.stat(run_dir).st_mode) == 0o700
     prepare_run_dir(run_dir, PPO, ppo.PPOConfig(gamma=0.95), RunOptions(fresh=True))
-    assert configs.load(run_dir).fields["gamma"] == 0.95
+    assert experiment.load(run_dir).fields["gamma"] == 0.95
     with pytest.raises(SystemExit, match="gamma: 0.95 -> 0.99"):
         prepare_run_dir(run_dir, PPO, ppo.PPOConfig(gamma=0.99), RunOptions())
     prepare_run_dir(run_dir, PPO, ppo.PPOConfig(gamma=0.99), RunOptions(allow_config_change=True))
-    assert configs.load(run_dir).fields["gamma"] == 0.99  # the config the run now runs
+    assert experiment.load(run_dir).fields["gamma"] == 0.99  # the config the run now runs
 
 
 def test_a_failed_node_is_summed_up_in_one_line_with_its_log(tmp_path):

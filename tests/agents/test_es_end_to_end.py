@@ -20,9 +20,8 @@ import pytest
 
 import jaxdist as jd
 from jaxdist import courier
-from jaxdist.agents import experiment as configs
 from jaxdist.agents.run import parse
-from jaxdist.agents import experiment as distributed, es
+from jaxdist.agents import experiment, es
 from jaxdist.agents.es import PRESETS, ESConfig
 from jaxdist.agents.run import train
 from jaxdist.records.metrics import read_metrics
@@ -46,7 +45,7 @@ def test_every_config_field_is_a_flag_and_the_env_picks_its_preset():
 
 
 def test_a_resume_with_another_config_names_the_fields_and_refuses(tmp_path):
-    configs.save(str(tmp_path), "jaxdist.agents.es:agent", ESConfig(sigma=0.1))
+    experiment.save(str(tmp_path), "jaxdist.agents.es:agent", ESConfig(sigma=0.1))
     done = subprocess.run([sys.executable, SCRIPT, "--quiet", "--run-dir", str(tmp_path), "--sigma", "0.2"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
@@ -84,8 +83,8 @@ def test_a_threads_run_solves_cartpole_then_a_rerun_resumes_and_counts_the_targe
     assert "learner/population_return" in read_scalars(tmp_path / "tensorboard" / "learner")
     assert "progress/eval_return" in read_scalars(tmp_path / "tensorboard" / "progress")
     assert (tmp_path / "learning_curve.png").read_bytes().startswith(b"\x89PNG")
-    saved = configs.load(str(tmp_path))
-    assert (saved.factory, saved.fields) == ("jaxdist.agents.es:agent", configs.to_dict(config))  # the resolved config is saved
+    saved = experiment.load(str(tmp_path))
+    assert (saved.factory, saved.fields) == ("jaxdist.agents.es:agent", experiment.to_dict(config))  # the resolved config is saved
 
     more = dataclasses.replace(config, stop_at_target=False, total_steps=metrics[-1]["env_steps"] + 60_000)
     resumed = train(es.agent(more), launcher="threads", run_dir=str(tmp_path), echo=False, out=out)
@@ -140,7 +139,7 @@ def test_a_processes_run_carries_on_through_a_worker_killed_mid_run(tmp_path):
     config = ESConfig(seed=0, num_workers=2, total_steps=1_200_000, backup_after=1.0)
     topology = es.agent(config).topology()
     running = jd.launch(topology.program, launcher="processes", run_dir=str(tmp_path), echo=False,
-                        resources=distributed.resources(topology.program))
+                        resources=experiment.resources(topology.program))
     try:
         master = courier.Client(running.addresses[topology.learner.node_name], token=running.token, timeout=10)
         deadline = time.monotonic() + 120

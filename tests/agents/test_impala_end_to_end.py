@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from jaxdist.agents import experiment as configs
+from jaxdist.agents import experiment
 from jaxdist.agents import impala, load_policy
 from jaxdist.agents.run import train
 from jaxdist.records.metrics import read_metrics
@@ -38,7 +38,7 @@ def test_the_script_solves_cartpole_across_processes(tmp_path):
 def test_continuous_actions_run_through_v_trace_end_to_end(tmp_path):
     # IMPALA is not tuned for Pendulum (no preset target is claimed): this shows the Gaussian
     # policy's log-probs, the normalisation statistics and the checkpoint travel end to end.
-    config = configs.with_preset(impala.IMPALAConfig, "Pendulum-v1", impala.PRESETS, total_steps=30_000,
+    config = experiment.with_preset(impala.IMPALAConfig, "Pendulum-v1", impala.PRESETS, total_steps=30_000,
                                  num_actors=2)
     summary = train(impala.agent(config), launcher="processes", run_dir=str(tmp_path), echo=False, out=io.StringIO())
     assert summary["learner_version"] == config.total_updates

@@ -83,19 +83,19 @@ def test_a_backend_preset_comes_over_the_envs_and_under_the_flags():
 
 
 def test_the_actors_and_the_evaluator_play_the_configured_backend():
-    from jaxdist.agents import experiment as distributed, ppo
+    from jaxdist.agents import experiment, ppo
 
-    assert distributed.env_spec(ppo.PPOConfig(env_backend="jax"), 16).backend == "jax"
-    assert distributed.env_spec(ppo.PPOConfig(env_backend="sync"), 10).backend == "sync"
+    assert experiment.env_spec(ppo.PPOConfig(env_backend="jax"), 16).backend == "jax"
+    assert experiment.env_spec(ppo.PPOConfig(env_backend="sync"), 10).backend == "sync"
 
 
 @pytest.mark.parametrize("agent", ["ppo", "impala"])
 def test_an_actor_derives_the_published_shapes_without_the_learners_checkpointing(agent):
     """A JAX-backend actor builds the learner logic for its shapes while every process starts on
     the same cores; the logic once came with the learner node and Orbax (~0.4 s of imports)."""
-    code = (f"import sys; from jaxdist.agents import distributed, {agent} as a; "
+    code = (f"import sys; from jaxdist.agents import experiment, {agent} as a; "
             f"config = a.{agent.upper()}Config(env_backend='jax'); "
-            "shapes = distributed.published_shapes(a.agent(config)); "
+            "shapes = experiment.published_shapes(a.agent(config)); "
             "assert shapes, 'no shapes'; "
             "print(sorted(m for m in sys.modules if m.startswith(('orbax', 'jaxdist.learning.checkpoint', 'jaxdist.nodes.learner'))))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

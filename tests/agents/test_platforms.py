@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from jaxdist.agents import experiment as distributed, ppo
+from jaxdist.agents import experiment, ppo
 
 
 def platforms(monkeypatch: pytest.MonkeyPatch, value: str | None, **config) -> dict[str, str]:
@@ -15,7 +15,7 @@ def platforms(monkeypatch: pytest.MonkeyPatch, value: str | None, **config) -> d
     else:
         monkeypatch.setenv("JAX_PLATFORMS", value)
     program = ppo.agent(ppo.PPOConfig(**config)).topology().program
-    return {group: spec["env"]["JAX_PLATFORMS"] for group, spec in distributed.resources(program).items()}
+    return {group: spec["env"]["JAX_PLATFORMS"] for group, spec in experiment.resources(program).items()}
 
 
 def test_jax_platforms_puts_the_learners_on_the_accelerator_and_every_other_process_on_cpu(monkeypatch):

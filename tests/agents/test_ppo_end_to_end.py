@@ -18,8 +18,7 @@ import pytest
 
 import jaxdist as jd
 from jaxdist import courier
-from jaxdist.agents import experiment as configs
-from jaxdist.agents import experiment as distributed, load_policy, ppo
+from jaxdist.agents import experiment, load_policy, ppo
 from jaxdist.agents.run import parse
 from jaxdist.agents.run import default_run_dir, train
 from jaxdist.records.metrics import read_metrics
@@ -48,7 +47,7 @@ def test_every_config_field_is_a_flag_and_the_env_picks_its_preset():
 
 
 def test_a_resume_with_another_config_names_the_fields_and_refuses(tmp_path):
-    configs.save(str(tmp_path), "jaxdist.agents.ppo:agent", ppo.PPOConfig(gamma=0.98))
+    experiment.save(str(tmp_path), "jaxdist.agents.ppo:agent", ppo.PPOConfig(gamma=0.98))
     done = script("--run-dir", str(tmp_path), "--gamma", "0.9", "--ent-coef", "0.01", timeout=60)
     assert done.returncode != 0
     assert "gamma: 0.98 -> 0.9" in done.stderr and "ent_coef: 0.0 -> 0.01" in done.stderr, done.stderr
@@ -191,7 +190,7 @@ def test_ctrl_c_is_the_ordered_stop_with_one_line_and_a_summary(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_continuous_control_improves_pendulum_with_normalised_observations(tmp_path):
-    config = configs.with_preset(ppo.PPOConfig, "Pendulum-v1", ppo.PRESETS, total_steps=120_000, num_actors=2)
+    config = experiment.with_preset(ppo.PPOConfig, "Pendulum-v1", ppo.PRESETS, total_steps=120_000, num_actors=2)
     out = io.StringIO()
     summary = train(ppo.agent(config), launcher="processes", run_dir=str(tmp_path), echo=False, out=out,
                     compilation_cache=None)
@@ -223,7 +222,7 @@ def test_actors_keep_acting_while_the_learner_is_killed_and_comes_back_from_its_
     config = ppo.PPOConfig(total_steps=10**8, checkpoint_every_updates=20)
     topology = ppo.agent(config).topology()
     running = jd.launch(topology.program, launcher="processes", run_dir=str(tmp_path), echo=False,
-                        resources=distributed.resources(topology.program))
+                        resources=experiment.resources(topology.program))
     try:
         learner = courier.Client(running.addresses[topology.learner.node_name], token=running.token, timeout=5)
         actors = [courier.Client(running.addresses[a.node_name], token=running.token, timeout=5)
@@ -279,10 +278,10 @@ def test_track_logs_the_progress_and_config_to_weights_and_biases_offline(tmp_pa
 def test_hosts_saving_the_config_into_one_shared_run_directory_at_once_all_succeed(tmp_path):
     """Every host of a multihost run saves config.json into the shared run directory: with one
     temporary name, a host's replace took another's file away (FileNotFoundError, in CI)."""
-    code = ("import sys; from jaxdist.agents import config, ppo\n"
-            "for _ in range(200): config.save(sys.argv[1], 'ppo', ppo.PPOConfig())\n")
+    code = ("import sys; from jaxdist.agents import experiment, ppo\n"
+            "for _ in range(200): experiment.save(sys.argv[1], 'jaxdist.agents.ppo:agent', ppo.PPOConfig())\n")
     savers = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stderr=subprocess.PIPE, text=True)
               for _ in range(4)]
     errors = [saver.communicate(timeout=120)[1] for saver in savers]
     assert [saver.returncode for saver in savers] == [0] * 4, errors
-    assert configs.load(str(tmp_path)).factory == "jaxdist.agents.ppo:agent"
+    assert experiment.load(str(tmp_path)).factory == "jaxdist.agents.ppo:agent"

@@ -10,7 +10,7 @@ import time
 import pytest
 
 import jaxdist as jd
-from jaxdist.agents import experiment as distributed, ppo
+from jaxdist.agents import experiment, ppo
 from jaxdist.agents.run import Monitor
 
 pytestmark = pytest.mark.slow
@@ -25,7 +25,7 @@ def test_ppo_learns_on_while_its_actor_group_grows_from_2_to_4_and_shrinks_to_1(
     topology = agent.topology()
     run_dir = str(tmp_path)
     running = jd.launch(topology.program, launcher="processes", run_dir=run_dir, echo=False,
-                        resources=distributed.resources(topology.program))
+                        resources=experiment.resources(topology.program))
     monitor = Monitor(running, agent, topology, run_dir, time.time(), out=io.StringIO())
     evaluations: list[tuple[float, float]] = []  # (learner version, evaluation return) as each appears
 

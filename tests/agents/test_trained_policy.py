@@ -5,6 +5,7 @@ changes nothing in it."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from jaxdist.tools import evaluate
-from jaxdist.agents import experiment as configs
+from jaxdist.agents import experiment
 from jaxdist.agents import load_policy, ppo
 from jaxdist.learning.checkpoint import Checkpointer, checkpoint_dir
 from jaxdist.nodes.learner import initial_state
@@ -24,7 +25,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def untrained_run(run_dir: str, saved_steps: tuple[int, ...], config: ppo.PPOConfig = ppo.PPOConfig()) -> str:
-    configs.save(run_dir, "jaxdist.agents.ppo:agent", config)
+    experiment.save(run_dir, "jaxdist.agents.ppo:agent", config)
     agent = ppo.agent(config)
     if saved_steps:
         fresh = initial_state(agent.part("learner_logic", config, agent.env), jax.random.key(0))
@@ -53,6 +54,20 @@ def test_the_policy_of_any_saved_step_is_loaded_and_acts(run_dir):
     assert load_policy(run_dir).step == max(SAVED_STEPS)
 
 
+def test_a_run_saved_by_the_first_release_still_loads_by_its_agents_short_name(tmp_path):
+    """That release saved ``{"agent": "ppo", "config": ...}``; the factory and the config's class
+    are saved since (``module:name``), so that an agent of one's own needs no registry."""
+    run = untrained_run(str(tmp_path), (3,))
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert (saved["agent"], saved["config_type"]) == ("jaxdist.agents.ppo:agent", "jaxdist.agents.ppo:PPOConfig")
+    (tmp_path / "config.json").write_text(json.dumps({"agent": "ppo", "config": saved["config"]}))
+    assert load_policy(run).step == 3
+    (tmp_path / "config.json").write_text(json.dumps({"agent": "sac", "config": saved["config"]}))
+    with pytest.raises(ValueError, match="names agent 'sac', which is neither a 'module:function' factory nor one "
+                                         "of ppo, impala, apex, es"):
+        load_policy(run)
+
+
 def test_a_step_that_was_not_saved_names_the_saved_ones(run_dir):
     with pytest.raises(FileNotFoundError, match="no checkpoint of step 3 in .*; the saved steps are 2, 4"):
         load_policy(run_dir, step=3)
@@ -67,7 +82,7 @@ def test_reading_a_run_without_checkpoints_says_so_and_creates_nothing(tmp_path)
     run = untrained_run(str(tmp_path / "run"), saved_steps=())
     with pytest.raises(FileNotFoundError, match="has no complete learner checkpoint yet: train longer"):
         load_policy(run)
-    assert os.listdir(run) == [configs.CONFIG_FILE]
+    assert os.listdir(run) == [experiment.CONFIG_FILE]
 
 
 def test_the_command_plays_the_step_it_is_given(run_dir, monkeypatch, capsys):
@@ -122,7 +137,7 @@ def es_run_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, np.ndarra
 
     run = str(tmp_path_factory.mktemp("es-run"))
     config = es.ESConfig()
-    configs.save(run, "jaxdist.agents.es:agent", config)
+    experiment.save(run, "jaxdist.agents.es:agent", config)
     search = Search(config, Rollouts(config).policy, checkpoint_dir(run, es.agent(config).topology().learner.node_name))
     search.step(search.seeds(), np.random.default_rng(0).normal(size=(config.pairs, 2)), env_steps=1_000)
     search.save()

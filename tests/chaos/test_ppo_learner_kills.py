@@ -18,7 +18,7 @@ import pytest
 
 import jaxdist as jd
 from jaxdist import courier
-from jaxdist.agents import experiment as distributed, ppo
+from jaxdist.agents import experiment, ppo
 from jaxdist.learning.checkpoint import checkpoint_dir
 from jaxdist.records.metrics import metrics_path, read_metrics
 
@@ -49,7 +49,7 @@ def test_ppo_reaches_its_target_through_learners_restarted_from_sigkills_during_
                            stop_at_target=True)
     topology = ppo.agent(config).topology()
     running = jd.launch(topology.program, launcher="processes", run_dir=run_dir, echo=False,
-                        resources=distributed.resources(topology.program, str(tmp_path / "jax-cache")),
+                        resources=experiment.resources(topology.program, str(tmp_path / "jax-cache")),
                         restart={"learner": jd.Restart(max_restarts=KILLS, backoff=0.5),
                                  "actor": jd.Restart(max_restarts=0)})
     learner = courier.Client(running.addresses[topology.learner.node_name], token=running.token, timeout=2.0)
