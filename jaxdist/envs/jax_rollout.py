@@ -119,17 +119,39 @@ def _player(policy: Callable, env: Any, length: int, rng_impl: str | None) -> Ca
 
 def _start(policy: Callable, env: Any, num_envs: int, rng_impl: str | None, params: PyTree,
            key_data: jax.Array) -> dict[str, PyTree]:
-    key, reset_key, act_key = jax.random.split(jax.random.wrap_key_data(key_data, impl=rng_impl), 3)
-    state, obs = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
-    row = {"obs": obs, "reward": jnp.zeros(num_envs, jnp.float32), "terminated": jnp.zeros(num_envs, bool),
-           "truncated": jnp.zeros(num_envs, bool)}
-    action, extras = policy(params, obs, act_key)
-    return {"key": jax.random.key_data(key), "state": state, "row": row, "action": action, "extras": extras,
-            "return": jnp.zeros(num_envs, jnp.float32), "length": jnp.zeros(num_envs, jnp.int32)}
+    key, envs_key = jax.random.split(jax.random.wrap_key_data(key_data, impl=rng_impl))
+    return {"key": jax.random.key_data(key), **start(policy, env, params, num_envs, envs_key)}
 
 
 def _play(policy: Callable, env: Any, length: int, rng_impl: str | None, params: PyTree,
           carry: dict[str, PyTree]) -> tuple[dict[str, PyTree], dict[str, jax.Array], tuple]:
+    key, scan_key = jax.random.split(jax.random.wrap_key_data(carry["key"], impl=rng_impl))
+    envs = {name: value for name, value in carry.items() if name != "key"}
+    envs, columns, episodes = play(policy, env, params, envs, scan_key, length)
+    return {"key": jax.random.key_data(key), **envs}, columns, episodes
+
+
+def start(policy: Callable, env: Any, params: PyTree, num_envs: int, key: jax.Array) -> dict[str, PyTree]:
+    """``num_envs`` envs just reset, and the actions ``policy`` chose on their first rows: what
+    ``play`` carries from one trajectory to the next."""
+    reset_key, act_key = jax.random.split(key)
+    state, obs = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
+    row = {"obs": obs, "reward": jnp.zeros(num_envs, jnp.float32), "terminated": jnp.zeros(num_envs, bool),
+           "truncated": jnp.zeros(num_envs, bool)}
+    action, extras = policy(params, obs, act_key)
+    return {"state": state, "row": row, "action": action, "extras": extras,
+            "return": jnp.zeros(num_envs, jnp.float32), "length": jnp.zeros(num_envs, jnp.int32)}
+
+
+def play(policy: Callable, env: Any, params: PyTree, envs: dict[str, PyTree], key: jax.Array,
+         length: int) -> tuple[dict[str, PyTree], dict[str, jax.Array], tuple[jax.Array, jax.Array, jax.Array]]:
+    """``length`` steps of every env of ``envs`` (as ``start`` made them) with ``policy``:
+    ``(envs after, trajectories (envs, length + 1, ...), (returns, lengths, ended))``, the last
+    row with its action chosen (the next trajectory's first, shared whole, as the actors'
+    trajectories share it: see the module docstring). ``returns[t, i]`` is the return of the
+    episode env ``i`` ended at step ``t`` where ``ended[t, i]``. The actors' JAX backend and
+    Anakin play this."""
+
     def step(carry: dict[str, PyTree], key: jax.Array) -> tuple[dict[str, PyTree], tuple]:
         env_key, act_key = jax.random.split(key)
         row, action, extras = carry["row"], carry["action"], carry["extras"]
@@ -138,16 +160,14 @@ def _play(policy: Callable, env: Any, length: int, rng_impl: str | None, params:
         episode_length = jnp.where(restart, 0, carry["length"] + 1)
         next_action, next_extras = policy(params, next_row["obs"], act_key)
         ended = next_row["terminated"] | next_row["truncated"]
-        carry = {"key": carry["key"], "state": state, "row": next_row,
-                 "action": next_action, "extras": next_extras, "return": episode_return, "length": episode_length}
+        carry = {"state": state, "row": next_row, "action": next_action, "extras": next_extras,
+                 "return": episode_return, "length": episode_length}
         return carry, ({**row, "action": action, **extras}, (episode_return, episode_length, ended))
 
-    key, scan_key = jax.random.split(jax.random.wrap_key_data(carry["key"], impl=rng_impl))
-    carry = dict(carry, key=jax.random.key_data(key))
-    carry, (rows, episodes) = jax.lax.scan(step, carry, jax.random.split(scan_key, length))
-    last = {**carry["row"], "action": carry["action"], **carry["extras"]}
+    envs, (rows, episodes) = jax.lax.scan(step, envs, jax.random.split(key, length))
+    last = {**envs["row"], "action": envs["action"], **envs["extras"]}
     columns = jax.tree.map(lambda xs, x: jnp.swapaxes(jnp.concatenate([xs, x[None]]), 0, 1), rows, last)
-    return carry, columns, episodes
+    return envs, columns, episodes
 
 
 def autoreset_step(env: Any, state: PyTree, row: dict[str, jax.Array], action: jax.Array,
@@ -204,4 +224,4 @@ def per_row(flag: jax.Array, like: jax.Array) -> jax.Array:
     return flag.reshape(flag.shape + (1,) * (jnp.ndim(like) - 1))
 
 
-__all__ = ["JaxVectorEnv", "autoreset_step", "episodes", "per_row"]
+__all__ = ["JaxVectorEnv", "autoreset_step", "episodes", "per_row", "play", "start"]

@@ -3,11 +3,13 @@ jitted function, for environments written in JAX (:mod:`jaxdist.envs.jax_envs`).
 
 An on-policy agent's update already takes a batch of ``B`` trajectories of ``T + 1`` rows. Here
 the batch is not sent by actors: every update first plays ``T`` steps of ``B`` envs with the
-current parameters (policy and env ``vmap``-ed over the envs, the steps under ``lax.scan``,
-autoreset inside), in the same row convention as :mod:`jaxdist.nodes.actor`, then runs the
+current parameters, the rollout the actors' JAX backend plays (``jax_rollout.play``: policy on
+the batch, env ``vmap``-ed, the steps under ``lax.scan``, autoreset inside), then runs the
 agent's own update on it. So the agent's math is shared by both architectures, and the generic
 :class:`~jaxdist.nodes.learner.Learner` runs the loop: its checkpoints (which hold the envs
-too), metrics, publishing and stops are the distributed mode's. The policy lag is 0.
+too), metrics, publishing and stops are the distributed mode's. As an actor's, a trajectory's
+first row is the previous one's last, its action chosen then, by the parameters one update
+older: that row's policy lag is 1, every other row's 0.
 
 **Devices.** Under the learner's ``pmap`` each device plays its own ``B / devices`` of the envs
 and gradients are averaged. Every device keeps the state of all ``B`` envs but advances only its
@@ -62,7 +64,7 @@ def logic(agent_logic: LearnerLogic, policy: Any, evaluation_policy: Any, env_id
     ``final_version`` (the learner's ``max_steps``) on, so that the last is."""
     env = jax_envs.jax_env(env_id)
     return LearnerLogic(
-        init=jax.jit(functools.partial(_init, agent_logic, env, num_envs, num_seeds)),  # one compile, not op by op
+        init=jax.jit(functools.partial(_init, agent_logic, policy, env, num_envs, num_seeds)),  # one compile, not op by op
         update=functools.partial(_update, agent_logic, policy, evaluation_policy, env, length, eval_every,
                                  eval_episodes, final_version),
         params=lambda state: jax.vmap(agent_logic.params)(state["agent"]))
@@ -73,26 +75,19 @@ def no_batch() -> dict:
     return {}
 
 
-def _init(agent_logic: LearnerLogic, env: jax_envs.JaxEnv, num_envs: int, num_seeds: int,
+def _init(agent_logic: LearnerLogic, policy: Any, env: jax_envs.JaxEnv, num_envs: int, num_seeds: int,
           rng: jax.Array) -> dict[str, PyTree]:
     def one_seed(key: jax.Array) -> dict[str, PyTree]:
         agent_key, env_key = jax.random.split(key)
         agent = agent_logic.init(agent_key)
         best = {"return": jnp.float32(-jnp.inf), "version": jnp.int32(-1), "params": agent_logic.params(agent)}
-        return {"agent": agent, "envs": fresh_envs(env, num_envs, env_key), "best": best}
+        envs = jax_rollout.start(policy, env, agent_logic.params(agent), num_envs, env_key)
+        return {"agent": agent, "envs": envs, "best": best}
 
     # One seed after another, not vmapped: jaxlib's CPU QR (the orthogonal initialiser) splits a
     # batch of matrices over the intra-op thread pool and blocks its pool thread until they are
     # done, so two batched ones at once on a two-core machine waited on each other for ever.
     return jax.lax.map(one_seed, jax.random.split(rng, num_seeds))
-
-
-def fresh_envs(env: jax_envs.JaxEnv, num_envs: int, key: jax.Array) -> dict[str, PyTree]:
-    """``num_envs`` envs just reset, as ``rollout`` carries them."""
-    env_state, obs = jax.vmap(env.reset)(jax.random.split(key, num_envs))
-    row = {"obs": obs, "reward": jnp.zeros(num_envs, obs.dtype),
-           "terminated": jnp.zeros(num_envs, bool), "truncated": jnp.zeros(num_envs, bool)}
-    return {"state": env_state, "row": row, "return": jnp.zeros(num_envs, obs.dtype)}
 
 
 def _update(agent_logic: LearnerLogic, policy: Any, evaluation_policy: Any, env: jax_envs.JaxEnv, length: int,
@@ -151,38 +146,14 @@ def _learn_one_seed(agent_logic: LearnerLogic, policy: Any, env: jax_envs.JaxEnv
     per_device = num_envs // devices
     start = parallel.shard_index() * per_device
     mine = jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, start, per_device), envs)
-    mine, trajectories, (returns, ended) = rollout(policy, env, agent_logic.params(agent), mine, act_key, length)
+    mine, trajectories, (returns, _, ended) = jax_rollout.play(policy, env, agent_logic.params(agent), mine, act_key,
+                                                               length)
     envs = jax.tree.map(lambda full, part: jax.lax.dynamic_update_slice_in_dim(full, part, start, 0), envs, mine)
-    trajectories["version"] = jnp.full(trajectories["reward"].shape, agent["version"], jnp.int32)
+    # Row 0's action was chosen as the previous trajectory ended, by the parameters of an update ago.
+    versions = jnp.full(trajectories["reward"].shape, agent["version"], jnp.int32)
+    trajectories["version"] = versions.at[:, 0].set(jnp.maximum(agent["version"] - 1, 0))
     agent, metrics = agent_logic.update(agent, trajectories, learn_key)
     total, count = parallel.pmean((jnp.sum(jnp.where(ended, returns, 0.0)), jnp.sum(ended).astype(jnp.float32)))
     metrics = dict(metrics, episodes=count * parallel.shard_count(),
                    episode_return=jnp.where(count > 0, total / jnp.where(count > 0, count, 1.0), jnp.nan))
     return agent, envs, metrics
-
-
-def rollout(policy: Any, env: jax_envs.JaxEnv, params: PyTree, envs: dict[str, PyTree], key: jax.Array,
-            length: int) -> tuple[dict[str, PyTree], dict[str, jax.Array], tuple[jax.Array, jax.Array]]:
-    """``length`` steps of every env in ``envs``: ``(envs after, trajectories, (returns, ended))``.
-
-    Trajectories are ``(num_envs, length + 1, ...)``: rows ``obs, reward, terminated,
-    truncated`` (arriving at ``obs``), ``action`` and the policy's extras (acting on ``obs``);
-    the last row is the next rollout's first, its action left 0 (it only bootstraps). Envs
-    step and autoreset as the actors' do (``jax_rollout.autoreset_step``). ``returns[t, i]`` is
-    the return of the episode env ``i`` ended at step ``t`` where ``ended[t, i]``.
-    """
-
-    def step(carry: dict[str, PyTree], key: jax.Array) -> tuple[dict[str, PyTree], tuple]:
-        act_key, env_key = jax.random.split(key)
-        row = carry["row"]
-        action, extras = policy(params, row["obs"], act_key)
-        state, next_row, restart = jax_rollout.autoreset_step(env, carry["state"], row, action, env_key)
-        episode_return = jnp.where(restart, 0.0, carry["return"]) + next_row["reward"]
-        ended = next_row["terminated"] | next_row["truncated"]
-        carry = {"state": state, "row": next_row, "return": episode_return}
-        return carry, ({**row, "action": action, **extras}, (episode_return, ended))
-
-    envs, (rows, finished) = jax.lax.scan(step, envs, jax.random.split(key, length))
-    last = {**envs["row"], **{name: jnp.zeros_like(value[0]) for name, value in rows.items() if name not in envs["row"]}}
-    trajectories = jax.tree.map(lambda xs, x: jnp.swapaxes(jnp.concatenate([xs, x[None]]), 0, 1), rows, last)
-    return envs, trajectories, finished

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdist.envs import jax_envs
+from jaxdist.envs import jax_envs, jax_rollout
 from jaxdist.agents.networks import ActorCritic
 from jaxdist.agents.policies import ActorCriticPolicy
 from jaxdist.envs.vector import EnvSpec
@@ -302,3 +302,48 @@ def test_compiled_from_the_parameters_shapes_start_and_trajectories_compile_noth
     compiles = [record.getMessage() for record in caplog.records if "Compiling" in record.getMessage()]
     assert compiled >= 2 and len(compiles) == compiled, compiles[compiled:]
     assert columns["obs"].shape == (5, 12, 4)
+
+
+CARTPOLE_PORT = jax_envs.jax_env("CartPole-v1")
+
+
+def push_left(params, obs, key):
+    """A fixed policy: CartPole falls over in about ten steps, so episodes end inside a rollout."""
+    return jnp.zeros(obs.shape[0], jnp.int32), {"logp": jnp.zeros(obs.shape[0])}
+
+
+def fresh_envs(num_envs: int) -> dict:
+    return jax_rollout.start(push_left, CARTPOLE_PORT, None, num_envs, jax.random.key(0))
+
+
+def test_a_rollout_has_the_actors_rows_and_resets_after_each_ended_row():
+    envs = fresh_envs(3)
+    after, rows, (returns, _, ended) = jax.jit(jax_rollout.play, static_argnums=(0, 1, 5))(
+        push_left, CARTPOLE_PORT, None, envs, jax.random.key(1), 40)
+    assert rows["obs"].shape == (3, 41, 4) and rows["action"].shape == (3, 41) and rows["logp"].shape == (3, 41)
+    rows, returns, ended = jax.device_get((rows, returns, ended))
+    np.testing.assert_array_equal(rows["obs"][:, 0], envs["row"]["obs"])  # starts where the envs were
+    np.testing.assert_array_equal(rows["obs"][:, -1], after["row"]["obs"])  # and hands its last row on
+    finished = rows["terminated"] | rows["truncated"]
+    assert finished[:, 1:].sum() >= 3 * 3  # several episodes each
+    # The row after an ended one is a reset: no reward, not ended (the action chosen on it is ignored).
+    follows_end = np.zeros_like(finished)
+    follows_end[:, 1:] = finished[:, :-1]
+    assert (rows["reward"][follows_end] == 0).all() and not finished[follows_end].any()
+    # CartPole pays 1 a step: an episode's return is the steps from its reset to its end.
+    for env in range(3):
+        ends = np.flatnonzero(finished[env, 1:]) + 1
+        starts = np.concatenate([[0], ends[:-1] + 1])
+        np.testing.assert_array_equal(returns[ends - 1, env], ends - starts)
+        assert ended[ends - 1, env].all() and ended[:, env].sum() == len(ends)
+
+
+def test_consecutive_rollouts_share_a_row_whole_as_actors_trajectories_do():
+    """Anakin plays these rollouts too: one convention for the row two trajectories share, its
+    action chosen once."""
+    envs = fresh_envs(2)
+    roll = jax.jit(jax_rollout.play, static_argnums=(0, 1, 5))
+    envs, first, _ = roll(push_left, CARTPOLE_PORT, None, envs, jax.random.key(1), 8)
+    _, second, _ = roll(push_left, CARTPOLE_PORT, None, envs, jax.random.key(2), 8)
+    for name in ("obs", "reward", "terminated", "truncated", "action", "logp"):
+        np.testing.assert_array_equal(first[name][:, -1], second[name][:, 0], err_msg=name)
