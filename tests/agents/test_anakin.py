@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -71,8 +72,9 @@ def test_consecutive_rollouts_share_a_row_as_actors_trajectories_do():
     roll = jax.jit(anakin.rollout, static_argnums=(0, 1, 5))
     envs, first, _ = roll(push_left, CARTPOLE, None, envs, jax.random.key(1), 8)
     _, second, _ = roll(push_left, CARTPOLE, None, envs, jax.random.key(2), 8)
-    for name in ("obs", "reward", "terminated", "truncated"):
-        np.testing.assert_array_equal(first[name][:, -1], second[name][:, 0], err_msg=name)
+    shared = lambda trajectories, row: {name: trajectories[name][:, row]  # noqa: E731
+                                        for name in ("obs", "reward", "terminated", "truncated")}
+    chex.assert_trees_all_equal(shared(first, -1), shared(second, 0))
 
 
 def test_ppo_learns_cartpole_on_the_learner_alone_with_no_policy_lag_and_evaluates_in_the_update():
