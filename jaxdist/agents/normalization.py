@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -47,9 +48,11 @@ def update_stats(stats: RunningStats, x: jax.Array, weight: jax.Array | None = N
     is a batch axis) into ``stats``; ``weight`` (``batch``-shaped, e.g. a 0/1 mask of real rows)
     weighs each sample. A batch of weight 0 leaves the stats unchanged."""
     shape = stats.mean.shape
-    if x.ndim < len(shape) or x.shape[x.ndim - len(shape):] != shape:
-        raise ValueError(f"samples of shape {x.shape} do not end in the stats' shape {shape}")
+    chex.assert_equal_shape([stats.mean, stats.var])
+    chex.assert_shape(x, (..., *shape))
     axes = tuple(range(x.ndim - len(shape)))
+    if weight is not None:
+        chex.assert_shape(weight, x.shape[:len(axes)])
     x = x.astype(jnp.float32)
     w = jnp.ones(x.shape[:len(axes)], jnp.float32) if weight is None else weight.astype(jnp.float32)
     w = w.reshape(w.shape + (1,) * len(shape))
@@ -66,7 +69,9 @@ def update_stats(stats: RunningStats, x: jax.Array, weight: jax.Array | None = N
 
 
 def normalize(stats: RunningStats, x: jax.Array, clip: float = 10.0) -> jax.Array:
-    """``clip((x - mean) / sqrt(var + EPSILON), -clip, clip)`` in float32."""
+    """``clip((x - mean) / sqrt(var + EPSILON), -clip, clip)`` in float32; ``x`` is
+    ``(*batch, *shape)`` as in :func:`update_stats`."""
+    chex.assert_shape(x, (..., *stats.mean.shape))
     z = (x.astype(jnp.float32) - stats.mean) / jnp.sqrt(stats.var + EPSILON)
     return jnp.clip(z, -clip, clip)
 
@@ -75,6 +80,7 @@ def discounted_returns(reward: jax.Array, ended: jax.Array, gamma: float) -> jax
     """The running discounted return along axis 0 (time), ``(T, ...)`` in and out:
     ``G_t = r_t + gamma (1 - ended_{t-1}) G_{t-1}`` from ``G_{-1} = 0``, so ``G`` restarts after
     every row that ended an episode. Its variance is what ``scale_rewards`` divides by."""
+    chex.assert_equal_shape([reward, ended])
 
     def step(carry: jax.Array, row: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
         r, end = row

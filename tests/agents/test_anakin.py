@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -104,11 +105,26 @@ def test_to_transitions_keeps_real_transitions_with_their_bootstrap_observations
     transitions, priorities = acting.to_transitions(trajectories, 0.9, 2)
     returns, discounts, bootstrap, real = learning.n_step_returns(reward, terminated, truncated, 0.9, 2)
     assert len(transitions["obs"]) == real.sum() == len(priorities)
-    for i, (t, b) in enumerate(zip(*np.nonzero(real))):
-        np.testing.assert_array_equal(transitions["obs"][i], obs[t, b])
-        np.testing.assert_array_equal(transitions["next_obs"][i], obs[bootstrap[t, b], b])
-        assert transitions["action"][i] == action[t, b] and transitions["reward"][i] == returns[t, b]
-        assert transitions["discount"][i] == discounts[t, b]
+    t, b = np.nonzero(real)
+    chex.assert_trees_all_equal(transitions, {"obs": obs[t, b], "next_obs": obs[bootstrap[t, b], b],
+                                              "action": action[t, b], "reward": returns[t, b],
+                                              "discount": discounts[t, b]})
+    with pytest.raises(AssertionError, match="different shape prefixes"):  # Q-values per transition, not per row
+        acting.to_transitions([dict(item, q=item["q"][:-1]) for item in trajectories], 0.9, 2)
+
+
+def test_n_step_math_refuses_rows_of_the_wrong_shapes_or_dtypes():
+    reward, terminated, truncated, q, _ = random_rows(4, rows=6, envs=2)
+    with pytest.raises(AssertionError, match=r"different shapes: \[\(5, 2\), \(6, 2\), \(6, 2\)\]"):
+        learning.n_step_returns(reward[1:], terminated, truncated, 0.9, 3)
+    with pytest.raises(AssertionError, match="input 1 has type int64 but expected bool"):
+        learning.n_step_returns(reward, terminated.astype(np.int64), truncated, 0.9, 3)  # ~ would flip its bits
+    returns, discounts, bootstrap, _ = learning.n_step_returns(reward, terminated, truncated, 0.9, 3)
+    action = np.zeros((6, 2), np.int32)
+    with pytest.raises(AssertionError, match=r"shape \(5, 2\) but expected \(6, 2\)"):
+        learning.initial_priorities(q, action[:-1], returns, discounts, bootstrap)
+    with pytest.raises(AssertionError, match=r"shape \(6, 3\) but expected \(6, 2, None\)"):
+        learning.initial_priorities(q[:, 0], action, returns, discounts, bootstrap)
 
 
 # Double DQN and importance weights ---------------------------------------------------------------
@@ -123,6 +139,8 @@ def test_double_q_target_takes_the_online_argmax_and_the_target_value():
                                      jnp.asarray(q_target))
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     assert not np.allclose(expected, reward + discount * q_target.max(-1))  # not plain DQN's max
+    with pytest.raises(AssertionError, match=r"shape \(64,\) but expected \(64, None\)"):
+        learning.double_q_targets(reward, discount, q_online.max(-1), q_target.max(-1))  # values, not Q per action
 
 
 def test_importance_weights_are_normalised_per_batch():
@@ -211,14 +229,27 @@ def test_update_returns_pre_step_td_errors_as_priorities_and_lowers_the_loss():
     assert learning.published(new_state) == {"network": new_state["params"]}
 
 
+def test_the_loss_refuses_a_sample_that_is_not_flat_transitions():
+    state = learning.init(CONFIG, ENV, jax.random.key(0))
+    batch = make_batch(0)
+    loss = jax.jit(learning.dqn_loss, static_argnums=(3, 4))
+    with pytest.raises(AssertionError, match="different shape prefixes"):
+        loss(state["params"], state["target_params"], dict(batch, probabilities=batch["probabilities"][:-1]),
+             CONFIG, ENV)
+    with pytest.raises(AssertionError, match=r"shape \(32, 2\) but expected \(None, 4\)"):
+        loss(state["params"], state["target_params"], dict(batch, data=dict(batch["data"], next_obs=np.zeros((32, 2)))),
+             CONFIG, ENV)
+
+
 def test_target_network_is_synced_every_period_and_held_between():
     state = learning.init(CONFIG, ENV, jax.random.key(0))
     update = jax.jit(lambda s, b: learning.update(CONFIG, ENV, s, b, jax.random.key(0)))
-    same = lambda a, b: all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))  # noqa: E731
     for step in range(1, 7):
         before = state["target_params"]
         state, _ = update(state, make_batch(step))
         if step % CONFIG.target_update_period:
-            assert same(state["target_params"], before) and not same(state["params"], before)
+            chex.assert_trees_all_equal(state["target_params"], before)
+            with pytest.raises(AssertionError):
+                chex.assert_trees_all_equal(state["params"], before)
         else:
-            assert same(state["target_params"], state["params"])
+            chex.assert_trees_all_equal(state["target_params"], state["params"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -100,9 +101,19 @@ def test_impala_loss_matches_numpy_with_rhos_from_the_behaviour_log_probabilitie
                 "rho_mean": mean(np.exp(log_rho)), "transitions": float(real.sum())}
     expected["loss"] = expected["policy_loss"] + 0.7 * expected["baseline_loss"] - 0.03 * expected["entropy"]
     assert 0 < real.mean() < 1  # autoreset steps present and masked
-    for name, value in expected.items():
-        np.testing.assert_allclose(float(info[name]), value, rtol=2e-4, atol=2e-5, err_msg=name)
+    chex.assert_trees_all_close({name: info[name] for name in expected}, expected, rtol=2e-4, atol=2e-5)
     np.testing.assert_allclose(float(loss), expected["loss"], rtol=2e-4, atol=2e-5)
+
+
+def test_impala_loss_refuses_rewards_that_are_not_time_major_and_trajectories_of_unequal_lengths():
+    state = init()
+    batch = random_batch(np.random.default_rng(2))  # 4 trajectories of 12 rows
+    obs, reward = loss_inputs(CONFIG, state, batch)
+    loss = jax.jit(learning.impala_loss, static_argnums=(4, 5))
+    with pytest.raises(AssertionError, match=r"shape \(4, 12\) but expected \(12, 4\)"):
+        loss(state["params"], batch, obs, reward.T, CONFIG, ENV)
+    with pytest.raises(AssertionError, match="different shape prefixes"):
+        loss(state["params"], dict(batch, logp=batch["logp"][:, :-1]), obs, reward, CONFIG, ENV)
 
 
 def test_the_update_learns_the_better_action_from_an_older_policy_and_counts_versions():
@@ -159,8 +170,9 @@ def test_eight_devices_pmap_on_shards_equals_jit_on_the_global_batch(tmp_path):
     got = on_eight_devices("agents.test_impala_math", tmp_path)
     reference, _ = jax.jit(functools.partial(learning.update, SHARDED_CONFIG, ENV))(
         init(SHARDED_CONFIG), uneven_batch(), jax.random.key(1))
-    for name, value in flat_tree(reference).items():  # jit on 8 devices: the one-device update
-        np.testing.assert_allclose(got[f"jit/uneven/['state']{name}"], value, rtol=1e-5, atol=1e-6, err_msg=f"jit {name}")
+    expected = flat_tree(reference)  # jit on 8 devices: the one-device update
+    chex.assert_trees_all_close({name: got[f"jit/uneven/['state']{name}"] for name in expected}, expected,
+                                rtol=1e-5, atol=1e-6)
     names = assert_pmap_equals_jit(got, "uneven")
     assert any("obs_norm" in name for name in names) and len(names) > 20
 

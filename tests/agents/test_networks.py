@@ -1,6 +1,7 @@
 """jaxdist.agents.networks: torsos by name, the actor-critic for discrete and continuous actions
 on vectors and images, custom networks, and Ape-X's dueling Q-network."""
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -62,7 +63,7 @@ def test_policy_alone_equals_the_policy_part_of_the_full_call(name):
     obs = observations(shape, dtype, (4,), seed=1)
     full = net.apply(params, obs)[0]
     alone = net.apply(params, obs, method="policy")
-    jax.tree.map(np.testing.assert_array_equal, alone, full)
+    chex.assert_trees_all_equal(alone, full)
 
 
 def test_mlp_has_separate_policy_and_value_torsos_and_cnn_shares_one():
@@ -99,9 +100,9 @@ def test_cnn_scales_uint8_frames_and_takes_unbatched_ones():
     frames = observations(FRAME, np.uint8, (2,))
     as_bytes = net.apply(params, frames)
     as_floats = net.apply(params, frames.astype(jnp.float32) / 255.0)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), as_bytes, as_floats)
+    chex.assert_trees_all_close(as_bytes, as_floats, rtol=1e-5, atol=1e-6)
     one = net.apply(params, frames[0])
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b[0], rtol=1e-5, atol=1e-6), one, as_bytes)
+    chex.assert_trees_all_close(one, jax.tree.map(lambda x: x[0], as_bytes), rtol=1e-5, atol=1e-6)
 
 
 def test_nature_torso_has_the_papers_layers():

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -46,10 +47,9 @@ def test_masked_update_counts_only_weighted_rows():
 
 
 def test_a_fully_masked_batch_leaves_the_stats_unchanged():
-    stats = N.update_stats(N.init_stats((3,)), batches()[1])
-    again = N.update_stats(stats, batches()[2], jnp.zeros((5, 4)))
-    for a, b in zip(again, stats):
-        np.testing.assert_allclose(a, b, rtol=1e-7)
+    stats, x = N.update_stats(N.init_stats((3,)), batches()[1]), batches()[2]
+    again = N.update_stats(stats, x, jnp.zeros(x.shape[:2]))
+    chex.assert_trees_all_close(again, stats, rtol=1e-7)
 
 
 def test_scalar_stats_reduce_over_every_axis():
@@ -58,9 +58,16 @@ def test_scalar_stats_reduce_over_every_axis():
     np.testing.assert_allclose([stats.mean, stats.var], moments(x.reshape(-1)), rtol=1e-5)
 
 
-def test_samples_of_the_wrong_shape_are_refused():
-    with pytest.raises(ValueError, match=r"\(4, 2\) do not end in the stats' shape \(3,\)"):
-        N.update_stats(N.init_stats((3,)), jnp.zeros((4, 2)))
+def test_samples_or_weights_of_the_wrong_shape_are_refused():
+    stats = N.init_stats((3,))
+    with pytest.raises(AssertionError, match=r"shape \(4, 2\) but expected \(\.\.\., 3\)"):
+        jax.jit(N.update_stats)(stats, jnp.zeros((4, 2)))
+    with pytest.raises(AssertionError, match=r"shape \(4, 2\) but expected \(\.\.\., 3\)"):
+        jax.jit(N.normalize)(stats, jnp.zeros((4, 2)))
+    with pytest.raises(AssertionError, match=r"shape \(5, 4\) but expected \(1, 4\)"):
+        jax.jit(N.update_stats)(stats, jnp.zeros((1, 4, 3)), jnp.zeros((5, 4)))
+    with pytest.raises(AssertionError, match=r"different shapes: \[\(4, 2\), \(3, 2\)\]"):
+        N.discounted_returns(jnp.zeros((4, 2)), jnp.zeros((3, 2), bool), 0.9)
 
 
 def test_normalize_standardises_and_clips():
@@ -129,7 +136,6 @@ def test_pmap_over_8_devices_with_shards_equals_jit_on_the_global_batch():
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["devices"] == 8
     kept = np.array(out["kept"])
-    reference = [*moments(kept), len(kept) + 1e-4]
-    for field in range(3):
-        np.testing.assert_allclose(out["pmap"][field], out["jit"][field], rtol=1e-5)
-        np.testing.assert_allclose(out["jit"][field], reference[field], rtol=1e-5)
+    jit, pmap = (N.RunningStats(*map(np.asarray, out[mode])) for mode in ("jit", "pmap"))
+    chex.assert_trees_all_close(pmap, jit, rtol=1e-5)
+    chex.assert_trees_all_close(jit, N.RunningStats(*moments(kept), np.asarray(len(kept) + 1e-4)), rtol=1e-5)

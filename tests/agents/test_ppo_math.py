@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -82,6 +83,16 @@ def test_gae_by_hand_a_terminal_row_cuts_and_a_truncated_one_bootstraps(kind, ex
     assert np.asarray(real)[:, 0].tolist() == [True, True, False]
 
 
+def test_gae_refuses_rows_of_unequal_shapes_or_float_episode_ends():
+    rows = np.zeros((5, 2), np.float32)
+    ends = np.zeros((5, 2), bool)
+    gae = jax.jit(learning.gae, static_argnums=(4, 5))
+    with pytest.raises(AssertionError, match=r"different shapes: \[\(4, 2\), \(5, 2\), \(5, 2\), \(5, 2\)\]"):
+        gae(rows[1:], rows, ends, ends, 0.9, 0.9)  # rewards per transition instead of per row
+    with pytest.raises(AssertionError, match="input 2 has type float32 but expected bool"):
+        gae(rows, rows, rows, ends, 0.9, 0.9)
+
+
 # Loss ------------------------------------------------------------------------------------------
 
 
@@ -124,9 +135,23 @@ def test_ppo_loss_matches_numpy():
     loss, info = jax.jit(learning.ppo_loss, static_argnums=(2, 3))(params, minibatch, hp, ENV)
     expected = ppo_loss_reference(params, minibatch, hp)
     assert 0 < expected["clip_fraction"] < 1  # both branches of the clip are exercised
-    for name, value in expected.items():
-        np.testing.assert_allclose(float(info[name]), value, rtol=2e-4, atol=2e-5, err_msg=name)
+    chex.assert_trees_all_close({name: info[name] for name in expected}, expected, rtol=2e-4, atol=2e-5)
     np.testing.assert_allclose(float(loss), expected["loss"], rtol=2e-4, atol=2e-5)
+
+
+def test_ppo_loss_refuses_a_minibatch_that_is_not_flat_transitions():
+    params = init()["params"]
+    n = 8
+    minibatch = {"obs": np.zeros((n, 4), np.float32), "action": np.zeros(n, np.int32),
+                 **{name: np.zeros(n, np.float32) for name in ("logp", "advantage", "target", "weight")}}
+    loss = jax.jit(learning.ppo_loss, static_argnums=(2, 3))
+    loss(params, minibatch, CONFIG, ENV)
+    with pytest.raises(AssertionError, match=r"input 0 has rank 2 \(shape \(2, 4\)\) but expected 1"):
+        loss(params, dict(minibatch, logp=np.zeros((2, 4), np.float32)), CONFIG, ENV)  # (B, T), not flat
+    with pytest.raises(AssertionError, match=r"different shape prefixes"):
+        loss(params, dict(minibatch, action=np.zeros(n - 1, np.int32)), CONFIG, ENV)
+    with pytest.raises(AssertionError, match=r"shape \(8, 3\) but expected \(None, 4\)"):
+        loss(params, dict(minibatch, obs=np.zeros((n, 3), np.float32)), CONFIG, ENV)
 
 
 # Update ----------------------------------------------------------------------------------------
@@ -172,7 +197,7 @@ def test_transitions_older_than_the_lag_bound_are_not_learned_from():
     state, metrics = update(state, stale, jax.random.key(9))
     assert float(metrics["stale_fraction"]) == 1.0 and float(metrics["transitions"]) == 0.0
     assert float(metrics["policy_lag_mean"]) == 3.0 and float(metrics["policy_lag_max"]) == 3.0
-    jax.tree.map(np.testing.assert_array_equal, params, jax.tree.map(np.asarray, state["params"]))
+    chex.assert_trees_all_equal(params, state["params"])
     assert int(state["version"]) == 4  # the learner's step still advanced
     mixed = bandit_batch(rng, version=4)
     mixed["version"][:4] = 1  # half the trajectories lag 3 behind version 4... then 4 - 1 = 3 > 2
@@ -184,6 +209,13 @@ def test_transitions_older_than_the_lag_bound_are_not_learned_from():
 def test_the_update_runs_data_parallel_through_parallel_py():
     update = functools.partial(learning.update, CONFIG, ENV)
     assert_data_parallel_matches_jit(update, init(), bandit_batch(np.random.default_rng(0)))
+
+
+def test_the_update_refuses_a_batch_whose_leaves_are_not_all_trajectories_of_one_length():
+    batch = bandit_batch(np.random.default_rng(0))
+    batch["logp"] = batch["logp"][:, :-1]  # per transition, not per row
+    with pytest.raises(AssertionError, match="different shape prefixes"):
+        jax.jit(functools.partial(learning.update, CONFIG, ENV))(init(), batch, jax.random.key(0))
 
 
 # A continuous action space --------------------------------------------------------------------
@@ -254,9 +286,9 @@ def test_eight_devices_jit_and_pmap_agree_with_one(tmp_path):
     reference, _ = jax.jit(functools.partial(learning.update, CONFIG, ENV))(
         init(), bandit_batch(np.random.default_rng(0)), jax.random.key(1))
     # jit on 8 devices: the one-device update on the global batch, minibatches and all.
-    for name, value in flat_tree(reference["params"]).items():
-        np.testing.assert_allclose(got[f"jit/bandit/['state']['params']{name}"], value, rtol=1e-4, atol=1e-5,
-                                   err_msg=f"jit {name}")
+    expected = flat_tree(reference["params"])
+    chex.assert_trees_all_close({name: got[f"jit/bandit/['state']['params']{name}"] for name in expected}, expected,
+                                rtol=1e-4, atol=1e-5)
     # pmap on shards of unequal weight equals jit on the global batch (one minibatch per epoch,
     # see SHARDED_CONFIG).
     assert 0 < float(got["jit/uneven/['metrics']['stale_fraction']"]) < 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -160,5 +161,14 @@ def test_vtrace_takes_any_trailing_batch_shape():
     reshaped = {k: v.reshape(v.shape[0], 2, 3) for k, v in rows.items()}
     flat = run_vtrace(rows, 0.9, rho_bar=1.2)
     nested = run_vtrace(reshaped, 0.9, rho_bar=1.2)
-    for a, b in zip(flat, nested):
-        np.testing.assert_allclose(a, b.reshape(a.shape), rtol=1e-6)
+    chex.assert_trees_all_close(flat, jax.tree.map(lambda x: x.reshape(len(x), 6), nested), rtol=1e-6)
+
+
+def test_vtrace_refuses_rows_and_transitions_of_the_wrong_shapes_or_dtypes():
+    rows = random_rows(5, rows=6, envs=2)
+    with pytest.raises(AssertionError, match=r"different shapes: \[\(6, 2\), \(5, 2\), \(6, 2\), \(6, 2\)\]"):
+        run_vtrace(dict(rows, reward=rows["reward"][1:]), 0.9)  # rewards per transition, not per row
+    with pytest.raises(AssertionError, match=r"shape \(6, 2\) but expected \(5, 2\)"):
+        run_vtrace(dict(rows, log_rho=np.zeros((6, 2), np.float32)), 0.9)  # log rho per row
+    with pytest.raises(AssertionError, match="input 2 has type float32 but expected bool"):
+        run_vtrace(dict(rows, terminated=rows["terminated"].astype(np.float32)), 0.9)

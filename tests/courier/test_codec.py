@@ -224,6 +224,7 @@ def test_jax_arrays_travel_as_host_numpy_arrays():
 
 
 def test_flax_params_and_optax_states_round_trip_and_stay_usable():
+    import chex
     import flax.linen as nn
     import jax
     import jax.numpy as jnp
@@ -232,18 +233,17 @@ def test_flax_params_and_optax_states_round_trip_and_stay_usable():
     codec.register_optax_states()
     params = nn.Dense(3).init(jax.random.key(0), jnp.ones((1, 2)))
     got_params = decode(encode(params))
-    assert jax.tree_util.tree_structure(got_params) == jax.tree_util.tree_structure(params)
+    chex.assert_trees_all_equal_structs(got_params, params)
     grads = jax.tree_util.tree_map(jnp.ones_like, params)
     chained = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3))
     for optimizer in (optax.adam(1e-3), chained):
         state = optimizer.init(params)
         got = decode(encode(state))
-        assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(state)
+        chex.assert_trees_all_equal_structs(got, state)
         want_updates, want_state = optimizer.update(grads, state, params)
         updates, new_state = optimizer.update(grads, got, got_params)
-        assert jax.tree_util.tree_structure(new_state) == jax.tree_util.tree_structure(want_state)
-        for a, b in zip(jax.tree_util.tree_leaves(updates), jax.tree_util.tree_leaves(want_updates)):
-            np.testing.assert_allclose(a, b)
+        chex.assert_trees_all_equal_structs(new_state, want_state)
+        chex.assert_trees_all_close(updates, want_updates, rtol=1e-7)
 
 
 def test_flax_struct_dataclasses_round_trip_once_registered():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import gymnasium as gym
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -52,9 +53,7 @@ def test_jax_trajectories_have_the_gymnasium_actors_keys_shapes_dtypes_and_overl
         assert len(sends) == 5 and all(len(items) == 3 for items in sends)
         layouts[backend] = {name: (x.shape, x.dtype) for name, x in sends[0][0].items()}
         for before, after in zip(sends, sends[1:]):  # the last row of one trajectory is the next one's first
-            for env in range(3):
-                for name in before[env]:
-                    np.testing.assert_array_equal(before[env][name][-1], after[env][name][0], err_msg=name)
+            chex.assert_trees_all_equal(jax.tree.map(lambda x: x[-1], before), jax.tree.map(lambda x: x[0], after))
         first = sends[0][0]
         assert first["reward"][0] == 0 and not first["terminated"][0] and first["version"].tolist() == [7] * 11
         assert actor.stats()["env_steps"] == 3 * steps
@@ -345,5 +344,6 @@ def test_consecutive_rollouts_share_a_row_whole_as_actors_trajectories_do():
     roll = jax.jit(jax_rollout.play, static_argnums=(0, 1, 5))
     envs, first, _ = roll(push_left, CARTPOLE_PORT, None, envs, jax.random.key(1), 8)
     _, second, _ = roll(push_left, CARTPOLE_PORT, None, envs, jax.random.key(2), 8)
-    for name in ("obs", "reward", "terminated", "truncated", "action", "logp"):
-        np.testing.assert_array_equal(first[name][:, -1], second[name][:, 0], err_msg=name)
+    shared = lambda trajectories, row: {name: trajectories[name][:, row]  # noqa: E731
+                                        for name in ("obs", "reward", "terminated", "truncated", "action", "logp")}
+    chex.assert_trees_all_equal(shared(first, -1), shared(second, 0))

@@ -11,9 +11,9 @@ import time
 import types
 from pathlib import Path
 
+import chex
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 import pytest
 
@@ -30,15 +30,6 @@ def make_state(seed: int) -> dict:
     grads = jax.tree.map(jnp.ones_like, params)
     _, opt = tx.update(grads, tx.init(params), params)  # non-trivial adam moments
     return {"params": params, "opt": opt, "step": jnp.int32(seed), "key": jax.random.key(seed)}
-
-
-def assert_same(a, b) -> None:
-    assert jax.tree.structure(a) == jax.tree.structure(b)
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-        assert x.dtype == y.dtype
-        if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
-            x, y = jax.random.key_data(x), jax.random.key_data(y)
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 def step_dirs(directory) -> list[int]:
@@ -118,7 +109,7 @@ def test_round_trip_restores_identical_state_with_opt_state_and_key(tmp_path):
     with Checkpointer(tmp_path) as ckpt:
         assert ckpt.latest_step() == 7
         restored = ckpt.restore(make_state(2))
-    assert_same(restored, state)
+    chex.assert_trees_all_equal(restored, state, strict=True)
     assert type(restored["opt"][0]) is type(state["opt"][0])  # optax NamedTuples come back
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+import chex
 import jax
 import numpy as np
 import pytest
@@ -55,9 +56,8 @@ def test_trajectories_overlap_by_one_row_and_carry_versions_and_boundaries():
     assert set(item) == {"obs", "reward", "terminated", "truncated", "action", "logp", "version"}
     assert item["obs"].shape == (11, 4) and item["action"].shape == (11,) and item["version"].tolist() == [7] * 11
     assert item["reward"][0] == 0  # the reset row
-    for env in range(3):  # the last row of a trajectory is the first row of the next
-        for name in item:
-            np.testing.assert_array_equal(first[env][name][-1], second[env][name][0])
+    # The last row of a trajectory is the first row of the next.
+    chex.assert_trees_all_equal(jax.tree.map(lambda x: x[-1], first), jax.tree.map(lambda x: x[0], second))
     for items in sink.sends:  # the autoreset boundary: a row after an ending row earns nothing
         for it in items:
             ended = it["terminated"] | it["truncated"]

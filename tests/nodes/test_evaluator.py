@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 
+import chex
 import jax
 import numpy as np
 import pytest
@@ -89,7 +90,7 @@ def test_it_evaluates_the_learners_final_version_off_the_interval_and_then_ends_
     assert saved_best(tmp_path) == best["step"]
     with Checkpointer(checkpoint_dir(tmp_path, BEST_POLICY)) as saved:
         restored = saved.restore(params(seed=0 if best["step"] == 3 else 1))
-    jax.tree.map(np.testing.assert_array_equal, restored, params(seed=0 if best["step"] == 3 else 1))
+    chex.assert_trees_all_equal(restored, params(seed=0 if best["step"] == 3 else 1))
 
 
 def publish_later(server, parameters, version):

@@ -9,6 +9,7 @@ import signal
 import time
 from concurrent import futures
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -299,8 +300,7 @@ def test_a_resumed_run_seeks_its_source_and_ends_where_an_uninterrupted_one_does
     resumed = train(tmp_path / "interrupted", 15)  # restores step 10; the source seeks batch 10
     uninterrupted = train(tmp_path / "whole", 15)
     assert resumed["version"] == uninterrupted["version"] == 15
-    for name in uninterrupted["params"]:
-        np.testing.assert_array_equal(resumed["params"][name], uninterrupted["params"][name])
+    chex.assert_trees_all_equal(resumed["params"], uninterrupted["params"])
 
 
 def test_a_restoring_learner_never_runs_init_its_checkpoint_is_the_state(tmp_path):
@@ -324,8 +324,7 @@ def test_a_restoring_learner_never_runs_init_its_checkpoint_is_the_state(tmp_pat
     assert len(runs) == 1
     restored = make(10)
     assert restored.restored_step == 5 and len(runs) == 1
-    for name, value in saved["params"].items():
-        np.testing.assert_array_equal(restored.get()["params"][name], value)
+    chex.assert_trees_all_equal(restored.get()["params"], saved["params"])
     restored.close()
 
 

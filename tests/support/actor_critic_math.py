@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -70,8 +71,7 @@ def assert_data_parallel_matches_jit(update: Callable, state: dict, batch: dict)
     step = parallel.data_parallel(update)
     sharded_state, metrics = step(step.replicate(state), step.shard_batch(batch), jax.random.key(1))
     reference, expected = jax.jit(update)(state, batch, jax.random.key(1))
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), sharded_state["params"],
-                 reference["params"])
+    chex.assert_trees_all_close(sharded_state["params"], reference["params"], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(float(metrics["loss"]), float(expected["loss"]), rtol=1e-5)
 
 

@@ -64,8 +64,10 @@ def run_cases(module: str, path: str) -> None:
 def assert_pmap_equals_jit(got: dict[str, np.ndarray], case: str) -> list[str]:
     """pmap (each device's shard, gradients and statistics averaged over devices) equals jit on
     the global batch, leaf by leaf; returns the leaves' names."""
+    import chex
+
     names = sorted(key.removeprefix(f"jit/{case}/") for key in got if key.startswith(f"jit/{case}/"))
-    for name in sorted(set(names) - PER_DEVICE_METRICS):
-        np.testing.assert_allclose(got[f"pmap/{case}/{name}"], got[f"jit/{case}/{name}"], rtol=1e-5, atol=1e-6,
-                                   err_msg=f"pmap {name}")
+    compared = set(names) - PER_DEVICE_METRICS
+    chex.assert_trees_all_close(*({name: got[f"{mode}/{case}/{name}"] for name in compared} for mode in ("pmap", "jit")),
+                                rtol=1e-5, atol=1e-6)
     return names

@@ -66,10 +66,13 @@ def to_transitions(trajectories: list[dict[str, np.ndarray]], gamma: float,
     real n-step transitions, stacked: ``{"obs", "action", "reward", "discount", "next_obs"}``
     with a leading transitions axis (``reward`` the n-step return), and their initial
     priorities."""
+    import chex
+
     from jaxdist.agents.apex import learning
 
     rows = {name: np.stack([item[name] for item in trajectories], axis=1)  # time-major (T + 1, envs, ...)
             for name in ("obs", "action", "reward", "terminated", "truncated", "q")}
+    chex.assert_equal_shape_prefix(list(rows.values()), 2)
     returns, discounts, bootstrap, real = learning.n_step_returns(
         rows["reward"], rows["terminated"], rows["truncated"], gamma, n_step)
     priorities = learning.initial_priorities(rows["q"], rows["action"], returns, discounts, bootstrap)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -46,9 +47,12 @@ PyTree = Any
 
 def n_step_returns(reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, gamma: float,
                    n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """n-step returns along axis 0 (time) of rows ``(T + 1, ...)``: ``(returns, discounts,
-    bootstrap rows, real)``, each ``(T, ...)``. ``real`` marks the transitions that did not
-    cross an autoreset; for the others the returns and discounts are 0."""
+    """n-step returns along axis 0 (time) of rows ``(T + 1, ...)`` (``terminated`` and
+    ``truncated`` bool): ``(returns, discounts, bootstrap rows, real)``, each ``(T, ...)``.
+    ``real`` marks the transitions that did not cross an autoreset; for the others the returns
+    and discounts are 0."""
+    chex.assert_equal_shape([reward, terminated, truncated])
+    chex.assert_type([reward, terminated, truncated], [float, bool, bool])
     last = reward.shape[0] - 1
     ended = np.logical_or(terminated, truncated)
     column = lambda x: x.reshape((-1,) + (1,) * (reward.ndim - 1))  # noqa: E731 - (T,) against (T, ...)
@@ -73,6 +77,10 @@ def initial_priorities(q: np.ndarray, action: np.ndarray, returns: np.ndarray, d
     """|n-step TD error| of every transition of a trajectory from the actor's own Q-values:
     ``q (T + 1, ..., A)`` and ``action (T + 1, ...)`` per row; the rest as ``n_step_returns``
     gives them. With one network, the double-DQN bootstrap is ``max_a Q(s_{t+m}, a)``."""
+    chex.assert_equal_shape([returns, discounts, bootstrap])
+    chex.assert_shape(action, (returns.shape[0] + 1, *returns.shape[1:]))
+    chex.assert_shape(q, (*action.shape, None))
+    chex.assert_type(bootstrap, int)
     q_max = np.max(q, axis=-1)
     bootstrap_value = np.take_along_axis(q_max, bootstrap, axis=0)
     q_taken = np.take_along_axis(q[:-1], action[:-1, ..., None].astype(np.int64), axis=-1)[..., 0]
@@ -84,7 +92,11 @@ def initial_priorities(q: np.ndarray, action: np.ndarray, returns: np.ndarray, d
 
 def double_q_targets(reward: jax.Array, discount: jax.Array, q_next_online: jax.Array,
                      q_next_target: jax.Array) -> jax.Array:
-    """``reward + discount * Q_target(s', argmax_a Q_online(s', a))`` (van Hasselt et al. 2016)."""
+    """``reward + discount * Q_target(s', argmax_a Q_online(s', a))`` (van Hasselt et al. 2016):
+    ``reward`` and ``discount`` of any batch shape, the Q-values that shape by actions."""
+    chex.assert_equal_shape([reward, discount])
+    chex.assert_equal_shape([q_next_online, q_next_target])
+    chex.assert_shape(q_next_online, (*reward.shape, None))
     best = jnp.argmax(q_next_online, axis=-1)
     return reward + discount * jnp.take_along_axis(q_next_target, best[..., None], axis=-1)[..., 0]
 
@@ -96,9 +108,13 @@ def importance_weights(probabilities: jax.Array, exponent: float) -> jax.Array:
 
 def dqn_loss(params: PyTree, target_params: PyTree, batch: dict[str, Any],
              config: ApexConfig, env: EnvInfo) -> tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]:
-    """The importance-weighted Huber loss of one sample ``{"data", "probabilities"}``; also the
-    TD errors (the new priorities) and metrics."""
+    """The importance-weighted Huber loss of one sample ``{"data", "probabilities"}`` of N
+    transitions (``data`` as ``acting.to_transitions`` makes them, ``probabilities`` ``(N,)``);
+    also the TD errors (the new priorities) and metrics."""
     data, network = batch["data"], q_network(config, env)
+    chex.assert_rank([data["action"], data["reward"], data["discount"], batch["probabilities"]], 1)
+    chex.assert_equal_shape_prefix([*data.values(), batch["probabilities"]], 1)
+    chex.assert_shape([data["obs"], data["next_obs"]], (None, *env.obs_shape))
     q = network.apply(params, data["obs"])
     q_taken = jnp.take_along_axis(q, data["action"][..., None].astype(jnp.int32), axis=-1)[..., 0]
     q_next_online = network.apply(params, data["next_obs"])

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import chex
 import jax
 import jax.numpy as jnp
 import optax
@@ -53,7 +54,11 @@ def _time_major(x: jax.Array) -> jax.Array:
 def impala_loss(params: PyTree, batch: dict[str, jax.Array], obs: jax.Array, reward: jax.Array,
                 config: IMPALAConfig, env: EnvInfo) -> tuple[jax.Array, dict]:
     """The IMPALA loss of a batch of trajectories (see the module docstring) and its parts;
-    ``obs`` and the time-major ``reward`` as :func:`actor_critic.normalized` gives them."""
+    ``obs`` (``(B, T + 1, ...)``) and the time-major ``reward`` (``(T + 1, B)``) as
+    :func:`actor_critic.normalized` gives them."""
+    chex.assert_rank(batch["logp"], 2)
+    chex.assert_equal_shape_prefix([obs, *batch.values()], 2)
+    chex.assert_shape(reward, batch["logp"].shape[::-1])
     dist, value = actor_critic.network(config, env).apply(params, obs)  # value (B, T + 1)
     logp = distributions.log_prob(env.action, dist, batch["action"])[:, :-1]
     log_rho = logp - batch["logp"][:, :-1]

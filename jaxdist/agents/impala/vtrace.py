@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -44,9 +45,13 @@ class VTrace(NamedTuple):
 def vtrace(value: jax.Array, reward: jax.Array, terminated: jax.Array, truncated: jax.Array,
            log_rho: jax.Array, gamma: float, *, rho_bar: float = 1.0, c_bar: float = 1.0,
            pg_rho_bar: float | None = None, lam: float = 1.0) -> VTrace:
-    """V-trace along axis 0 (time): ``value``, ``reward``, ``terminated``, ``truncated`` are rows
-    ``(T + 1, ...)``; ``log_rho = log pi(a_s|x_s) - log mu(a_s|x_s)`` is per transition ``(T, ...)``.
-    ``pg_rho_bar`` defaults to ``rho_bar``; ``lam`` scales the traces (the paper's remark 2)."""
+    """V-trace along axis 0 (time): ``value``, ``reward`` (float), ``terminated``, ``truncated``
+    (bool) are rows ``(T + 1, ...)``; ``log_rho = log pi(a_s|x_s) - log mu(a_s|x_s)`` is per
+    transition ``(T, ...)``. ``pg_rho_bar`` defaults to ``rho_bar``; ``lam`` scales the traces
+    (the paper's remark 2)."""
+    chex.assert_equal_shape([value, reward, terminated, truncated])
+    chex.assert_shape(log_rho, (value.shape[0] - 1, *value.shape[1:]))
+    chex.assert_type([value, reward, terminated, truncated, log_rho], [float, float, bool, bool, float])
     value, log_rho = jax.lax.stop_gradient(value), jax.lax.stop_gradient(log_rho)
     pg_rho_bar = rho_bar if pg_rho_bar is None else pg_rho_bar
     real = ~(terminated | truncated)[:-1]

@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import chex
 import jax
 import jax.numpy as jnp
 import optax
@@ -54,9 +55,12 @@ PyTree = Any
 
 def gae(reward: jax.Array, value: jax.Array, terminated: jax.Array, truncated: jax.Array,
         gamma: float, lam: float) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Generalized advantage estimates along axis 0 (time): rows ``(T + 1, ...)`` in,
-    ``(advantages, value targets, real)`` of shape ``(T, ...)`` out; ``real`` marks transitions
-    that did not cross an autoreset boundary (advantages there are 0)."""
+    """Generalized advantage estimates along axis 0 (time): rows ``(T + 1, ...)`` in (rewards
+    and values float, ``terminated`` and ``truncated`` bool), ``(advantages, value targets,
+    real)`` of shape ``(T, ...)`` out; ``real`` marks transitions that did not cross an
+    autoreset boundary (advantages there are 0)."""
+    chex.assert_equal_shape([reward, value, terminated, truncated])
+    chex.assert_type([reward, value, terminated, truncated], [float, float, bool, bool])
     terminated = terminated.astype(value.dtype)
     ended = jnp.maximum(terminated, truncated.astype(value.dtype))
     delta = reward[1:] + gamma * (1.0 - terminated[1:]) * value[1:] - value[:-1]
@@ -95,7 +99,12 @@ def ppo_loss(params: PyTree, minibatch: dict[str, jax.Array], config: PPOConfig,
              env: EnvInfo) -> tuple[jax.Array, dict]:
     """The clipped-surrogate PPO loss of one minibatch of flat transitions: ``obs`` (normalised
     if the config says so), ``action``, ``logp`` (acting policy), ``advantage``, ``target``
-    (value target), ``weight`` (0 or 1)."""
+    (value target), ``weight`` (0 or 1), each with a leading transitions axis ``(N, ...)``."""
+    per_transition = [minibatch[name] for name in ("logp", "advantage", "target", "weight")]
+    chex.assert_rank(per_transition, 1)
+    chex.assert_type(per_transition, float)
+    chex.assert_shape(minibatch["obs"], (None, *env.obs_shape))
+    chex.assert_equal_shape_prefix(list(minibatch.values()), 1)
     dist, value = actor_critic.network(config, env).apply(params, minibatch["obs"])
     logp = distributions.log_prob(env.action, dist, minibatch["action"])
     weight = minibatch["weight"]
@@ -141,7 +150,9 @@ def update(config: PPOConfig, env: EnvInfo, state: dict[str, PyTree], batch: dic
            rng: jax.Array) -> tuple[dict[str, PyTree], dict[str, jax.Array]]:
     """One PPO update on a batch of trajectories: ``epochs`` passes of ``minibatches`` SGD steps,
     all under ``lax.scan`` in one jitted call. Gradients go through ``parallel.pmean``, so the
-    same function runs data-parallel under jit (global batch) and pmap (per-device shards)."""
+    same function runs data-parallel under jit (global batch) and pmap (per-device shards).
+    Every leaf of ``batch`` is ``(B, T + 1, ...)`` (the module docstring)."""
+    chex.assert_equal_shape_prefix(list(batch.values()), 2)
     net, tx = actor_critic.network(config, env), optimizer(config)
     params, version = state["params"], state["version"]
     time_major = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731
