@@ -61,8 +61,8 @@ def _policy_and_params(num_actions: int = 2):
     """PPO's CartPole policy (64x64) and its published parameters, ``{"network": ...}``."""
     import jax
 
-    from jaxdist.agents.networks import ActorCritic
-    from jaxdist.agents.policies import ActorCriticPolicy
+    from jaxdist.agents.actor_critic import ActorCritic
+    from jaxdist.agents.actor_critic import ActorCriticPolicy
     from jaxdist.envs.spaces import ActionSpace, EnvInfo
 
     env = EnvInfo((4,), "float32", ActionSpace(num_actions=num_actions))

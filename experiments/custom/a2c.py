@@ -51,4 +51,4 @@ PRESETS = {"CartPole-v1": {"target_return": 475.0, "eval_every_updates": 25, "to
 def agent(config: A2CConfig) -> Agent:
     """The record ``jaxdist.agents.run`` trains; its parts are named, imported where they run."""
     return Agent("a2c", "a2c:agent", config, learner_logic="a2c_learning:logic",
-                 policy="jaxdist.agents.policies:actor_critic")
+                 policy="jaxdist.agents.actor_critic:policy")

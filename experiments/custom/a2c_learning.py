@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import optax
 
 from a2c import A2CConfig
-from jaxdist.agents import actor_critic, distributions, networks
+from jaxdist.agents import actor_critic
 from jaxdist.agents.ppo.learning import gae
 from jaxdist.envs.spaces import EnvInfo
 from jaxdist.learning import parallel
@@ -25,7 +25,7 @@ from jaxdist.learning.learner_logic import LearnerLogic
 
 
 def optimizer(config: A2CConfig) -> optax.GradientTransformation:
-    return networks.clipped_adam(config.learning_rate, config.max_grad_norm, None)
+    return actor_critic.clipped_adam(config.learning_rate, config.max_grad_norm, None)
 
 
 def logic(config: A2CConfig, env: EnvInfo) -> LearnerLogic:
@@ -49,10 +49,10 @@ def update(config: A2CConfig, env: EnvInfo, state: dict[str, Any], batch: dict[s
                                       time_major(batch["terminated"]), time_major(batch["truncated"]),
                                       config.gamma, config.gae_lambda)
         weight = time_major(real).astype(jnp.float32)
-        logp = distributions.log_prob(env.action, dist, batch["action"])[:, :-1]
+        logp = actor_critic.log_prob(env.action, dist, batch["action"])[:, :-1]
         policy_loss = -parallel.weighted_mean(logp * time_major(advantage), weight)
         value_loss = 0.5 * parallel.weighted_mean((value[:, :-1] - time_major(target)) ** 2, weight)
-        entropy = parallel.weighted_mean(distributions.entropy(env.action, dist)[:, :-1], weight)
+        entropy = parallel.weighted_mean(actor_critic.entropy(env.action, dist)[:, :-1], weight)
         total = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
         return total, {"loss": total, "policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy}
 

@@ -4,7 +4,7 @@ read by ``env_info``, and the JAX ports in ``jaxdist.envs.jax_envs``), below the
 
 No JAX here: launching processes read an env's spaces (``env_info``) without starting JAX.
 ``ActionSpace`` is hashable so that jitted functions take it as a static argument (see
-:mod:`jaxdist.agents.distributions`).
+:mod:`jaxdist.agents.actor_critic`).
 """
 
 from __future__ import annotations

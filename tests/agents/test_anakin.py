@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdist.agents.apex import acting, learning
+from jaxdist.agents.apex import learning
 from jaxdist.agents.apex import ApexConfig
 from jaxdist.envs.spaces import ActionSpace, EnvInfo
 
@@ -102,7 +102,7 @@ def test_to_transitions_keeps_real_transitions_with_their_bootstrap_observations
     action = np.random.default_rng(3).integers(0, 3, (9, 2)).astype(np.int32)
     trajectories = [{"obs": obs[:, b], "action": action[:, b], "reward": reward[:, b], "terminated": terminated[:, b],
                      "truncated": truncated[:, b], "q": q[:, b], "version": np.zeros(9, np.int32)} for b in range(2)]
-    transitions, priorities = acting.to_transitions(trajectories, 0.9, 2)
+    transitions, priorities = learning.to_transitions(trajectories, 0.9, 2)
     returns, discounts, bootstrap, real = learning.n_step_returns(reward, terminated, truncated, 0.9, 2)
     assert len(transitions["obs"]) == real.sum() == len(priorities)
     t, b = np.nonzero(real)
@@ -110,7 +110,7 @@ def test_to_transitions_keeps_real_transitions_with_their_bootstrap_observations
                                               "action": action[t, b], "reward": returns[t, b],
                                               "discount": discounts[t, b]})
     with pytest.raises(AssertionError, match="different shape prefixes"):  # Q-values per transition, not per row
-        acting.to_transitions([dict(item, q=item["q"][:-1]) for item in trajectories], 0.9, 2)
+        learning.to_transitions([dict(item, q=item["q"][:-1]) for item in trajectories], 0.9, 2)
 
 
 def test_n_step_math_refuses_rows_of_the_wrong_shapes_or_dtypes():
@@ -155,12 +155,12 @@ def test_importance_weights_are_normalised_per_batch():
 
 
 def test_epsilon_schedule_follows_the_paper():
-    eps = acting.actor_epsilons(8)
+    eps = learning.actor_epsilons(8)
     np.testing.assert_allclose(eps, [0.4 ** (1 + 7 * i / 7) for i in range(8)])
     assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4**8)
     assert all(a > b for a, b in zip(eps, eps[1:]))
-    assert acting.actor_epsilons(1) == [0.4]
-    assert acting.actor_epsilons(3) == pytest.approx([0.4, 0.4**4.5, 0.4**8])
+    assert learning.actor_epsilons(1) == [0.4]
+    assert learning.actor_epsilons(3) == pytest.approx([0.4, 0.4**4.5, 0.4**8])
 
 
 def test_epsilon_greedy_explores_at_its_rate():
@@ -169,7 +169,7 @@ def test_epsilon_greedy_explores_at_its_rate():
     obs = jnp.asarray(np.random.default_rng(5).normal(size=(4000, 4)), jnp.float32)
     greedy = jnp.argmax(network.apply(params, obs), -1)
     for epsilon in (0.0, 0.3):
-        policy = acting.EpsilonGreedy(ENV, CONFIG.network, CONFIG.hidden, CONFIG.dueling, epsilon)
+        policy = learning.EpsilonGreedy(ENV, CONFIG.network, CONFIG.hidden, CONFIG.dueling, epsilon)
         action, extras = jax.jit(policy)({"network": params}, obs, jax.random.key(1))
         np.testing.assert_allclose(extras["q"], network.apply(params, obs), rtol=1e-6)
         # A random action differs from the greedy one 2 times in 3 with 3 actions.
@@ -181,13 +181,13 @@ def test_the_evaluators_policy_is_greedy_with_no_extras_and_actors_get_their_eps
     params = network.init(jax.random.key(0), jnp.zeros((1, 4)))
     obs = jnp.asarray(np.random.default_rng(6).normal(size=(64, 4)), jnp.float32)
     config = dataclasses.replace(CONFIG, num_actors=3)
-    evaluator = acting.policy(config, ENV, None)
+    evaluator = learning.policy(config, ENV, None)
     assert evaluator.epsilon is None
     action, extras = jax.jit(evaluator)({"network": params}, obs, jax.random.key(1))
     np.testing.assert_array_equal(action, jnp.argmax(network.apply(params, obs), -1))
     assert extras == {} and action.dtype == jnp.int32
-    epsilons = acting.actor_epsilons(3, config.base_epsilon, config.epsilon_alpha)
-    assert [acting.policy(config, ENV, i).epsilon for i in range(3)] == epsilons
+    epsilons = learning.actor_epsilons(3, config.base_epsilon, config.epsilon_alpha)
+    assert [learning.policy(config, ENV, i).epsilon for i in range(3)] == epsilons
 
 
 def test_apex_refuses_a_continuous_action_space_when_the_agent_is_built():

@@ -1,4 +1,4 @@
-"""jaxdist.agents.distributions against NumPy references written out by hand."""
+"""jaxdist.agents.actor_critic against NumPy references written out by hand."""
 
 import functools
 import math
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdist.agents import distributions as D
+from jaxdist.agents import actor_critic as D
 from jaxdist.envs.spaces import ActionSpace
 
 DISCRETE = ActionSpace(num_actions=4)

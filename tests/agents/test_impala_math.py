@@ -22,7 +22,7 @@ from jaxdist.agents import actor_critic
 from jaxdist.agents.impala import learning
 from jaxdist.agents.impala import IMPALAConfig
 from jaxdist.agents.impala.vtrace import vtrace
-from jaxdist.agents.policies import ActorCriticPolicy
+from jaxdist.agents.actor_critic import ActorCriticPolicy
 from jaxdist.envs.spaces import EnvInfo
 
 # total_steps makes 10 updates of 8 trajectories x 16 transitions (the learning-rate schedule).

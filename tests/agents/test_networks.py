@@ -1,4 +1,4 @@
-"""jaxdist.agents.networks: torsos by name, the actor-critic for discrete and continuous actions
+"""jaxdist.agents.actor_critic: torsos by name, the actor-critic for discrete and continuous actions
 on vectors and images, custom networks, and Ape-X's dueling Q-network."""
 
 import chex
@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import pixel_envs
-from jaxdist.agents import distributions
-from jaxdist.agents.networks import ActorCritic, QNetwork, torso
+from jaxdist.agents import actor_critic
+from jaxdist.agents.actor_critic import ActorCritic, torso
+from jaxdist.agents.apex.learning import QNetwork
 from jaxdist.envs.spaces import ActionSpace
 
 DISCRETE = ActionSpace(num_actions=3)
@@ -51,8 +52,8 @@ def test_actor_critic_shapes_for_batch_dims_of_rank_1_and_2(name, batch):
     else:
         mean, log_std = dist
         assert mean.shape == (*batch, 2) and log_std.shape == (2,)
-    action = distributions.sample(space, dist, jax.random.key(1))
-    assert distributions.log_prob(space, dist, action).shape == batch
+    action = actor_critic.sample(space, dist, jax.random.key(1))
+    assert actor_critic.log_prob(space, dist, action).shape == batch
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -81,7 +82,7 @@ def test_log_std_is_a_state_independent_parameter_that_learns():
     obs = observations((4,), np.float32, (6,))
 
     def loss(p):
-        return -distributions.log_prob(BOX, net.apply(p, obs, method="policy"), jnp.full((6, 2), 3.0)).sum()
+        return -actor_critic.log_prob(BOX, net.apply(p, obs, method="policy"), jnp.full((6, 2), 3.0)).sum()
 
     assert np.all(np.asarray(jax.grad(loss)(params)["params"]["log_std"]) != 0)
 

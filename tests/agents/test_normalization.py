@@ -1,4 +1,4 @@
-"""jaxdist.agents.normalization: running stats against NumPy, masks, jit vs pmap on 8 devices,
+"""jaxdist.agents.actor_critic: running stats against NumPy, masks, jit vs pmap on 8 devices,
 clipping, and reward scaling on a hand-computed example."""
 
 import json
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from actor_critic_math import moments
 
-from jaxdist.agents import normalization as N
+from jaxdist.agents import actor_critic as N
 
 
 def batches(seed: int = 0) -> list[np.ndarray]:
@@ -105,7 +105,7 @@ import jax
 jax.config.update("jax_num_cpu_devices", 8)
 import numpy as np
 from jaxdist.learning import parallel
-from jaxdist.agents import normalization as N
+from jaxdist.agents import actor_critic as N
 
 def update(stats, batch, rng):
     return N.update_stats(stats, batch["x"], batch["w"]), {}

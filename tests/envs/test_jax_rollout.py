@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from jaxdist.envs import jax_envs, jax_rollout
-from jaxdist.agents.networks import ActorCritic
-from jaxdist.agents.policies import ActorCriticPolicy
+from jaxdist.agents.actor_critic import ActorCritic
+from jaxdist.agents.actor_critic import ActorCriticPolicy
 from jaxdist.envs.vector import EnvSpec
 from jaxdist.nodes.actor import Actor
 from jaxdist.nodes.parameter_server import ParameterServer

@@ -13,8 +13,8 @@ import pytest
 
 import jaxdist as jd
 from jaxdist import courier
-from jaxdist.agents.networks import ActorCritic
-from jaxdist.agents.policies import ActorCriticPolicy
+from jaxdist.agents.actor_critic import ActorCritic
+from jaxdist.agents.actor_critic import ActorCriticPolicy
 from jaxdist.envs.spaces import ActionSpace, EnvInfo
 from jaxdist.envs.vector import EnvSpec
 from jaxdist.nodes import actor as actor_module

@@ -14,8 +14,8 @@ import pytest
 import slow_envs
 
 import jaxdist as jd
-from jaxdist.agents.networks import ActorCritic
-from jaxdist.agents.policies import ActorCriticPolicy
+from jaxdist.agents.actor_critic import ActorCritic
+from jaxdist.agents.actor_critic import ActorCriticPolicy
 from jaxdist.envs.vector import EnvSpec
 from jaxdist.records.metrics import read_metrics
 from jaxdist.learning.checkpoint import Checkpointer, checkpoint_dir

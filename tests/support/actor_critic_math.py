@@ -13,7 +13,7 @@ import numpy as np
 from eight_devices import flat_tree
 
 from jaxdist.learning import parallel
-from jaxdist.agents import actor_critic, distributions, normalization
+from jaxdist.agents import actor_critic
 from jaxdist.envs.spaces import ActionSpace, EnvInfo
 
 CARTPOLE = EnvInfo((4,), "float32", ActionSpace(num_actions=2))
@@ -61,9 +61,9 @@ def pendulum_batch(rng: np.random.Generator, trajectories: int, rows: int) -> di
 def acting_logp(config, state: dict, batch: dict, normalize: bool = True) -> np.ndarray:
     """``log mu(a|x)`` of the learner's current policy acting as an actor does: on observations
     normalised with the statistics published with the parameters (those before the batch)."""
-    obs = normalization.normalize(state["obs_norm"], batch["obs"]) if normalize else batch["obs"]
+    obs = actor_critic.normalize(state["obs_norm"], batch["obs"]) if normalize else batch["obs"]
     dist = actor_critic.network(config, PENDULUM).apply(state["params"], obs, method="policy")
-    return np.asarray(distributions.log_prob(PENDULUM.action, dist, batch["action"]))
+    return np.asarray(actor_critic.log_prob(PENDULUM.action, dist, batch["action"]))
 
 
 def assert_data_parallel_matches_jit(update: Callable, state: dict, batch: dict) -> None:

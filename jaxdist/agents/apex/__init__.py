@@ -1,9 +1,9 @@
 """Ape-X DQN (Horgan et al. 2018) as an agent record: its config (``ApexConfig``, ``PRESETS``)
-and its components. ``learning.py`` has the math (n-step returns, initial priorities, double-DQN
-targets, the importance-weighted loss, the jitted update), ``acting.py`` the epsilon schedule,
-the epsilon-greedy policy and the sink that inserts n-step transitions with priorities. The
-learner, which writes priorities back, and the topology are the shared ones; the Q-network
-(dueling) is ``jaxdist.agents.networks.QNetwork``. Nothing here imports JAX."""
+and its parts. ``learning.py`` has the math (n-step returns, initial priorities, double-DQN
+targets, the importance-weighted loss, the dueling Q-network, the jitted update) and the
+actors' side (the epsilon schedule, the epsilon-greedy policy and the sink that inserts n-step
+transitions with priorities). The learner writes priorities back; the topology is the
+config's architecture (Sebulba). Nothing here imports JAX."""
 
 from __future__ import annotations
 
@@ -130,8 +130,8 @@ def replay_table(config: ApexConfig) -> jd.replay.Prioritized:
 def agent(config: ApexConfig) -> Agent:
     """The record ``run.train`` takes; ``agent(config).topology()`` builds its program."""
     record = Agent("apex", "jaxdist.agents.apex:agent", config, learner_logic="jaxdist.agents.apex.learning:logic",
-                   policy="jaxdist.agents.apex.acting:policy", replay_table="jaxdist.agents.apex:replay_table",
-                   sink="jaxdist.agents.apex.acting:TransitionSink", prioritized=True)
+                   policy="jaxdist.agents.apex.learning:policy", replay_table="jaxdist.agents.apex:replay_table",
+                   sink="jaxdist.agents.apex.learning:TransitionSink", prioritized=True)
     if not record.env.action.discrete:
         raise ValueError(f"DQN chooses among discrete actions; {config.env_id} has a continuous action space "
                          f"(use PPO or IMPALA)")

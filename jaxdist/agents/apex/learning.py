@@ -1,6 +1,8 @@
 """Ape-X DQN's math (Horgan et al. 2018): n-step transitions with the actors' initial
-priorities, double-DQN targets, the prioritized-replay loss, and one jitted update. Every
-function here is pure; the distribution (actors, replay, the learner node) lives elsewhere.
+priorities, double-DQN targets, the prioritized-replay loss, and one jitted update, all pure;
+then the actors' side: each actor's exploration epsilon, the epsilon-greedy policy (its Q-values
+ride along as extras), and the sink that turns each trajectory into n-step transitions with
+initial priorities and inserts them into the prioritized replay.
 
 **Rows and transitions.** Actors send trajectories of ``T + 1`` rows in the convention of
 :mod:`jaxdist.envs.vector`: row t holds ``obs_t``, the reward earned arriving there, whether ``obs_t``
@@ -25,19 +27,22 @@ update the learner replaces the priorities of the transitions it sampled with th
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
 import chex
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxdist.agents.actor_critic import Network, torso
 from jaxdist.agents.apex import ApexConfig
-from jaxdist.agents.networks import QNetwork
 from jaxdist.envs.spaces import EnvInfo
 from jaxdist.learning.learner_logic import LearnerLogic
+from jaxdist.nodes.replay import ReplayClient
 
 PyTree = Any
 
@@ -109,7 +114,7 @@ def importance_weights(probabilities: jax.Array, exponent: float) -> jax.Array:
 def dqn_loss(params: PyTree, target_params: PyTree, batch: dict[str, Any],
              config: ApexConfig, env: EnvInfo) -> tuple[jax.Array, tuple[jax.Array, dict[str, jax.Array]]]:
     """The importance-weighted Huber loss of one sample ``{"data", "probabilities"}`` of N
-    transitions (``data`` as ``acting.to_transitions`` makes them, ``probabilities`` ``(N,)``);
+    transitions (``data`` as ``learning.to_transitions`` makes them, ``probabilities`` ``(N,)``);
     also the TD errors (the new priorities) and metrics."""
     data, network = batch["data"], q_network(config, env)
     chex.assert_rank([data["action"], data["reward"], data["discount"], batch["probabilities"]], 1)
@@ -128,6 +133,27 @@ def dqn_loss(params: PyTree, target_params: PyTree, batch: dict[str, Any],
 
 
 # State and update ------------------------------------------------------------------------------
+
+
+class QNetwork(nn.Module):
+    """``(obs) -> Q-values (..., num_actions)``. Ape-X's as tuned: ReLU and flax's default
+    (LeCun normal) init, and the dueling head of its paper (Wang et al., 2016):
+    ``Q(s, a) = V(s) + A(s, a) - mean_a A(s, a)``."""
+
+    num_actions: int
+    network: Network = "mlp"
+    hidden: tuple[int, ...] = (128, 128)
+    dueling: bool = True
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        x = torso(self.network, self.hidden, activation=nn.relu,
+                  kernel_init=nn.initializers.lecun_normal())(obs)
+        if not self.dueling:
+            return nn.Dense(self.num_actions)(x)
+        advantage = nn.Dense(self.num_actions)(x)
+        value = nn.Dense(1)(x)
+        return value + advantage - jnp.mean(advantage, axis=-1, keepdims=True)
 
 
 def q_network(config: ApexConfig, env: EnvInfo) -> QNetwork:
@@ -175,3 +201,84 @@ def update(config: ApexConfig, env: EnvInfo, state: dict[str, PyTree], batch: di
     target_params = optax.periodic_update(params, state["target_params"], count, config.target_update_period)
     metrics = dict(metrics, priorities=jnp.abs(td))
     return {"params": params, "target_params": target_params, "opt_state": opt_state, "updates": count}, metrics
+
+
+# The actors' side ---------------------------------------------------------------------------
+
+
+def actor_epsilons(num_actors: int, base: float = 0.4, alpha: float = 7.0) -> list[float]:
+    """``base ** (1 + alpha * i / (N - 1))`` for actor i of N (Horgan et al. 2018); ``[base]``
+    for one actor. Spread over many orders of magnitude, so some actors explore hard and the
+    last are nearly greedy."""
+    if num_actors == 1:
+        return [base]
+    return [base ** (1 + alpha * i / (num_actors - 1)) for i in range(num_actors)]
+
+
+@dataclasses.dataclass(frozen=True)
+class EpsilonGreedy:
+    """``(params, obs, key) -> (action, {"q": Q-values})`` for a batch of observations; the actor
+    jits it. The Q-values go out with the trajectory, so the sink can compute initial
+    priorities without running the network again. ``epsilon`` None: the greedy policy of
+    evaluation and ``load_policy``, no extras. Picklable."""
+
+    env: EnvInfo
+    network: Any
+    hidden: tuple[int, ...]
+    dueling: bool
+    epsilon: float | None
+
+    def __call__(self, params: Any, obs: Any, key: Any) -> tuple[Any, dict[str, Any]]:
+        num_actions = self.env.action.size
+        q = QNetwork(num_actions, self.network, tuple(self.hidden), self.dueling).apply(params["network"], obs)
+        if self.epsilon is None:
+            return jnp.argmax(q, axis=-1).astype(jnp.int32), {}
+        explore_key, action_key = jax.random.split(key)
+        batch_shape = q.shape[:-1]
+        random_action = jax.random.randint(action_key, batch_shape, 0, num_actions)
+        explore = jax.random.uniform(explore_key, batch_shape) < self.epsilon
+        action = jnp.where(explore, random_action, jnp.argmax(q, axis=-1))
+        return action.astype(jnp.int32), {"q": q}
+
+
+def policy(config: Any, env: EnvInfo, actor: int | None) -> EpsilonGreedy:
+    """An ``Agent.policy``: actor i explores with its epsilon (an actor added by ``running.scale``,
+    i >= num_actors, takes actor i % num_actors's); the evaluator acts greedily."""
+    epsilons = actor_epsilons(config.num_actors, config.base_epsilon, config.epsilon_alpha)
+    return EpsilonGreedy(env, config.network, tuple(config.hidden), config.dueling,
+                         None if actor is None else epsilons[actor % len(epsilons)])
+
+
+def to_transitions(trajectories: list[dict[str, np.ndarray]], gamma: float,
+                   n_step: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """An actor's per-env trajectories (``(T + 1, ...)`` rows with the policy's ``q``) -> the
+    real n-step transitions, stacked: ``{"obs", "action", "reward", "discount", "next_obs"}``
+    with a leading transitions axis (``reward`` the n-step return), and their initial
+    priorities."""
+    rows = {name: np.stack([item[name] for item in trajectories], axis=1)  # time-major (T + 1, envs, ...)
+            for name in ("obs", "action", "reward", "terminated", "truncated", "q")}
+    chex.assert_equal_shape_prefix(list(rows.values()), 2)
+    returns, discounts, bootstrap, real = n_step_returns(
+        rows["reward"], rows["terminated"], rows["truncated"], gamma, n_step)
+    priorities = initial_priorities(rows["q"], rows["action"], returns, discounts, bootstrap)
+    time, env = np.nonzero(real)
+    transitions = {"obs": rows["obs"][time, env], "action": rows["action"][time, env],
+                   "reward": returns[time, env], "discount": discounts[time, env],
+                   "next_obs": rows["obs"][bootstrap[time, env], env]}
+    return transitions, priorities[time, env]
+
+
+class TransitionSink:
+    """An actor's ``sink(items)`` (an ``Agent.sink``): its trajectories become n-step
+    transitions, inserted into the replay node ``replay`` (a client) with their initial
+    priorities in one atomic call, stacked (one array per field on the wire, not one per
+    transition)."""
+
+    def __init__(self, config: Any, replay: Any, timeout: float | None = 30.0) -> None:
+        self._replay = ReplayClient(replay)
+        self._gamma, self._n_step, self._timeout = config.gamma, config.n_step, timeout
+
+    def __call__(self, trajectories: list[dict[str, np.ndarray]]) -> None:
+        transitions, priorities = to_transitions(trajectories, self._gamma, self._n_step)
+        if len(priorities):
+            self._replay.insert_batch(transitions, priorities=priorities, timeout=self._timeout)

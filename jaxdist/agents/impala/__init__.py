@@ -89,7 +89,7 @@ PRESETS: Presets = {
 def agent(config: IMPALAConfig) -> Agent:
     """The record ``run.train`` takes; ``agent(config).topology()`` builds its program."""
     return Agent("impala", "jaxdist.agents.impala:agent", config, learner_logic="jaxdist.agents.impala.learning:logic",
-                 policy="jaxdist.agents.policies:actor_critic")
+                 policy="jaxdist.agents.actor_critic:policy")
 
 
 __all__ = ["IMPALAConfig", "PRESETS", "agent"]

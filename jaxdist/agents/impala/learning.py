@@ -30,21 +30,13 @@ import jax.numpy as jnp
 import optax
 
 from jaxdist.learning import parallel
-from jaxdist.agents import actor_critic, distributions, networks
+from jaxdist.agents import actor_critic
 from jaxdist.agents.impala import IMPALAConfig
 from jaxdist.agents.impala.vtrace import vtrace
 from jaxdist.envs.spaces import EnvInfo
 from jaxdist.learning.learner_logic import LearnerLogic
 
 PyTree = Any
-
-
-def _weighted_mean(x: jax.Array, weight: jax.Array) -> jax.Array:
-    """``sum(x w) / sum(w)`` over the global batch, as a term of a loss or a metric: under a pmap
-    step this device's sum over its shard, divided by the weight of every shard (the step
-    averages gradients and metrics over devices, which sums the numerators). 0 if no weight."""
-    count = parallel.pmean(jnp.sum(weight))
-    return jnp.sum(x * weight) / jnp.where(count > 0, count, 1.0)
 
 
 def _time_major(x: jax.Array) -> jax.Array:
@@ -60,31 +52,31 @@ def impala_loss(params: PyTree, batch: dict[str, jax.Array], obs: jax.Array, rew
     chex.assert_equal_shape_prefix([obs, *batch.values()], 2)
     chex.assert_shape(reward, batch["logp"].shape[::-1])
     dist, value = actor_critic.network(config, env).apply(params, obs)  # value (B, T + 1)
-    logp = distributions.log_prob(env.action, dist, batch["action"])[:, :-1]
+    logp = actor_critic.log_prob(env.action, dist, batch["action"])[:, :-1]
     log_rho = logp - batch["logp"][:, :-1]
     corrected = vtrace(_time_major(value), reward, _time_major(batch["terminated"]),
                        _time_major(batch["truncated"]), _time_major(log_rho), config.gamma, rho_bar=config.rho_bar,
                        c_bar=config.c_bar, pg_rho_bar=config.pg_rho_bar, lam=config.trace_lambda)
     targets, advantages, real = (_time_major(x) for x in corrected)
     weight = real.astype(jnp.float32)
-    policy_loss = -_weighted_mean(logp * advantages, weight)
-    baseline_loss = 0.5 * _weighted_mean((targets - value[:, :-1]) ** 2, weight)
-    entropy = distributions.entropy(env.action, dist)  # per row; a state-independent std: one value
-    entropy = _weighted_mean(entropy[:, :-1] if entropy.ndim == 2 else entropy, weight)
+    policy_loss = -parallel.weighted_mean(logp * advantages, weight)
+    baseline_loss = 0.5 * parallel.weighted_mean((targets - value[:, :-1]) ** 2, weight)
+    entropy = actor_critic.entropy(env.action, dist)  # per row; a state-independent std: one value
+    entropy = parallel.weighted_mean(entropy[:, :-1] if entropy.ndim == 2 else entropy, weight)
     loss = policy_loss + config.baseline_cost * baseline_loss - config.ent_coef * entropy
     rho = jnp.exp(log_rho)
     return loss, {
         "loss": loss, "policy_loss": policy_loss, "baseline_loss": baseline_loss, "entropy": entropy,
-        "rho_mean": _weighted_mean(rho, weight),
-        "rho_clipped_fraction": _weighted_mean((rho > config.rho_bar).astype(jnp.float32), weight),
-        "advantage_mean": _weighted_mean(advantages, weight), "value_mean": _weighted_mean(value[:, :-1], weight),
+        "rho_mean": parallel.weighted_mean(rho, weight),
+        "rho_clipped_fraction": parallel.weighted_mean((rho > config.rho_bar).astype(jnp.float32), weight),
+        "advantage_mean": parallel.weighted_mean(advantages, weight), "value_mean": parallel.weighted_mean(value[:, :-1], weight),
         "transitions": jnp.sum(weight),
     }
 
 
 def optimizer(config: IMPALAConfig) -> optax.GradientTransformation:
     """Clipped Adam; with ``anneal_lr`` the rate falls linearly to 0 over the run's updates."""
-    return networks.clipped_adam(config.learning_rate, config.max_grad_norm,
+    return actor_critic.clipped_adam(config.learning_rate, config.max_grad_norm,
                                  config.total_updates if config.anneal_lr else None)
 
 
@@ -110,7 +102,7 @@ def update(config: IMPALAConfig, env: EnvInfo, state: dict[str, PyTree], batch: 
     version = state["version"]
     lag = (version - batch["version"][:, :-1]).astype(jnp.float32)
     weight = (~(batch["terminated"] | batch["truncated"])[:, :-1]).astype(jnp.float32)
-    info.update(policy_lag_mean=_weighted_mean(lag, weight), policy_lag_max=jnp.max(lag * weight),
+    info.update(policy_lag_mean=parallel.weighted_mean(lag, weight), policy_lag_max=jnp.max(lag * weight),
                 grad_norm=optax.tree.norm(grads))
     return {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state,
             "version": version + 1, **stats}, info

@@ -103,7 +103,7 @@ PRESETS: Presets = {
 def agent(config: PPOConfig) -> Agent:
     """The record ``run.train`` takes; ``agent(config).topology()`` builds its program."""
     return Agent("ppo", "jaxdist.agents.ppo:agent", config, learner_logic="jaxdist.agents.ppo.learning:logic",
-                 policy="jaxdist.agents.policies:actor_critic")
+                 policy="jaxdist.agents.actor_critic:policy")
 
 
 def make_program(config: PPOConfig) -> jd.Program:

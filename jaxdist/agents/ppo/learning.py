@@ -6,7 +6,7 @@ replay, the learner node) lives elsewhere.
 ``obs``, ``action``, ``reward``, ``terminated``, ``truncated`` (the row convention of
 :mod:`jaxdist.envs.vector`: a row describes arriving at ``obs``), and from the acting policy ``logp``
 (of ``action``) and ``version`` (the parameter version that chose the action). Actions are
-discrete or continuous: the policy's distribution comes from :mod:`jaxdist.agents.distributions`. An
+discrete or continuous: the policy's distribution comes from :mod:`jaxdist.agents.actor_critic`. An
 actor's consecutive trajectories share a row: the last row of one is the first of the next, and
 serves only to bootstrap.
 
@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxdist.learning import parallel
-from jaxdist.agents import actor_critic, distributions, networks
+from jaxdist.agents import actor_critic
 from jaxdist.agents.ppo import PPOConfig
 from jaxdist.envs.spaces import EnvInfo
 from jaxdist.learning.learner_logic import LearnerLogic
@@ -80,14 +80,6 @@ def gae(reward: jax.Array, value: jax.Array, terminated: jax.Array, truncated: j
 # Loss ------------------------------------------------------------------------------------------
 
 
-def _weighted_mean(x: jax.Array, weight: jax.Array) -> jax.Array:
-    """``sum(x w) / sum(w)`` over the global batch, as a term of a loss or a metric: under a pmap
-    step this device's sum over its shard, divided by the weight of every shard (the step
-    averages gradients and metrics over devices, which sums the numerators). 0 if no weight."""
-    count = parallel.pmean(jnp.sum(weight))
-    return jnp.sum(x * weight) / jnp.where(count > 0, count, 1.0)
-
-
 def _global_weighted_mean(x: jax.Array, weight: jax.Array) -> jax.Array:
     """``sum(x w) / sum(w)`` over the global batch, the same on every device: for statistics
     used inside the step (advantage normalisation), not differentiated."""
@@ -106,7 +98,7 @@ def ppo_loss(params: PyTree, minibatch: dict[str, jax.Array], config: PPOConfig,
     chex.assert_shape(minibatch["obs"], (None, *env.obs_shape))
     chex.assert_equal_shape_prefix(list(minibatch.values()), 1)
     dist, value = actor_critic.network(config, env).apply(params, minibatch["obs"])
-    logp = distributions.log_prob(env.action, dist, minibatch["action"])
+    logp = actor_critic.log_prob(env.action, dist, minibatch["action"])
     weight = minibatch["weight"]
     advantage = minibatch["advantage"]
     if config.normalize_advantages:
@@ -118,14 +110,14 @@ def ppo_loss(params: PyTree, minibatch: dict[str, jax.Array], config: PPOConfig,
     ratio = jnp.exp(log_ratio)
     eps = config.clip_eps
     surrogate = jnp.minimum(ratio * advantage, jnp.clip(ratio, 1.0 - eps, 1.0 + eps) * advantage)
-    policy_loss = -_weighted_mean(surrogate, weight)
-    value_loss = 0.5 * _weighted_mean((value - minibatch["target"]) ** 2, weight)
-    entropy = _weighted_mean(distributions.entropy(env.action, dist), weight)
+    policy_loss = -parallel.weighted_mean(surrogate, weight)
+    value_loss = 0.5 * parallel.weighted_mean((value - minibatch["target"]) ** 2, weight)
+    entropy = parallel.weighted_mean(actor_critic.entropy(env.action, dist), weight)
     loss = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
     return loss, {
         "loss": loss, "policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy,
-        "approx_kl": _weighted_mean((ratio - 1.0) - log_ratio, weight),
-        "clip_fraction": _weighted_mean((jnp.abs(ratio - 1.0) > eps).astype(jnp.float32), weight),
+        "approx_kl": parallel.weighted_mean((ratio - 1.0) - log_ratio, weight),
+        "clip_fraction": parallel.weighted_mean((jnp.abs(ratio - 1.0) > eps).astype(jnp.float32), weight),
     }
 
 
@@ -135,7 +127,7 @@ def ppo_loss(params: PyTree, minibatch: dict[str, jax.Array], config: PPOConfig,
 def optimizer(config: PPOConfig) -> optax.GradientTransformation:
     """Clipped Adam; with ``anneal_lr`` the rate falls linearly to 0 over the run's SGD steps."""
     steps = config.total_updates * config.epochs * config.minibatches if config.anneal_lr else None
-    return networks.clipped_adam(config.learning_rate, config.max_grad_norm, steps)
+    return actor_critic.clipped_adam(config.learning_rate, config.max_grad_norm, steps)
 
 
 def logic(config: PPOConfig, env: EnvInfo) -> LearnerLogic:
@@ -195,12 +187,12 @@ def update(config: PPOConfig, env: EnvInfo, state: dict[str, PyTree], batch: dic
     real_f = real.astype(jnp.float32)
     metrics = {name: jnp.mean(value) for name, value in info.items()}
     metrics.update(
-        policy_lag_mean=_weighted_mean(lag.astype(jnp.float32), real_f),
+        policy_lag_mean=parallel.weighted_mean(lag.astype(jnp.float32), real_f),
         # As version - the oldest behaviour version, not max(lag): where every row was played by
         # the learned version (Anakin) lag is a constant XLA folds element by element at compile
         # time (2.4 s of the 9.6 s compiling 32768 envs took on an H200).
         policy_lag_max=(version - jnp.min(jnp.where(real, batch["version"][:, :-1], version))).astype(jnp.float32),
-        stale_fraction=_weighted_mean((~fresh).astype(jnp.float32), real_f),
+        stale_fraction=parallel.weighted_mean((~fresh).astype(jnp.float32), real_f),
         transitions=jnp.sum(weight),
         value_mean=jnp.mean(values),
     )
