@@ -41,6 +41,7 @@ import json
 import math
 import os
 import re
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
@@ -90,6 +91,16 @@ def check_bounds(config: Any, bounds: Mapping[str, Bound]) -> None:
         if not all(bound.admits(element) for element in values):
             each = " each" if isinstance(value, tuple) else ""
             raise ValueError(f"{name} must be {bound}{each}, got {value!r}")
+
+
+def check_choices(config: Any) -> None:
+    """Refuse a value outside the choices of a ``Literal`` field, by name: the command line only
+    warns of one that came in as a default (an ``--env-id`` preset's, or a flag read before
+    parsing), and a node would fail on it after the launch."""
+    for name, hint in typing.get_type_hints(type(config)).items():
+        value = getattr(config, name, None)
+        if typing.get_origin(hint) is Literal and value not in typing.get_args(hint):
+            raise ValueError(f"{name} must be one of {', '.join(map(repr, typing.get_args(hint)))}, got {value!r}")
 
 
 CNN_MIN_SIZE = 36  # the Nature-DQN torso's VALID convolutions take 36 -> 8 -> 3 -> 1 pixels
@@ -178,6 +189,7 @@ class AgentConfig:
     log_every_updates: int = 5
 
     def __post_init__(self) -> None:
+        check_choices(self)
         if self.num_seeds > 1 and self.architecture != "anakin":
             raise ValueError(f"num_seeds={self.num_seeds} trains seeds vmapped inside one learner: it needs "
                              f"--architecture anakin (or launch one run per seed)")

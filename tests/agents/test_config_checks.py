@@ -219,3 +219,15 @@ def test_a_node_that_fails_as_it_starts_ends_the_script_with_one_error_line(tmp_
     assert "ValueError: BrokenInNodes-v0 cannot be made in a node" in last, done.stderr
     assert f"(its log: {tmp_path}/logs/" in last
     assert "Traceback" not in done.stderr
+
+
+def test_a_choice_outside_a_fields_choices_is_refused_before_launching_even_as_a_default():
+    """``--env-backend foo`` is read before parsing (to pick the backend's preset) and became the
+    parser's default, of which tyro only warns: the run launched and its actors failed."""
+    with pytest.raises(SystemExit, match="^error: env_backend must be one of 'auto', 'vector', 'sync', 'async', "
+                                         "'envpool', 'jax', got 'foo'$"):
+        parse(ppo.PPOConfig, ppo.PRESETS, None, ["--env-backend", "foo"])
+    with pytest.raises(ValueError, match="architecture must be one of 'sebulba', 'anakin', got 'podracer'"):
+        impala.IMPALAConfig(architecture="podracer")
+    with pytest.raises(ValueError, match="optimizer must be one of 'adam', 'sgd', got 'lamb'"):
+        es.ESConfig(optimizer="lamb")

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import jaxdist as jd
 from jaxdist.agents.es.nodes import Master, Worker
 from jaxdist.agents.experiment import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, SEED, Bound, Policy, Presets, check_bounds,
-                                       learner_checkpoints, program_name, restore_learner)
+                                       check_choices, learner_checkpoints, program_name, restore_learner)
 
 PRESETS: Presets = {
     # A CartPole episode starts within 0.05 of upright, so one episode ranks a member well.
@@ -91,6 +91,7 @@ class ESConfig:
         if self.env_id not in PRESETS:
             raise ValueError(f"ES here runs {', '.join(PRESETS)} (JAX ports of their dynamics); "
                              f"got {self.env_id!r}")
+        check_choices(self)
         for name, value in PRESETS[self.env_id].items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
@@ -104,8 +105,6 @@ class ESConfig:
         if self.population % (2 * self.pairs_per_task):
             raise ValueError(f"population {self.population} must split into antithetic pairs in tasks of "
                              f"{self.pairs_per_task} pairs: make it a multiple of {2 * self.pairs_per_task}")
-        if self.optimizer not in ("adam", "sgd"):
-            raise ValueError(f"optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
 
     @property
     def pairs(self) -> int:
