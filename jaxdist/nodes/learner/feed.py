@@ -176,7 +176,8 @@ class _Stacked:
     steps: int
 
     def __call__(self) -> PyTree:
-        return jax.tree.map(lambda *xs: np.stack(xs), *(self.source() for _ in range(self.steps)))
+        # A list, not a generator: the source's StopIteration must end the feed, not become a RuntimeError.
+        return jax.tree.map(lambda *xs: np.stack(xs), *[self.source() for _ in range(self.steps)])
 
 
 class _Feeder:
