@@ -64,6 +64,7 @@ class Checkpointing:
         self._ckpt.wait()
 
     def close(self) -> None:
+        """Wait for the saves started, then release the checkpointer."""
         self._ckpt.close()
 
     def _saveable(self, train: PyTree) -> PyTree:

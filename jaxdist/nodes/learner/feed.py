@@ -121,6 +121,7 @@ class Feed:
 
     @property
     def has_source(self) -> bool:
+        """False when batches only arrive through ``update()``."""
         return self._feeder is not None
 
     def place(self, batch: PyTree) -> PyTree:
@@ -133,6 +134,7 @@ class Feed:
         return self._feeder.get(timeout)
 
     def close(self) -> None:
+        """Stop fetching ahead."""
         if self._feeder is not None:
             self._feeder.close()
 

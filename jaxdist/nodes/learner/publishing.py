@@ -74,6 +74,7 @@ class Publishing:
         return self._published.get(min_version, wait)
 
     def version(self) -> int:
+        """The version published last (-1 on a process that does not publish)."""
         return self._published.version()
 
     @property
@@ -117,6 +118,7 @@ class Publishing:
             self._io.drain()
 
     def close(self) -> None:
+        """Publish and write what is pending, then close the metrics file."""
         if self._io is not None:
             self._io.close()
         if self._writer is not None:
