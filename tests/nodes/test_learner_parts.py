@@ -7,6 +7,7 @@ import functools
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -123,6 +124,26 @@ def test_publishing_serves_its_start_publishes_and_logs_on_intervals_counts_env_
     rows = read_metrics(os.path.join(tmp_path, "metrics.csv"))
     assert [(row["step"], row["loss"]) for row in rows] == [(12, 2.0), (13, 3.0)]
     assert rows[0]["learner/restored_step"] == 10 and not rows[1].get("learner/restored_step")
+
+
+def playing_update(state: dict, batch: dict, rng: jax.Array) -> tuple[dict, dict]:
+    """An update whose metrics count the env steps it played, as Anakin's do."""
+    state, metrics = ln.update(state, batch, rng)
+    return state, {**metrics, "env_steps": jnp.int32(len(batch["x"]))}
+
+
+@pytest.mark.parametrize("mode", ["jit", "pmap"])
+def test_env_steps_are_counted_from_the_metrics_of_either_modes_dispatch(mode):
+    dp = parallel.data_parallel(CountedUpdate(playing_update), mode=mode)
+    train = dp.replicate(initial_state(ln.LOGIC, jax.random.key(0)))
+    key = jax.random.key_data(jax.random.key(1))
+    part = Publishing(PublishOptions(), dp, ln.LOGIC.params, train, 0, name="learner")
+    for i in range(3):
+        train, metrics = dp(train, dp.shard_batch(ln.make_batch(i, 8)), dp.replicate(key) if mode == "jit" else key)
+        part.count(metrics["env_steps"])
+    part.drain()
+    assert part.env_steps == 24
+    part.close()
 
 
 def test_publishing_without_a_run_directory_or_a_metrics_file_writes_none(tmp_path):

@@ -84,8 +84,8 @@ class Publishing:
 
     def count(self, env_steps: PyTree) -> None:
         """Add a dispatch's env steps (replicated device values, one per scanned update)."""
-        if self._io is not None:
-            self._io.count(self._dp.unreplicate(env_steps))
+        if self._io is not None:  # metrics are one replicated value under pmap too (not stacked per device)
+            self._io.count(jax.tree.map(lambda x: x.addressable_data(0), env_steps))
 
     def after_step(self, before: int, step: int, train: PyTree, metrics: PyTree) -> None:
         """Publish and log what the intervals crossed between ``before`` and ``step`` ask."""
