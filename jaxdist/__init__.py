@@ -26,7 +26,7 @@ from jaxdist.tools.pool import Pool
 from jaxdist.program import Handle, Node, Program
 
 # These import JAX; programs that do not use them (the non-RL examples) should not pay for it.
-_LAZY = {**{name: "jaxdist.nodes.learner" for name in ("CheckpointOptions", "Learner", "ReplaySource")},
+_LAZY = {**{name: "jaxdist.nodes.learner" for name in ("CheckpointOptions", "Learner", "PublishOptions", "ReplaySource")},
          "LearnerLogic": "jaxdist.learning.learner_logic"}
 
 
@@ -49,6 +49,7 @@ __all__ = [
     "Node",
     "NodeFailedError",
     "ParameterServer",
+    "PublishOptions",
     "Pool",
     "Program",
     "PyNode",

@@ -34,7 +34,7 @@ def measure(envs: int, args: argparse.Namespace) -> tuple[float, float, float]:
 
     from jaxdist.learning import anakin
     from jaxdist.agents.experiment import with_preset
-    from jaxdist.nodes.learner import Learner
+    from jaxdist.nodes.learner import Learner, PublishOptions
 
     config = with_preset(ppo.PPOConfig, "CartPole-v1", ppo.PRESETS, architecture="anakin", num_actors=1,
                          envs_per_actor=envs, total_steps=10**9, num_seeds=args.seeds)
@@ -56,8 +56,8 @@ def measure(envs: int, args: argparse.Namespace) -> tuple[float, float, float]:
 
     run_dir = tempfile.mkdtemp(prefix="jaxdist-bench-anakin-")
     learner = Learner(logic, anakin.no_batch, steps_per_call=args.steps_per_call, max_steps=args.updates,
-                      publish_every=args.publish_every, log_every=args.log_every, run_dir=run_dir, name="learner",
-                      prefetch=0)
+                      publishing=PublishOptions(every=args.publish_every, log_every=args.log_every),
+                      run_dir=run_dir, name="learner", prefetch=0)
 
     def jaxdist() -> float:
         learner._max_steps += args.updates  # the benchmark's only reach inside: train that many more

@@ -115,7 +115,7 @@ def updates_per_second(args: argparse.Namespace) -> dict:
     from jax.sharding import PartitionSpec as P
 
     from jaxdist.learning import parallel
-    from jaxdist.nodes.learner import Learner, LearnerLogic
+    from jaxdist.nodes.learner import Learner, LearnerLogic, PublishOptions
 
     devices = jax.device_count()
     batches = make_batches(16)
@@ -141,7 +141,7 @@ def updates_per_second(args: argparse.Namespace) -> dict:
 
     run_dir = tempfile.mkdtemp(prefix="jaxdist-bench-learner-")
     learner = Learner(LearnerLogic(init, update), Cycle(batches), max_steps=args.steps,
-                      publish_every=args.publish_every, log_every=args.log_every,
+                      publishing=PublishOptions(every=args.publish_every, log_every=args.log_every),
                       run_dir=run_dir, name="learner", prefetch=2)
 
     def jaxdist_run(steps: int) -> float:
@@ -177,7 +177,7 @@ def apex_updates_per_second(args: argparse.Namespace) -> list[tuple[str, float, 
     import jaxdist as jd
     from jaxdist import courier
     from jaxdist.agents.apex import ApexConfig, learning
-    from jaxdist.nodes.learner import Learner
+    from jaxdist.nodes.learner import Learner, PublishOptions, ReplaySource
     from jaxdist.nodes.replay import PriorityWriter
     from jaxdist.envs.spaces import env_info
 
@@ -212,10 +212,11 @@ def apex_updates_per_second(args: argparse.Namespace) -> list[tuple[str, float, 
         learners = {}
         for k in args.apex_steps_per_call:
             run_dir = tempfile.mkdtemp(prefix="jaxdist-bench-apex-learner-")
-            learners[k] = Learner(logic, replay, batch_size=config.batch_size, steps_per_call=k, max_steps=k,
-                                  publish_every=config.publish_every_updates, log_every=config.log_every_updates,
-                                  replay_options={"field": None}, after_update=PriorityWriter(replay),
-                                  prefetch=2, run_dir=run_dir, name="learner")
+            learners[k] = Learner(logic, ReplaySource(replay, config.batch_size, field=None), steps_per_call=k,
+                                  max_steps=k, after_update=PriorityWriter(replay), prefetch=2,
+                                  publishing=PublishOptions(every=config.publish_every_updates,
+                                                            log_every=config.log_every_updates),
+                                  run_dir=run_dir, name="learner")
 
         def jaxdist_run(learner, steps: int) -> float:
             learner._max_steps += steps  # the benchmark's only reach inside: train `steps` more

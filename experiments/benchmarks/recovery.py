@@ -144,14 +144,14 @@ def wait_for_step(client: courier.Client, step: int, timeout: float = 120) -> in
 
 
 def make_program(args: argparse.Namespace) -> jd.Program:
-    from jaxdist.nodes.learner import Learner, LearnerLogic
+    from jaxdist.nodes.learner import CheckpointOptions, Learner, LearnerLogic, PublishOptions
 
     program = jd.Program("recovery")
     with program.group("learner"):
         program.add_node(jd.CourierNode(
             Learner, LearnerLogic(init=init, update=update), Batches(args.batch, args.step_delay),
-            checkpoint={"save_every_steps": args.save_every, "keep": 2, "async_save": True},
-            publish_every=None, log_every=None, metrics=False))
+            checkpointing=CheckpointOptions(save_every_steps=args.save_every, keep=2, async_save=True),
+            publishing=PublishOptions(every=None, log_every=None, metrics=None)))
     return program
 
 

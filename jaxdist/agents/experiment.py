@@ -636,32 +636,37 @@ def actor_policies(agent: Agent) -> dict[bool, Any]:
 # Node factories: each runs in its node's own process, where handles have become clients. ------
 
 
-def _learner_options(agent: Agent) -> dict[str, Any]:
-    """What every learner of ``agent`` is built with, whatever feeds it."""
+def _learner_parts(agent: Agent) -> dict[str, Any]:
+    """What every learner of ``agent`` is built with, whatever feeds it: the loop's settings, its
+    checkpointing and its publishing. A learner spanning hosts joins their jax.distributed
+    group here, before anything touches JAX's devices."""
+    from jaxdist.nodes.learner import CheckpointOptions, PublishOptions, join_hosts
+
     config = agent.config
     save(jd.current_node().run_dir, agent.factory, config)  # the run's config, however it was launched
-    multihost = config.learner_hosts > 1
-    return dict(batch_size=config.batch_size // config.learner_hosts, steps_per_call=config.learner_steps_per_call,
-                publish_every=config.publish_every_updates, seed=config.seed, max_steps=config.total_updates,
-                log_every=config.log_every_updates, prefetch=config.learner_prefetch,
-                checkpoint={"save_every_steps": config.checkpoint_every_updates, "keep": 2},
-                distributed="env" if multihost else None)
+    join_hosts(config.learner_hosts)
+    return dict(steps_per_call=config.learner_steps_per_call, seed=config.seed, max_steps=config.total_updates,
+                prefetch=config.learner_prefetch,
+                checkpointing=CheckpointOptions(save_every_steps=config.checkpoint_every_updates, keep=2),
+                publishing=PublishOptions(every=config.publish_every_updates, log_every=config.log_every_updates))
 
 
 def sebulba_learner(agent: Agent, replay: Any) -> Any:
-    """The learner of a replay fed by actors; the evaluator ends the program, after the final version."""
-    from jaxdist.nodes.learner import Learner
+    """The learner of a replay fed by actors; the evaluator ends the program, after the final
+    version. A prioritized agent's learner samples the keys and probabilities with the data and
+    writes new priorities back behind it."""
+    from jaxdist.nodes.learner import Learner, ReplaySource
     from jaxdist.nodes.replay import PriorityWriter
 
-    config = agent.config
+    config, parts = agent.config, _learner_parts(agent)
     multihost = config.learner_hosts > 1
-    return Learner(
-        agent.part("learner_logic", config, agent.env), replay, mode=config.learner_mode,
-        replay_options={"field": None if agent.prioritized else "data", "end_on_stop": not multihost},
-        after_update=PriorityWriter(replay) if agent.prioritized else None,
-        # Updates dispatched ahead of their results only age on-policy data (its lag counts
-        # dispatched updates); across processes an update waits on the slowest host anyway.
-        block_every=1 if multihost or not agent.prioritized else None, **_learner_options(agent))
+    source = ReplaySource(replay, config.batch_size // config.learner_hosts,
+                          field=None if agent.prioritized else "data", end_on_stop=not multihost)
+    return Learner(agent.part("learner_logic", config, agent.env), source, mode=config.learner_mode,
+                   after_update=PriorityWriter(replay) if agent.prioritized else None,
+                   # Updates dispatched ahead of their results only age on-policy data (its lag counts
+                   # dispatched updates); across processes an update waits on the slowest host anyway.
+                   block_every=1 if multihost or not agent.prioritized else None, **parts)
 
 
 def anakin_learner(agent: Agent) -> Any:
@@ -672,13 +677,13 @@ def anakin_learner(agent: Agent) -> Any:
     from jaxdist.nodes.evaluator import EvaluationRecorder
     from jaxdist.nodes.learner import Learner
 
-    config = agent.config
+    config, parts = agent.config, _learner_parts(agent)
     multihost = config.learner_hosts > 1
     # One host: every local device plays its own envs (a multihost learner says its mode).
     mode = config.learner_mode if multihost else "pmap" if jax.local_device_count() > 1 else "jit"
     recorder = EvaluationRecorder(jd.current_node().run_dir, config.target_return, config.stop_at_target)
     return Learner(anakin_logic(agent), anakin.no_batch, mode=mode, after_update=recorder, end_program=True,
-                   block_every=1 if multihost else None, **_learner_options(agent))
+                   block_every=1 if multihost else None, **parts)
 
 
 def anakin_logic(agent: Agent) -> Any:

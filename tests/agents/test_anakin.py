@@ -22,12 +22,13 @@ from jaxdist.learning import anakin
 from jaxdist.agents.experiment import with_preset
 from jaxdist.records.metrics import read_metrics
 from jaxdist.nodes.evaluator import EvaluationRecorder
-from jaxdist.nodes.learner import Learner
+from jaxdist.nodes.learner import Learner, PublishOptions
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CARTPOLE = jax_envs.jax_env("CartPole-v1")
 CONFIG = with_preset(ppo.PPOConfig, "CartPole-v1", ppo.PRESETS, architecture="anakin", num_actors=1,
                      envs_per_actor=16)
+UNPUBLISHED = PublishOptions(every=None, log_every=None, metrics=None)  # the tests read the updates' metrics
 
 
 def cartpole_logic(num_envs: int = 16, **options):
@@ -38,11 +39,10 @@ def cartpole_logic(num_envs: int = 16, **options):
 
 
 def test_ppo_learns_cartpole_on_the_learner_alone_with_a_lag_on_the_shared_row_only_and_evaluates_in_the_update():
-    learner = Learner(cartpole_logic(eval_every=25), anakin.no_batch, metrics=False, log_every=None,
-                      publish_every=None)
+    learner = Learner(cartpole_logic(eval_every=25), anakin.no_batch, publishing=UNPUBLISHED)
     returns, evaluations = [], {}
     for update in range(150):
-        metrics = jax.device_get(learner._advance(learner._shard({})))
+        metrics = jax.device_get(learner._advance(learner._feed.place({})))
         # Row 0's action was chosen an update ago, as the previous trajectory ended; every other row's now.
         assert metrics["policy_lag_max"] == min(update, 1) and metrics["stale_fraction"] == 0
         assert metrics["version"] == update + 1
@@ -108,13 +108,13 @@ def test_the_evaluation_recorder_has_written_all_it_was_handed_when_flush_return
 
 
 def test_seeds_learn_independently_and_are_logged_each():
-    learner = Learner(cartpole_logic(num_envs=8, num_seeds=3, eval_every=1000), anakin.no_batch, metrics=False,
-                      log_every=None, publish_every=None)
+    learner = Learner(cartpole_logic(num_envs=8, num_seeds=3, eval_every=1000), anakin.no_batch,
+                      publishing=UNPUBLISHED)
     params = learner.get()["params"]
     assert jax.tree.leaves(params)[0].shape[0] == 3  # published with the seed axis
     kernel = max(jax.tree.leaves(params["network"]), key=np.size)
     assert not np.array_equal(kernel[0], kernel[1])  # each seed its own initialisation
-    metrics = jax.device_get(learner._advance(learner._shard({})))
+    metrics = jax.device_get(learner._advance(learner._feed.place({})))
     assert {"seed/0/loss", "seed/2/episode_return", "loss"} <= set(metrics)
     np.testing.assert_allclose(metrics["loss"], np.mean([metrics[f"seed/{i}/loss"] for i in range(3)]), rtol=1e-5)
 
@@ -149,15 +149,16 @@ EIGHT_DEVICES = textwrap.dedent("""
     from jaxdist.agents import ppo
     from jaxdist.learning import anakin
     from jaxdist.agents.experiment import with_preset
-    from jaxdist.nodes.learner import Learner
+    from jaxdist.nodes.learner import Learner, PublishOptions
     config = with_preset(ppo.PPOConfig, "CartPole-v1", ppo.PRESETS, architecture="anakin", num_actors=1,
                          envs_per_actor=32)
     from jaxdist.agents import experiment
     logic = experiment.anakin_logic(ppo.agent(config))
-    learner = Learner(logic, anakin.no_batch, mode="pmap", metrics=False, log_every=None, publish_every=None)
+    learner = Learner(logic, anakin.no_batch, mode="pmap",
+                      publishing=PublishOptions(every=None, log_every=None, metrics=None))
     returns = []
     for _ in range(120):
-        metrics = jax.device_get(learner._advance(learner._shard({})))
+        metrics = jax.device_get(learner._advance(learner._feed.place({})))
         returns.append(float(metrics["episode_return"]))
     obs = jax.device_get(learner._train["state"]["envs"]["row"]["obs"])  # (devices, seeds, envs, 4)
     own = np.concatenate([obs[device, 0, device * 4:(device + 1) * 4] for device in range(8)])  # each plays 4

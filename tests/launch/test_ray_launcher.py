@@ -22,7 +22,7 @@ from ray_cluster import cluster, live_actors  # noqa: F401 - cluster is a fixtur
 from jaxdist import courier
 from jaxdist.learning.checkpoint import checkpoint_dir
 from jaxdist.courier import tls
-from jaxdist.nodes.learner import Learner
+from jaxdist.nodes.learner import Learner, PublishOptions
 from jaxdist.nodes.replay import Fifo, ReplayClient, ReplayNode
 from jaxdist.launch.running import WORK_DONE
 from run_checks import check_solved_and_final_policy_evaluated
@@ -171,8 +171,9 @@ def test_resources_are_ray_resources_and_an_impossible_request_says_what_the_clu
 def test_a_sigkilled_learner_and_replay_come_back_from_their_checkpoints_on_their_addresses(cluster, tmp_path):
     program = jd.Program("learn")
     with program.group("learner"):
-        program.add_node(jd.CourierNode(Learner, ln.LOGIC, ln.RegressionBatches(limit=27), log_every=1,
-                                        checkpoint={"save_every_steps": 10}))
+        program.add_node(jd.CourierNode(Learner, ln.LOGIC, ln.RegressionBatches(limit=27),
+                                        publishing=PublishOptions(log_every=1),
+                                        checkpointing=jd.CheckpointOptions(save_every_steps=10)))
     with program.group("replay"):
         program.add_node(ReplayNode(Fifo(16), checkpoint=True))
     # No restart=: learners and replay come back by their node type's policy.

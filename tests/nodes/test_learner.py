@@ -21,9 +21,11 @@ from jaxdist import courier
 from jaxdist.learning.checkpoint import Checkpointer, checkpoint_dir
 from jaxdist.learning.learner_logic import LearnerLogic
 from jaxdist.records.metrics import read_metrics
-from jaxdist.nodes.learner import Learner, ReplaySource
+from jaxdist.nodes.learner import CheckpointOptions, Learner, PublishOptions, ReplaySource
 from jaxdist.nodes.parameter_server import MAX_WAIT
 from waiting import returns
+
+NO_METRICS = PublishOptions(metrics=None)
 
 # Unoptimised XLA compiles ~2x faster here; runs that are compared use the same flags.
 FAST_XLA = "--xla_backend_optimization_level=0"
@@ -74,7 +76,8 @@ def node_log(run_dir, node: str = "learner/0") -> str:
 def test_direct_updates_step_and_get_sends_params_only_when_newer(tmp_path):
     program = jd.Program("direct")
     with program.group("learner"):
-        learner_handle = program.add_node(jd.CourierNode(Learner, ln.LOGIC, publish_every=2, log_every=1))
+        learner_handle = program.add_node(jd.CourierNode(Learner, ln.LOGIC,
+                                                         publishing=PublishOptions(every=2, log_every=1)))
     with program.group("ps"):
         program.add_node(jd.CourierNode(jd.ParameterServer, source=learner_handle, follow_wait=1.0))
     running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False)
@@ -89,7 +92,7 @@ def test_direct_updates_step_and_get_sends_params_only_when_newer(tmp_path):
         assert all(np.isfinite(losses))
         newer = wait_until(lambda: learner.get(min_version=0)["params"] and learner.get(0),
                            what="version 2 published")
-        assert newer["version"] == 2  # publish_every=2: step 3 is not published
+        assert newer["version"] == 2  # every=2: step 3 is not published
         assert not np.allclose(newer["params"]["w1"], initial["params"]["w1"])
         began = time.monotonic()
         assert learner.get(min_version=2, wait=0.3)["params"] is None  # a long poll
@@ -110,8 +113,9 @@ def test_direct_updates_step_and_get_sends_params_only_when_newer(tmp_path):
 
 def test_sigterm_saves_off_interval_exits_zero_and_a_relaunch_resumes_there(tmp_path):
     # The source runs dry after 23 batches, so the node sits at step 23 when SIGTERM comes.
-    running = launch_learner(tmp_path, ln.RegressionBatches(limit=23), publish_every=5, log_every=5,
-                             checkpoint={"save_every_steps": 10})
+    running = launch_learner(tmp_path, ln.RegressionBatches(limit=23),
+                             publishing=PublishOptions(every=5, log_every=5),
+                             checkpointing=CheckpointOptions(save_every_steps=10))
     learner = client_of(running)
     wait_until(lambda: learner.status()["step"] == 23, what="step 23")
     assert learner.get()["version"] == 20
@@ -129,8 +133,9 @@ def test_sigterm_saves_off_interval_exits_zero_and_a_relaunch_resumes_there(tmp_
     assert re.search(r"stopped at step 23: (the program is stopping|preempted \(SIGTERM\)) "
                      r"\(checkpoint saved\)", node_log(tmp_path))
 
-    running = launch_learner(tmp_path, ln.RegressionBatches(), max_steps=30, publish_every=5,
-                             log_every=5, checkpoint={"save_every_steps": 10})
+    running = launch_learner(tmp_path, ln.RegressionBatches(), max_steps=30,
+                             publishing=PublishOptions(every=5, log_every=5),
+                             checkpointing=CheckpointOptions(save_every_steps=10))
     assert running.wait(timeout=120)
     assert "learner/0: restored step 23" in node_log(tmp_path)
     assert logged_steps(tmp_path) == [5, 10, 15, 20, 23, 25, 30]
@@ -138,8 +143,8 @@ def test_sigterm_saves_off_interval_exits_zero_and_a_relaunch_resumes_there(tmp_
 
 
 def test_sigkill_mid_run_then_relaunch_resumes_at_the_latest_checkpoint(tmp_path):
-    running = launch_learner(tmp_path, ln.RegressionBatches(limit=27), log_every=1,
-                             checkpoint={"save_every_steps": 10}, restart=jd.Restart(max_restarts=0))
+    running = launch_learner(tmp_path, ln.RegressionBatches(limit=27), publishing=PublishOptions(log_every=1),
+                             checkpointing=CheckpointOptions(save_every_steps=10), restart=jd.Restart(max_restarts=0))
     learner = client_of(running)
     wait_until(lambda: learner.status()["step"] == 27, what="step 27")
     wait_until(lambda: saved_steps(tmp_path) == [10, 20], what="checkpoint 20 committed")
@@ -147,16 +152,16 @@ def test_sigkill_mid_run_then_relaunch_resumes_at_the_latest_checkpoint(tmp_path
     with pytest.raises(jd.NodeFailedError, match="SIGKILL"):
         running.wait(timeout=120)
 
-    running = launch_learner(tmp_path, ln.RegressionBatches(), max_steps=24, log_every=1,
-                             checkpoint={"save_every_steps": 10})
+    running = launch_learner(tmp_path, ln.RegressionBatches(), max_steps=24, publishing=PublishOptions(log_every=1),
+                             checkpointing=CheckpointOptions(save_every_steps=10))
     assert running.wait(timeout=120)
     assert "learner/0: restored step 20" in node_log(tmp_path)
     assert logged_steps(tmp_path) == list(range(1, 25))  # rows past 20 were redone, not doubled
 
 
 def test_the_supervisor_restarts_a_killed_learner_from_its_latest_checkpoint(tmp_path):
-    running = launch_learner(tmp_path, ln.RegressionBatches(limit=27), log_every=1,
-                             checkpoint={"save_every_steps": 10})  # learners restart by default
+    running = launch_learner(tmp_path, ln.RegressionBatches(limit=27), publishing=PublishOptions(log_every=1),
+                             checkpointing=CheckpointOptions(save_every_steps=10))  # learners restart by default
     try:
         learner = client_of(running)
         wait_until(lambda: learner.status()["step"] == 27, what="step 27")
@@ -197,11 +202,12 @@ def test_eight_devices_train_the_same_as_one_through_the_node(tmp_path):
                                         ("eightpmap", 8, "pmap", ln.CLEAN_LOGIC)):
         with program.group(label):
             program.add_node(jd.CourierNode(Learner, logic, ln.RegressionBatches(batch_size=64),
-                                            mode=mode, max_steps=10, checkpoint=True, metrics=False))
+                                            mode=mode, max_steps=10, checkpointing=CheckpointOptions(),
+                                            publishing=NO_METRICS))
         resources[label] = {"env": env(devices)}
     running = jd.launch(program, launcher="processes", run_dir=str(tmp_path), echo=False,
                         resources=resources)
-    reference = Learner(ln.CLEAN_LOGIC, ln.RegressionBatches(batch_size=64), max_steps=10, metrics=False)
+    reference = Learner(ln.CLEAN_LOGIC, ln.RegressionBatches(batch_size=64), max_steps=10, publishing=NO_METRICS)
     reference.run()
     clean = reference.get()
     reference.close()
@@ -225,7 +231,7 @@ def test_learner_samples_batches_from_a_replay_node(tmp_path):
         program.add_node(jd.PyNode(ln.produce_transitions, queue, 128))
     with program.group("learner"):
         program.add_node(jd.CourierNode(Learner, ln.LOGIC, queue, batch_size=16, max_steps=5,
-                                        log_every=1))
+                                        publishing=PublishOptions(log_every=1)))
     running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False)
     assert running.wait(timeout=120)
     assert running.status()["learner/0"]["state"] == "finished"
@@ -260,8 +266,9 @@ def test_a_replay_source_samples_every_scanned_steps_batch_in_one_request(tmp_pa
 
 
 def test_steps_per_call_counts_sgd_steps_and_intervals_fire_when_crossed(tmp_path):
-    learner = Learner(ln.LOGIC, ln.RegressionBatches(), steps_per_call=3, max_steps=9, log_every=2,
-                      publish_every=5, checkpoint={"save_every_steps": 4}, run_dir=str(tmp_path),
+    learner = Learner(ln.LOGIC, ln.RegressionBatches(), steps_per_call=3, max_steps=9,
+                      publishing=PublishOptions(every=5, log_every=2),
+                      checkpointing=CheckpointOptions(save_every_steps=4), run_dir=str(tmp_path),
                       name="learner/0")
     learner.run()
     assert learner.get()["version"] == 9
@@ -271,7 +278,7 @@ def test_steps_per_call_counts_sgd_steps_and_intervals_fire_when_crossed(tmp_pat
 
 
 def test_finish_ends_training_at_the_current_step_saved_published_and_said(tmp_path, capsys):
-    learner = Learner(ln.LOGIC, ln.RegressionBatches(), checkpoint={"save_every_steps": 1000}, metrics=False,
+    learner = Learner(ln.LOGIC, ln.RegressionBatches(), checkpointing=CheckpointOptions(), publishing=NO_METRICS,
                       run_dir=str(tmp_path), name="learner/0")
     running = futures.ThreadPoolExecutor(1).submit(learner.run)  # no max_steps: it would train on
     wait_until(lambda: learner.get()["version"] >= 5, what="five updates")
@@ -288,8 +295,8 @@ def test_finish_ends_training_at_the_current_step_saved_published_and_said(tmp_p
 
 def test_a_resumed_run_seeks_its_source_and_ends_where_an_uninterrupted_one_does(tmp_path):
     def train(run_dir, max_steps: int) -> dict:
-        learner = Learner(ln.CLEAN_LOGIC, ln.RegressionBatches(), max_steps=max_steps, metrics=False,
-                          checkpoint={"save_every_steps": 5, "async_save": False},
+        learner = Learner(ln.CLEAN_LOGIC, ln.RegressionBatches(), max_steps=max_steps, publishing=NO_METRICS,
+                          checkpointing=CheckpointOptions(save_every_steps=5, async_save=False),
                           run_dir=str(run_dir), name="learner/0")
         learner.run()
         params = learner.get()
@@ -314,8 +321,8 @@ def test_a_restoring_learner_never_runs_init_its_checkpoint_is_the_state(tmp_pat
 
     def make(max_steps: int) -> Learner:
         return Learner(LearnerLogic(init=counted_init, update=ln.clean_update), ln.RegressionBatches(),
-                       max_steps=max_steps, metrics=False, run_dir=str(tmp_path), name="learner/0",
-                       checkpoint={"save_every_steps": 5, "async_save": False})
+                       max_steps=max_steps, publishing=NO_METRICS, run_dir=str(tmp_path), name="learner/0",
+                       checkpointing=CheckpointOptions(save_every_steps=5, async_save=False))
 
     first = make(5)
     first.run()
@@ -332,18 +339,18 @@ def test_learner_logic_and_options_are_checked_with_clear_messages(tmp_path):
     with pytest.raises(TypeError, match=r"LearnerLogic.*got function"):
         Learner(ln.update)
     with pytest.raises(ValueError, match="run directory"):
-        Learner(ln.LOGIC, checkpoint=True, metrics=False)
-    with pytest.raises(ValueError, match="publish_every"):
-        Learner(ln.LOGIC, publish_every=0, metrics=False)
+        Learner(ln.LOGIC, checkpointing=CheckpointOptions(), publishing=NO_METRICS)
+    with pytest.raises(ValueError, match="every must be >= 1"):
+        PublishOptions(every=0)
     with pytest.raises(TypeError, match="source must be"):
-        Learner(ln.LOGIC, 42, metrics=False)
+        Learner(ln.LOGIC, 42, publishing=NO_METRICS)
 
 
 def test_a_call_is_served_while_more_long_polls_than_threads_wait():
     """16 long polls of get() held all 16 server threads of a served learner: its status and
     updates waited behind them for up to MAX_WAIT. At most max_waiting of them wait now (as on
     a parameter server); the others answer at once."""
-    learner = Learner(ln.LOGIC, publish_every=1, metrics=False)
+    learner = Learner(ln.LOGIC, publishing=NO_METRICS)
     server = courier.Server(learner, thread_pool_size=16).start()
     client = courier.Client(server.address, timeout=MAX_WAIT + 30)
     try:
