@@ -7,8 +7,9 @@ it within the call's deadline.
 
 What a peer can make it spend is bounded. A call without the token is refused before gRPC reads
 its request, and holds no thread (the standard health `Check` answers without the token: it
-tells only whether the server serves, and probes do not carry our token; `Watch` needs it, since
-each watch holds a thread). A unary request is capped near `inline_limit` (larger ones travel by
+tells only whether the server serves, and probes do not carry our token; it answers without
+reading its request, so it holds no thread either; `Watch` needs the token, since each watch
+holds a thread). A unary request is capped near `inline_limit` (larger ones travel by
 upload), calls in flight at `max_concurrent_calls`, uploads at `max_uploads` at once and
 `max_staged_bytes` held; a transfer whose peer stalls for `chunk_timeout` seconds is cut off,
 and a staged payload nobody claims is dropped after `staging_ttl`. Idle connections are pinged
@@ -362,10 +363,19 @@ class Server:
 
 def _health_handlers(servicer: health.HealthServicer) -> dict[str, grpc.RpcMethodHandler]:
     """The standard health service, served by courier's dispatcher so that its token check
-    covers `Watch` (gRPC's generated registration would be looked up before it)."""
+    covers `Watch` (gRPC's generated registration would be looked up before it).
+
+    `Check` answers without the token, so it must not wait for its request either: a unary
+    handler holds a pool thread until the request has arrived, and peers that never finish
+    sending one would hold them all. It answers for the whole server without reading the
+    request (every service a courier server names shares one status)."""
     request, response = health_pb2.HealthCheckRequest.FromString, health_pb2.HealthCheckResponse.SerializeToString
+
+    def check(requests: Iterator[health_pb2.HealthCheckRequest], context: grpc.ServicerContext) -> Any:
+        return servicer.Check(health_pb2.HealthCheckRequest(), context)
+
     return {
-        _HEALTH_CHECK: grpc.unary_unary_rpc_method_handler(servicer.Check, request, response),
+        _HEALTH_CHECK: grpc.stream_unary_rpc_method_handler(check, request, response),
         _HEALTH_WATCH: grpc.unary_stream_rpc_method_handler(servicer.Watch, request, response),
     }
 

@@ -127,6 +127,24 @@ def test_tokenless_streams_that_never_send_hold_no_server_thread(server):
             release.set()
 
 
+def test_tokenless_health_checks_that_never_finish_their_request_hold_no_server_thread(server):
+    """A health check answers without the token, so it must not wait for its request either:
+    16 of them that never finish sending held all 16 threads, and every caller timed out."""
+    release = threading.Event()
+    with grpc.insecure_channel(server.address) as channel:
+        check = channel.stream_unary("/grpc.health.v1.Health/Check",
+                                     response_deserializer=health_pb2.HealthCheckResponse.FromString)
+        try:
+            stalled = [check.future(blocked(release), timeout=30) for _ in range(24)]
+            began = time.monotonic()
+            assert courier.Client(server.address, token=TOKEN, timeout=5).add(1) == 2
+            assert time.monotonic() - began < 2.0
+            for call in stalled:
+                assert call.result(timeout=5).status == health_pb2.HealthCheckResponse.SERVING
+        finally:
+            release.set()
+
+
 def test_an_empty_token_is_refused_at_construction():
     with pytest.raises(ValueError, match="empty token"):
         courier.Server(Service(), token="")
