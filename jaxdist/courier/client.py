@@ -295,17 +295,22 @@ class _Connection:
             if self._probe is not _PENDING:
                 return
             self._probe = _PROBING
-        nonce = secrets.token_bytes(16)
-        segment = shared_memory.probe_segment(nonce)
+        nonce = secrets.token_bytes(shared_memory.PROBE_BYTES)
+        try:
+            segment = shared_memory.probe_segment(nonce)
+        except OSError:  # /dev/shm is full (Docker gives 64 MiB) or missing: the socket it is
+            with self._lock:
+                self._probe = _DONE
+            return
         outcome = _PENDING
         try:
-            request = wire.INLINE + codec.encode([segment, len(nonce), shared_memory.pid_namespace()])
+            request = wire.INLINE + codec.encode([segment, shared_memory.pid_namespace()])
             response = self._stub(wire.SHARED_MEMORY_PROBE)(
                 request, timeout=deadline.remaining(), metadata=self._metadata, wait_for_ready=options.wait_for_ready)
             answer = self._result(wire.SHARED_MEMORY_PROBE, response, deadline)
-            if answer == nonce:
+            if type(answer) is list and len(answer) == 2 and answer[0] == nonce and type(answer[1]) is str:
                 self._shared = shared_memory.Pool(self._shared_memory_bytes)
-                self._metadata = (self._metadata or ()) + ((wire.SHARED_MEMORY_KEY, "1"),)
+                self._metadata = (self._metadata or ()) + ((wire.SHARED_MEMORY_KEY, answer[1]),)
             outcome = _DONE
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.UNIMPLEMENTED:  # a courier without shared memory
@@ -364,6 +369,9 @@ class _Connection:
             elif kind == wire.STAGED:
                 return codec.decode(self._fetch(name, frame, deadline))
             elif kind == wire.SHARED:
+                if self._shared is None:
+                    raise ValueError("an answer in shared memory, which this client never agreed on with the "
+                                     "server (is another process serving this address?)")
                 self._check_size(name, wire.parse_shared(frame)[2])
                 return codec.decode(shared_memory.READER.claim(frame))
             else:

@@ -17,7 +17,11 @@ and closed, and a connection that never completes its handshake is dropped.
 
 A client on the same host (it proves so once, see `jaxdist.courier.shared_memory`) sends and
 receives messages over `wire.SHARED_MEMORY_THRESHOLD` through shared memory; the server's own
-segments, for answers, hold at most `shared_memory_bytes`.
+segments, for answers, hold at most `shared_memory_bytes`. The proof earns the client this
+server's shared-memory ticket, which its calls carry: only they are answered in shared memory
+(a remote token holder that merely asked would learn segment names, and its unread answers would
+pin segments), and an unread answer holds its segment for `staging_ttl` at most, whatever the
+caller's deadline.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import functools
 import hmac
 import inspect
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -92,6 +97,7 @@ class Server:
         self._staging_ttl = staging_ttl
         shares_memory = shared_memory_bytes > 0 and shared_memory.available()
         self._shared = shared_memory.Pool(shared_memory_bytes) if shares_memory else None
+        self._shared_ticket = secrets.token_hex(16)
         self._janitor = staging.Janitor(self._staging, chunk_timeout, period=min(chunk_timeout, staging_ttl) / 4,
                                         chore=_forget_dead_segments if shares_memory else None)
         self.token = token
@@ -253,11 +259,12 @@ class Server:
         return wire.staged_frame(self._staging.put(parts), size)
 
     def _share(self, parts: list, size: int, context: grpc.ServicerContext) -> bytes | None:
-        """The answer through shared memory, when the caller said it shares this host's."""
-        if (wire.SHARED_MEMORY_KEY, "1") not in context.invocation_metadata():
+        """The answer through shared memory, when the caller proved it shares this host's."""
+        ticket = next((value for key, value in context.invocation_metadata() if key == wire.SHARED_MEMORY_KEY), None)
+        if ticket is None or not hmac.compare_digest(ticket, self._shared_ticket):
             return None
         remaining = context.time_remaining()
-        return self._shared.send(parts, size, self._staging_ttl if remaining is None else remaining)
+        return self._shared.send(parts, size, self._staging_ttl if remaining is None else min(remaining, self._staging_ttl))
 
     def _resolve(self, name: str, context: grpc.ServicerContext) -> Callable[..., Any]:
         """The method, once the object is attached (waiting for it within the deadline)."""
@@ -310,13 +317,13 @@ class Server:
         return wire.INLINE + codec.encode(self.methods)
 
     def _probe_shared_memory(self, request: bytes, context: grpc.ServicerContext) -> bytes:
-        """What the caller's probe segment holds, or None: the caller then knows whether it may
-        use shared memory with this server."""
+        """What the caller's probe holds and this server's shared-memory ticket, or None: the
+        caller then knows whether it may use shared memory with this server."""
         answer = None
         try:
-            name, size, namespace = codec.decode(memoryview(request)[1:])
-            if self._shared is not None and namespace == shared_memory.pid_namespace() and 0 < size <= 64:
-                answer = shared_memory.read_probe(name, size)
+            name, namespace = codec.decode(memoryview(request)[1:])
+            if self._shared is not None and namespace == shared_memory.pid_namespace():
+                answer = [shared_memory.read_probe(name), self._shared_ticket]
         except (ValueError, TypeError, OSError):  # not on this host, or not a probe
             pass
         return wire.INLINE + codec.encode(answer)

@@ -20,7 +20,7 @@ SHARED_MEMORY_PROBE = "_shared_memory"
 
 TOKEN_KEY = "jaxdist-token"
 SIZE_KEY = "jaxdist-size"
-SHARED_MEMORY_KEY = "jaxdist-shared-memory"  # "1" from a caller that may be answered in shared memory
+SHARED_MEMORY_KEY = "jaxdist-shared-memory"  # the server's ticket, from a caller that may be answered in shared memory
 BUSY_KEY = "jaxdist-busy"  # trailing metadata of a RESOURCE_EXHAUSTED that a later retry may pass
 GRPC_CONCURRENCY_LIMIT = "Concurrent RPC limit exceeded!"  # gRPC's own details for maximum_concurrent_rpcs
 

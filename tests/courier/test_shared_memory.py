@@ -40,7 +40,8 @@ class Store:
 
 
 def segments_of(pid: int) -> list[str]:
-    return [name for name in os.listdir(shared_memory.DIRECTORY) if name.startswith(f"{shared_memory.PREFIX}{pid}-")]
+    prefix = f"{shared_memory.PREFIX}{shared_memory.pid_namespace()}-{pid}-"
+    return [name for name in os.listdir(shared_memory.DIRECTORY) if name.startswith(prefix)]
 
 
 def wait_for(condition, what: str, timeout: float = 20.0) -> None:
@@ -105,10 +106,10 @@ def test_a_segment_is_reused_once_its_receiver_let_go(server, client):
 
 def test_the_token_is_still_required(server, client):
     client.echo(np.ones(BIG, np.float32))
-    segment = shared_memory.probe_segment(b"secret")
+    segment = shared_memory.probe_segment(b"a secret nonce!!")
     try:
         with grpc.insecure_channel(server.address) as channel:
-            for method, request in ((wire.SHARED_MEMORY_PROBE, codec.encode([segment, 6, shared_memory.pid_namespace()])),
+            for method, request in ((wire.SHARED_MEMORY_PROBE, codec.encode([segment, shared_memory.pid_namespace()])),
                                     ("echo", codec.encode([[1], {}]))):
                 with pytest.raises(grpc.RpcError) as raised:
                     channel.unary_unary(wire.path(method))(wire.INLINE + request, timeout=10)
@@ -121,7 +122,7 @@ def test_the_token_is_still_required(server, client):
 
 @pytest.mark.parametrize("frame", [
     wire.shared_frame("../../etc/passwd", 1, 10),
-    wire.shared_frame(f"{shared_memory.PREFIX}{os.getpid()}-{'0' * 16}", 1, 10),  # no such segment
+    wire.shared_frame(f"{shared_memory.PREFIX}{shared_memory.pid_namespace()}-{os.getpid()}-{'0' * 16}", 1, 10),
     wire.SHARED + b"\x00" * 3,
 ])
 def test_a_reference_to_no_segment_of_ours_is_refused_and_the_server_serves_on(server, client, frame):
