@@ -57,6 +57,7 @@ HANDSHAKE_TIMEOUT_MS = 10_000
 
 
 REBIND_SECONDS = 5.0
+UNIX = "unix:"  # an address of a Unix socket: unix:/absolute/path
 
 
 class Server:
@@ -196,7 +197,7 @@ class Server:
             except RuntimeError as exc:
                 port, error = 0, f"{exc}; is the port taken?"
             if port:
-                return f"{address.rsplit(':', 1)[0]}:{port}"
+                return address if address.startswith(UNIX) else f"{address.rsplit(':', 1)[0]}:{port}"
             if time.monotonic() >= deadline:
                 raise OSError(f"courier cannot bind {address}: {error}")
             time.sleep(0.05)
