@@ -5,6 +5,14 @@ bind every node's port first, publish the address table, and only then build the
 whose constructors may already call other nodes. A call that arrives before `attach` waits for
 it within the call's deadline.
 
+No token is revealed to a server that has not proven it holds it: a client first says hello
+with a nonce, this server answers with a proof keyed by the token and bound to its instance (a
+random name, new at each start), and the client's calls then carry a session key derived from the
+token and that instance instead of the token (`wire.server_proof`, `wire.session_key`). A
+process that takes the address while the node restarts cannot prove the token, and learns at
+most the key of an instance that is gone; a restarted server refuses the old key, and its
+callers say hello again.
+
 What a peer can make it spend is bounded. A call without the token is refused before gRPC reads
 its request, and holds no thread (the standard health `Check` answers without the token: it
 tells only whether the server serves, and probes do not carry our token; it answers without
@@ -115,6 +123,9 @@ class Server:
         self._health = health.HealthServicer()
         self._handlers.update(_health_handlers(self._health))
         self._token_bytes = None if token is None else token.encode()
+        self._instance = secrets.token_hex(16)
+        self._session_bytes = None if token is None else wire.session_key(self._token_bytes, self._instance).encode()
+        self._handlers[wire.path(wire.HELLO)] = grpc.stream_unary_rpc_method_handler(self._hello)
         tls = tls or tls_module.from_environment()
         self._credentials = None if tls is None else tls.server_credentials()
         self._address = self._bind(address)
@@ -210,7 +221,7 @@ class Server:
         whatever the peer sends (a 2 GiB message, a stream that never comes) costs one pool
         thread for a moment. (In this dispatcher rather than a gRPC interceptor, which costs a
         tenth of a tiny call's time.)"""
-        if self._token_bytes is not None and details.method != _HEALTH_CHECK and not self._carries_token(details):
+        if self._token_bytes is not None and details.method not in _WITHOUT_TOKEN and not self._carries_token(details):
             return _REFUSE_TOKEN
         handler = self._handlers.get(details.method)
         if handler is not None:
@@ -232,10 +243,22 @@ class Server:
         return handler
 
     def _carries_token(self, details: grpc.HandlerCallDetails) -> bool:
+        """The session key of this instance (what courier clients send), or the token itself."""
         for key, value in details.invocation_metadata or ():
             if key == wire.TOKEN_KEY:
-                return hmac.compare_digest(value.encode(), self._token_bytes)
+                given = value.encode()
+                return hmac.compare_digest(given, self._session_bytes) or hmac.compare_digest(given, self._token_bytes)
         return False
+
+    def _hello(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
+        """This instance's name and the proof that it holds the token, for the nonce the caller
+        sent in its metadata (None without a token). Answered without the token and without
+        reading the request: a peer that never sends one holds no thread."""
+        nonce = next((value for key, value in context.invocation_metadata() if key == wire.HELLO_KEY), "")
+        answer = None
+        if self._token_bytes is not None and 32 <= len(nonce) <= 64 and all(c in _HEX for c in nonce):
+            answer = [self._instance, wire.server_proof(self._token_bytes, nonce, self._instance)]
+        return wire.INLINE + codec.encode(answer)
 
     def _call(self, name: str, request: bytes, context: grpc.ServicerContext) -> bytes:
         method = self._methods.get(name) or self._resolve(name, context)
@@ -444,6 +467,8 @@ def _refuse_token(requests: Iterator[bytes], context: grpc.ServicerContext) -> N
 
 
 _REFUSE_TOKEN = grpc.stream_unary_rpc_method_handler(_refuse_token)
+_WITHOUT_TOKEN = frozenset({_HEALTH_CHECK, wire.path(wire.HELLO)})
+_HEX = frozenset("0123456789abcdef")
 _INTERNAL = frozenset({wire.UPLOAD, wire.DOWNLOAD, wire.LIST_METHODS, wire.SHARED_MEMORY_PROBE})
 
 

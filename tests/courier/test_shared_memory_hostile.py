@@ -271,33 +271,6 @@ def _expiry(name: str) -> int:
         return int(np.frombuffer(segment.read(64), np.int64)[shared_memory.EXPIRY])
 
 
-# --- A client accepts no shared-memory answer it did not negotiate --------------------------------
-
-class Squatter(grpc.GenericRpcHandler):
-    """Whoever took a node's port: it answers every call with `frame`."""
-
-    def __init__(self, frame: bytes) -> None:
-        self._frame = frame
-
-    def service(self, details):
-        return grpc.unary_unary_rpc_method_handler(lambda request, context: self._frame)
-
-
-@AS_ROOT
-def test_a_client_refuses_a_shared_answer_it_never_negotiated():
-    frame = plant_segment(segment_name(os.getpid()), "rewritten", OTHER_UID, 0o666)
-    squatter = grpc.server(futures.ThreadPoolExecutor(2), handlers=[Squatter(frame)])
-    port = squatter.add_insecure_port("127.0.0.1:0")
-    squatter.start()
-    try:
-        with courier.Client(f"127.0.0.1:{port}", token=TOKEN, timeout=10) as client:
-            with pytest.raises(courier.MalformedMessageError):
-                client.echo(1)
-    finally:
-        squatter.stop(0)
-        shared_memory.unlink(wire.parse_shared(memoryview(frame))[0])
-
-
 # --- A full /dev/shm -------------------------------------------------------------------------------
 
 FULL_SHM_CALLER = textwrap.dedent("""
