@@ -175,7 +175,7 @@ def unix_socket(tcp: courier.Client, unix: courier.Client, calls: int) -> None:
                                           futures_burst(lambda: unix.futures.echo(1), burst), FUTURES_TRIALS)
     rows.append(("futures calls/s", *(burst / statistics.median(t) for t in (tcp_bursts, unix_bursts))))
     array = np.ones(16 << 18, np.float32)
-    tcp_times, unix_times = alternating(lambda: tcp.echo(array), lambda: unix.echo(array), 6)
+    tcp_times, unix_times = alternating(lambda: tcp.echo(array), lambda: unix.echo(array), 12)
     rows.append(("echo 16 MB float32 (MB/s)", *(2 * array.nbytes / statistics.median(t) / 1e6
                                                  for t in (tcp_times, unix_times))))
     print(f"{'courier, shared memory off':32} {'127.0.0.1':>12} {'unix socket':>12} {'speed-up':>8}")
