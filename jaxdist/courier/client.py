@@ -292,7 +292,7 @@ class _Connection:
     def _renew(self, stale: tuple, options: _CallOptions, deadline: "_Deadline") -> None:
         """A session with the server now at the address, unless another call made one since `stale`."""
         with self._hello_lock:
-            if self._session is stale:
+            if self._session == stale:
                 self._session = self._hello(options, deadline)
                 self._metadata = (self._session + self._ticket) or None
 
@@ -308,7 +308,7 @@ class _Connection:
         except ValueError:  # CodecError: not a courier server's answer
             answer = None
         if not (type(answer) is list and len(answer) == 2 and all(type(part) is str for part in answer)
-                and hmac.compare_digest(answer[1], wire.server_proof(self._token, nonce, answer[0]))):
+                and hmac.compare_digest(answer[1].encode(), wire.server_proof(self._token, nonce, answer[0]).encode())):
             raise AuthenticationError(
                 f"{self._address} did not prove it holds this client's token, which was not sent: missing or "
                 f"wrong courier token on one side, or another process serves this address (a port taken while "
