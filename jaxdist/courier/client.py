@@ -194,7 +194,6 @@ class _Connection:
         self._session: tuple = ()  # (TOKEN_KEY, key) for the server instance that proved the token
         self._ticket: tuple = ()  # (SHARED_MEMORY_KEY, ticket) once the server shares memory with us
         self._metadata: tuple | None = None  # what calls carry: the two above
-        self._hello_lock = threading.Lock()
         self._max_message_bytes = max_message_bytes
         self._inline_limit = inline_limit
         options = wire.grpc_options(max_message_bytes, max_message_bytes) + _RECONNECT_OPTIONS
@@ -290,10 +289,15 @@ class _Connection:
         return attempt(self._metadata)
 
     def _renew(self, stale: tuple, options: _CallOptions, deadline: "_Deadline") -> None:
-        """A session with the server now at the address, unless another call made one since `stale`."""
-        with self._hello_lock:
+        """A session with the server now at the address, unless another call made one since
+        `stale`. The hello runs outside the lock: a call with a short deadline (a liveness probe)
+        must not wait behind one that waits for ever for the server to come up."""
+        if self._session != stale:
+            return
+        session = self._hello(options, deadline)
+        with self._lock:
             if self._session == stale:
-                self._session = self._hello(options, deadline)
+                self._session = session
                 self._metadata = (self._session + self._ticket) or None
 
     def _hello(self, options: _CallOptions, deadline: "_Deadline") -> tuple:
@@ -372,7 +376,7 @@ class _Connection:
             answer = self._result(wire.SHARED_MEMORY_PROBE, response, deadline)
             if type(answer) is list and len(answer) == 2 and answer[0] == nonce and type(answer[1]) is str:
                 self._shared = shared_memory.Pool(self._shared_memory_bytes)
-                with self._hello_lock:
+                with self._lock:
                     self._ticket = ((wire.SHARED_MEMORY_KEY, answer[1]),)
                     self._metadata = self._session + self._ticket
             outcome = _DONE

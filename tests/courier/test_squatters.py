@@ -8,6 +8,8 @@ one frame."""
 from __future__ import annotations
 
 import os
+import socket
+import time
 from concurrent import futures
 
 import grpc
@@ -101,3 +103,21 @@ def test_a_client_refuses_a_shared_answer_it_never_negotiated():
     finally:
         server.stop(0)
         os.unlink(path)
+
+
+def test_a_hello_waiting_for_its_server_holds_up_no_other_call_on_the_connection():
+    """A liveness probe with a short deadline must fail in time while another call's hello waits
+    for ever for the server to come up (a multihost peer's launcher watches its peers so)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"  # nothing listens there once it is closed
+    client = courier.Client(address, token=TOKEN, timeout=None)
+    try:
+        waiting = client.futures.echo(1)
+        began = time.monotonic()
+        with pytest.raises(courier.UnavailableError):
+            client.with_timeout(1.0).failing_fast().echo(2)
+        assert time.monotonic() - began < 5
+        assert not waiting.done()
+    finally:
+        client.close()
