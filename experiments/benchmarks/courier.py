@@ -157,7 +157,10 @@ def main() -> None:
     for name, raw_value, jd_value, ratio, target in rows:
         print(f"{name:36} {raw_value:12.1f} {jd_value:12.1f} {ratio:7.2f}  {target}")
     print()
-    unix_socket(client, courier.Client(unix_address, timeout=120, token=token, shared_memory_bytes=0), calls)
+    unix_client = courier.Client(unix_address, timeout=120, token=token, shared_memory_bytes=0)
+    unix_socket(client, unix_client, calls)
+    for done in (client, tls_client, shared_client, unix_client):
+        done.close()  # before the servers go: a server's goodbye to a connected client is logged
     parent_end.send("stop")
     child.join()
     print()
