@@ -285,10 +285,11 @@ class Server:
     def _share(self, parts: list, size: int, context: grpc.ServicerContext) -> bytes | None:
         """The answer through shared memory, when the caller proved it shares this host's."""
         ticket = next((value for key, value in context.invocation_metadata() if key == wire.SHARED_MEMORY_KEY), None)
-        if ticket is None or not hmac.compare_digest(ticket, self._shared_ticket):
+        if ticket is None or not hmac.compare_digest(ticket.encode(), self._shared_ticket.encode()):
             return None
         remaining = context.time_remaining()
-        return self._shared.send(parts, size, self._staging_ttl if remaining is None else min(remaining, self._staging_ttl))
+        expires_in = self._staging_ttl if remaining is None else min(remaining, self._staging_ttl)
+        return self._shared.send(parts, size, expires_in)
 
     def _resolve(self, name: str, context: grpc.ServicerContext) -> Callable[..., Any]:
         """The method, once the object is attached (waiting for it within the deadline)."""
