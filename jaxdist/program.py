@@ -10,13 +10,16 @@ import abc
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import inspect
+import os
+import re
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 AddressTable = dict[str, str]
-"""Node name -> "host:port" of its courier server, complete before any node runs."""
+"""Node name -> "host:port" (or "unix:path") of its courier server, complete before any node runs."""
 
 
 class Launched(Protocol):
@@ -115,10 +118,25 @@ class NodeContext:
     token: str | None = dataclasses.field(default=None, repr=False)  # a secret: never in logs
     previous_addresses: AddressTable = dataclasses.field(default_factory=dict)
     """Where the nodes served before a restart: a restarted node binds the same address again."""
+    socket_dir: str | None = None
+    """A directory of this user's alone (0700) where servers bind Unix sockets instead of ports
+    on 127.0.0.1: a port is free for any local user to take while its node restarts, and whoever
+    takes it is handed the token by the node's callers; a socket in this directory no one else
+    can create."""
 
     def address_for(self, node_name: str) -> str:
         """The address a server of `node_name` should bind: its old one on a restart."""
-        return self.previous_addresses.get(node_name, "127.0.0.1:0")
+        if node_name in self.previous_addresses:
+            return self.previous_addresses[node_name]
+        if self.socket_dir is not None:
+            return f"unix:{os.path.join(self.socket_dir, _socket_name(node_name))}"
+        return "127.0.0.1:0"
+
+
+def _socket_name(node_name: str) -> str:
+    """A short file name for a node's socket (a Unix socket's path holds at most 107 bytes)."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", node_name)[:24]
+    return f"{readable}-{hashlib.sha256(node_name.encode()).hexdigest()[:8]}.sock"
 
 
 class Executable(abc.ABC):

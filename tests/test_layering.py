@@ -21,16 +21,12 @@ def modules(root: pathlib.Path = PACKAGE) -> dict[str, pathlib.Path]:
 
 
 def imports(name: str, path: pathlib.Path, known: dict[str, pathlib.Path]) -> set[str]:
-    """The package's modules ``name`` imports, at any depth of its code (a deferred import is a
-    dependency too), except under ``if TYPE_CHECKING:``."""
+    """The package's modules ``name`` imports, at any depth of its code: a deferred import is a
+    dependency too, and so is one for type checking alone (a reader follows it the same)."""
     tree = ast.parse(path.read_text())
-    type_only = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
-                 and "TYPE_CHECKING" in ast.unparse(block.test) for node in ast.walk(block)}
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets = set()
     for node in ast.walk(tree):
-        if id(node) in type_only:
-            continue
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -99,12 +95,13 @@ def test_the_checks_find_a_cycle_and_a_reach_behind_the_surface(tmp_path):
     package = tmp_path / "jaxdist"
     for module, source in {"__init__.py": "", "a.py": "from jaxdist import b\n",
                            "b.py": "def f():\n    from jaxdist.a import x\n",
-                           "c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jaxdist import a\n",
+                           "c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jaxdist import d\n",
+                           "d.py": "from jaxdist import c\n",
                            "agents/__init__.py": "", "agents/x.py": "from jaxdist.launch import context\n",
                            "launch/__init__.py": "", "launch/context.py": ""}.items():
         (package / module).parent.mkdir(parents=True, exist_ok=True)
         (package / module).write_text(source)
     known = modules(package)
     made = {name: imports(name, path, known) for name, path in known.items()}
-    assert cycles(made) == [["jaxdist.a", "jaxdist.b"]]  # c's type-only import is not one
+    assert cycles(made) == [["jaxdist.a", "jaxdist.b"], ["jaxdist.c", "jaxdist.d"]]  # a type-only import counts
     assert made["jaxdist.agents.x"] == {"jaxdist.launch.context"}

@@ -8,7 +8,8 @@ is blocking calls and futures; bandwidth is an echo of a float32 array (counted 
 against an echo of the same number of raw bytes, over the socket (a client with shared memory
 off) and through shared memory (the default between processes of one host). The TLS rows run
 both sides with mutual TLS (certificates from ``jaxdist.tools.certs``, as ``--tls-dir`` uses them).
-Every comparison alternates the two trial by trial and reports medians.
+A second table sets courier on 127.0.0.1 against courier on a Unix socket, where the processes
+launcher binds its nodes. Every comparison alternates the two trial by trial and reports medians.
 
     python experiments/benchmarks/courier.py [--quick]
 """
@@ -50,8 +51,8 @@ def _raw_echo(request: bytes, context: grpc.ServicerContext) -> bytes:
 
 
 def serve(addresses: "multiprocessing.connection.Connection", token: str, tls_dir: str) -> None:
-    """Child process: raw grpcio and courier echo servers, plaintext and with mutual TLS, until
-    told to stop."""
+    """Child process: raw grpcio and courier echo servers, plaintext and with mutual TLS, and a
+    courier server on a Unix socket (as the processes launcher binds nodes), until told to stop."""
     tls = TLS.load(tls_dir, HOST)
     raws, found = [], []
     for credentials in (None, tls.server_credentials()):
@@ -63,7 +64,8 @@ def serve(addresses: "multiprocessing.connection.Connection", token: str, tls_di
                 else raw.add_secure_port(f"{HOST}:0", credentials))
         raws.append(raw.start() or raw)
         found.append(f"{HOST}:{port}")
-    servers = [courier.Server(Echo(), token=token).start(), courier.Server(Echo(), token=token, tls=tls).start()]
+    servers = [courier.Server(Echo(), token=token).start(), courier.Server(Echo(), token=token, tls=tls).start(),
+               courier.Server(Echo(), f"unix:{tls_dir}/echo.sock", token=token).start()]
     addresses.send((*found, *(server.address for server in servers)))
     addresses.recv()
     for server in servers:
@@ -114,7 +116,7 @@ def main() -> None:
     parent_end, child_end = multiprocessing.get_context("spawn").Pipe()
     child = multiprocessing.get_context("spawn").Process(target=serve, args=(child_end, token, tls_dir))
     child.start()
-    raw_address, raw_tls_address, courier_address, courier_tls_address = parent_end.recv()
+    raw_address, raw_tls_address, courier_address, courier_tls_address, unix_address = parent_end.recv()
     raw_echo = grpc.insecure_channel(raw_address, options=RAW_OPTIONS).unary_unary("/raw/echo")
     raw_tls_echo = grpc.secure_channel(raw_tls_address, tls.channel_credentials(),
                                        options=RAW_OPTIONS).unary_unary("/raw/echo")
@@ -153,13 +155,38 @@ def main() -> None:
         raw_mbs, jd_mbs = (2 * array.nbytes / statistics.median(t) / 1e6 for t in (raw_times, jd_times))
         rows.append((f"shared memory echo {megabytes} MB (MB/s)", raw_mbs, jd_mbs, jd_mbs / raw_mbs, target))
 
-    parent_end.send("stop")
-    child.join()
     print(f"{'metric':36} {'raw grpcio':>12} {'jaxdist':>12} {'ratio':>7}  target")
     for name, raw_value, jd_value, ratio, target in rows:
         print(f"{name:36} {raw_value:12.1f} {jd_value:12.1f} {ratio:7.2f}  {target}")
     print()
+    unix_client = courier.Client(unix_address, timeout=120, token=token, shared_memory_bytes=0)
+    unix_socket(client, unix_client, calls)
+    for done in (client, tls_client, shared_client, unix_client):
+        done.close()  # before the servers go: a server's goodbye to a connected client is logged
+    parent_end.send("stop")
+    child.join()
+    print()
     colocated(token, calls)
+
+
+def unix_socket(tcp: courier.Client, unix: courier.Client, calls: int) -> None:
+    """Courier on 127.0.0.1 against courier on a Unix socket, where the processes launcher binds
+    its nodes (no local user can take a socket in a private directory, as one can a port)."""
+    rows = []
+    tcp_lat, unix_lat = alternating(lambda: tcp.echo(1), lambda: unix.echo(1), calls)
+    rows.append(("tiny call p50 (us)", *(np.quantile(t, 0.5) * 1e6 for t in (tcp_lat, unix_lat))))
+    burst = calls // 10
+    tcp_bursts, unix_bursts = alternating(futures_burst(lambda: tcp.futures.echo(1), burst),
+                                          futures_burst(lambda: unix.futures.echo(1), burst), FUTURES_TRIALS)
+    rows.append(("futures calls/s", *(burst / statistics.median(t) for t in (tcp_bursts, unix_bursts))))
+    array = np.ones(16 << 18, np.float32)
+    tcp_times, unix_times = alternating(lambda: tcp.echo(array), lambda: unix.echo(array), 12)
+    rows.append(("echo 16 MB float32 (MB/s)", *(2 * array.nbytes / statistics.median(t) / 1e6
+                                                 for t in (tcp_times, unix_times))))
+    print(f"{'courier, shared memory off':32} {'127.0.0.1':>12} {'unix socket':>12} {'speed-up':>8}")
+    for name, tcp_value, unix_value in rows:
+        speedup = unix_value / tcp_value if "/s" in name else tcp_value / unix_value
+        print(f"{name:32} {tcp_value:12.1f} {unix_value:12.1f} {speedup:7.1f}x")
 
 
 def colocated(token: str, calls: int) -> None:

@@ -7,6 +7,10 @@ returns a batched result, and each caller gets its own row. Callers wait in thei
 (a server's pool threads), and whichever waiting caller finds a batch ready runs it, so no extra
 thread is needed. A batch runs when `batch_size` calls are waiting or the oldest has waited
 `timeout` seconds: with fewer pool threads than `batch_size`, batches are smaller, never stuck.
+
+Only calls of one signature -- the same arguments by position and by name, the same structure,
+each array's shape and dtype -- share a batch: a caller whose arguments cannot stack with the
+others' would otherwise fail every call of its batch. It is batched with its own kind.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
@@ -40,10 +44,11 @@ def batched_handler(batch_size: int, max_parallelism: int = 1, timeout: float = 
 
 
 class _Call:
-    __slots__ = ("args", "kwargs", "arrived", "done", "result", "error")
+    __slots__ = ("args", "kwargs", "signature", "arrived", "done", "result", "error")
 
     def __init__(self, args: tuple, kwargs: dict) -> None:
         self.args, self.kwargs = args, kwargs
+        self.signature = (signature(args), signature(kwargs))
         self.arrived = time.monotonic()
         self.done = False
         self.result: Any = None
@@ -99,12 +104,21 @@ class BatchedHandler:
         return call.result
 
     def _take_ready_batch(self) -> list[_Call] | None:
+        """Calls of one signature: a full batch of any, else the oldest call's once it timed out."""
         if not self._waiting or self._running >= self.max_parallelism:
             return None
-        full = len(self._waiting) >= self.batch_size
-        if not full and time.monotonic() - self._waiting[0].arrived < self.timeout:
-            return None
-        batch, self._waiting = self._waiting[:self.batch_size], self._waiting[self.batch_size:]
+        kinds: dict[Hashable, list[_Call]] = {}
+        for call in self._waiting:
+            kinds.setdefault(call.signature, []).append(call)
+        ready = next((calls for calls in kinds.values() if len(calls) >= self.batch_size), None)
+        if ready is None:
+            oldest = self._waiting[0]
+            if time.monotonic() - oldest.arrived < self.timeout:
+                return None
+            ready = kinds[oldest.signature]
+        batch = ready[:self.batch_size]
+        taken = set(map(id, batch))
+        self._waiting = [call for call in self._waiting if id(call) not in taken]
         return batch
 
     def _until_next_batch(self) -> float | None:
@@ -115,9 +129,8 @@ class BatchedHandler:
     def _run(self, batch: list[_Call]) -> None:
         calls = batch + [batch[-1]] * (self.batch_size - len(batch)) if self.pad_batch else batch
         try:
-            args = [stack([call.args[i] for call in calls]) for i in range(_same(len(call.args) for call in calls))]
-            keys = _same(tuple(sorted(call.kwargs)) for call in calls)
-            kwargs = {key: stack([call.kwargs[key] for call in calls]) for key in keys}
+            args = [stack([call.args[i] for call in calls]) for i in range(len(calls[0].args))]
+            kwargs = {key: stack([call.kwargs[key] for call in calls]) for key in calls[0].kwargs}
             results = self._function(*args, **kwargs)
             rows = [unstack(results, i, len(calls)) for i in range(len(batch))]
         except BaseException as exc:
@@ -133,12 +146,16 @@ class BatchedHandler:
                 self._changed.notify_all()
 
 
-def _same(values: Any) -> Any:
-    """The one value every call of a batch shares (the number of arguments, the keyword names)."""
-    distinct = set(values)
-    if len(distinct) != 1:
-        raise TypeError(f"the calls of a batch must pass the same arguments by position and by name; got {distinct}")
-    return distinct.pop()
+def signature(value: Any) -> Hashable:
+    """What calls must share for `stack` to batch their values: the structure of dicts and
+    tuples, each array's shape and dtype, the type of anything else."""
+    if isinstance(value, dict):
+        return dict, frozenset((key, signature(item)) for key, item in value.items())
+    if isinstance(value, tuple):
+        return type(value), tuple(signature(item) for item in value)
+    if isinstance(value, (np.ndarray, np.generic)) or hasattr(value, "__array_namespace__"):
+        return np.ndarray, tuple(value.shape), str(value.dtype)
+    return type(value)
 
 
 def stack(values: list[Any]) -> Any:

@@ -4,6 +4,10 @@ Every call carries a deadline and waits for the server to be ready, so a client 
 before its server starts and survives the server restarting on the same address: reconnection
 backoff is capped at one second instead of gRPC's 120 s.
 
+A client with a token never sends it: it says hello first, and calls only a server that proves
+it holds the token, with a key bound to that server's instance (`jaxdist.courier.server`). A
+restarted server refuses the old key once; the client says hello again and calls again.
+
 A client that sends or receives a message over `wire.SHARED_MEMORY_THRESHOLD` asks its server,
 once, whether they share a host's memory; if so, such messages go both ways through shared
 memory from then on (`courier.shared_memory`).
@@ -12,6 +16,7 @@ memory from then on (`courier.shared_memory`).
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import itertools
 import secrets
 import threading
@@ -185,7 +190,10 @@ class _Connection:
     def __init__(self, address: str, token: str | None, max_message_bytes: int, inline_limit: int,
                  tls: TLS | None, shared_memory_bytes: int) -> None:
         self._address = address
-        self._metadata = ((wire.TOKEN_KEY, token),) if token is not None else None
+        self._token = None if token is None else token.encode()
+        self._session: tuple = ()  # (TOKEN_KEY, key) for the server instance that proved the token
+        self._ticket: tuple = ()  # (SHARED_MEMORY_KEY, ticket) once the server shares memory with us
+        self._metadata: tuple | None = None  # what calls carry: the two above
         self._max_message_bytes = max_message_bytes
         self._inline_limit = inline_limit
         options = wire.grpc_options(max_message_bytes, max_message_bytes) + _RECONNECT_OPTIONS
@@ -206,30 +214,27 @@ class _Connection:
         if self._probe is _PENDING and _over_threshold(parts):
             self._probe_shared_memory(options, deadline)
         request = self._request(name, parts, deadline, options)
-        try:
-            response = self._stub(name)(
-                request, timeout=deadline.remaining(), metadata=self._metadata, wait_for_ready=options.wait_for_ready
-            )
-        except grpc.RpcError as error:
-            raise self._translate(error, name, options.timeout) from None
-        return self._result(name, response, deadline)
+        return self._send(name, request, deadline, options)
 
     def call_future(self, name: str, args: tuple, kwargs: dict, options: _CallOptions) -> futures.Future:
         deadline = _Deadline(options.timeout)
         parts = _encode_call(args, kwargs)
+        if self._token is not None and not self._session:  # the hello blocks
+            return self._executor().submit(self.call, name, args, kwargs, options)
         if self._probe is _PENDING and _over_threshold(parts):
             self._executor().submit(self._probe_shared_memory, options, _Deadline(options.timeout))
         request = self._frame_in_place(parts, deadline)
         if request is None:  # it needs an upload first, which blocks
             return self._executor().submit(self.call, name, args, kwargs, options)
         outcome: futures.Future = futures.Future()
+        session = self._session
         call = self._stub(name).future(
             request,
             timeout=deadline.remaining(),
             metadata=self._metadata,
             wait_for_ready=options.wait_for_ready,
         )
-        call.add_done_callback(lambda done: self._settle(outcome, done, name, deadline, options.timeout))
+        call.add_done_callback(lambda done: self._settle(outcome, done, name, request, session, deadline, options))
         return outcome
 
     @property
@@ -241,9 +246,11 @@ class _Connection:
         return self._result(wire.LIST_METHODS, response, _Deadline(options.timeout))
 
     def call_raw(self, name: str, options: _CallOptions) -> bytes:
+        deadline = _Deadline(options.timeout)
         try:
-            return self._stub(name)(b"", timeout=options.timeout, metadata=self._metadata,
-                                    wait_for_ready=options.wait_for_ready)
+            return self._with_session(lambda metadata: self._stub(name)(
+                b"", timeout=deadline.remaining(), metadata=metadata, wait_for_ready=options.wait_for_ready),
+                options, deadline)
         except grpc.RpcError as error:
             raise self._translate(error, name, options.timeout) from None
 
@@ -253,6 +260,64 @@ class _Connection:
             self._background.shutdown(wait=False)
         if self._shared is not None:
             self._shared.close()
+
+    # The token, proven held before it is used (see the module's docstring) ------------------
+
+    def _send(self, name: str, request: bytes, deadline: "_Deadline", options: _CallOptions) -> Any:
+        """The result of the unary call `request` to `name`, under this client's session."""
+        try:
+            response = self._with_session(lambda metadata: self._stub(name)(
+                request, timeout=deadline.remaining(), metadata=metadata, wait_for_ready=options.wait_for_ready),
+                options, deadline)
+        except grpc.RpcError as error:
+            raise self._translate(error, name, options.timeout) from None
+        return self._result(name, response, deadline)
+
+    def _with_session(self, attempt: Callable[[tuple | None], Any], options: _CallOptions,
+                      deadline: "_Deadline") -> Any:
+        """`attempt(metadata)`, after a hello when no server proved the token yet; once more
+        after a new hello when the server refused the session (it restarted: a new instance)."""
+        if self._token is not None and not self._session:
+            self._renew((), options, deadline)
+        session = self._session
+        try:
+            return attempt(self._metadata)
+        except grpc.RpcError as error:
+            if self._token is None or error.code() != grpc.StatusCode.UNAUTHENTICATED:
+                raise
+        self._renew(session, options, deadline)
+        return attempt(self._metadata)
+
+    def _renew(self, stale: tuple, options: _CallOptions, deadline: "_Deadline") -> None:
+        """A session with the server now at the address, unless another call made one since
+        `stale`. The hello runs outside the lock: a call with a short deadline (a liveness probe)
+        must not wait behind one that waits for ever for the server to come up."""
+        if self._session != stale:
+            return
+        session = self._hello(options, deadline)
+        with self._lock:
+            if self._session == stale:
+                self._session = session
+                self._metadata = (self._session + self._ticket) or None
+
+    def _hello(self, options: _CallOptions, deadline: "_Deadline") -> tuple:
+        """The session metadata for the server that proves, for a fresh nonce, that it holds the token."""
+        nonce = secrets.token_hex(16)
+        try:
+            response = self._stub(wire.HELLO)(b"", timeout=deadline.remaining(), metadata=((wire.HELLO_KEY, nonce),),
+                                              wait_for_ready=options.wait_for_ready)
+            answer = codec.decode(memoryview(response)[1:]) if response[:1] == wire.INLINE else None
+        except grpc.RpcError as error:
+            raise self._translate(error, wire.HELLO, deadline.timeout) from None
+        except ValueError:  # CodecError: not a courier server's answer
+            answer = None
+        if not (type(answer) is list and len(answer) == 2 and all(type(part) is str for part in answer)
+                and hmac.compare_digest(answer[1].encode(), wire.server_proof(self._token, nonce, answer[0]).encode())):
+            raise AuthenticationError(
+                f"{self._address} did not prove it holds this client's token, which was not sent: missing or "
+                f"wrong courier token on one side, or another process serves this address (a port taken while "
+                f"its node restarted?); pass the program's token to Client(token=...)")
+        return ((wire.TOKEN_KEY, wire.session_key(self._token, answer[0])),)
 
     def _stub(self, name: str) -> grpc.UnaryUnaryMultiCallable:
         stub = self._unary.get(name)
@@ -295,17 +360,25 @@ class _Connection:
             if self._probe is not _PENDING:
                 return
             self._probe = _PROBING
-        nonce = secrets.token_bytes(16)
-        segment = shared_memory.probe_segment(nonce)
+        nonce = secrets.token_bytes(shared_memory.PROBE_BYTES)
+        try:
+            segment = shared_memory.probe_segment(nonce)
+        except OSError:  # /dev/shm is full (Docker gives 64 MiB) or missing: the socket it is
+            with self._lock:
+                self._probe = _DONE
+            return
         outcome = _PENDING
         try:
-            request = wire.INLINE + codec.encode([segment, len(nonce), shared_memory.pid_namespace()])
-            response = self._stub(wire.SHARED_MEMORY_PROBE)(
-                request, timeout=deadline.remaining(), metadata=self._metadata, wait_for_ready=options.wait_for_ready)
+            request = wire.INLINE + codec.encode([segment, shared_memory.pid_namespace()])
+            response = self._with_session(lambda metadata: self._stub(wire.SHARED_MEMORY_PROBE)(
+                request, timeout=deadline.remaining(), metadata=metadata, wait_for_ready=options.wait_for_ready),
+                options, deadline)
             answer = self._result(wire.SHARED_MEMORY_PROBE, response, deadline)
-            if answer == nonce:
+            if type(answer) is list and len(answer) == 2 and answer[0] == nonce and type(answer[1]) is str:
                 self._shared = shared_memory.Pool(self._shared_memory_bytes)
-                self._metadata = (self._metadata or ()) + ((wire.SHARED_MEMORY_KEY, "1"),)
+                with self._lock:
+                    self._ticket = ((wire.SHARED_MEMORY_KEY, answer[1]),)
+                    self._metadata = self._session + self._ticket
             outcome = _DONE
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.UNIMPLEMENTED:  # a courier without shared memory
@@ -319,14 +392,13 @@ class _Connection:
 
     def _upload_parts(self, name: str, parts: list, size: int, deadline: "_Deadline", options: _CallOptions) -> bytes:
         """The id of the upload; one refused for lack of room is tried again within the deadline."""
-        metadata = ((wire.SIZE_KEY, str(size)),) + (self._metadata or ())
         pauses = itertools.chain(_BUSY_PAUSES, itertools.repeat(_BUSY_PAUSES[-1]))
         while True:
             try:
-                return self._upload(
-                    wire.chunks(parts), timeout=deadline.remaining(), metadata=metadata,
-                    wait_for_ready=options.wait_for_ready,
-                )
+                return self._with_session(lambda metadata: self._upload(
+                    wire.chunks(parts), timeout=deadline.remaining(),
+                    metadata=((wire.SIZE_KEY, str(size)),) + (metadata or ()), wait_for_ready=options.wait_for_ready,
+                ), options, deadline)
             except grpc.RpcError as error:
                 pause = next(pauses)
                 remaining = deadline.remaining()
@@ -334,13 +406,16 @@ class _Connection:
                     raise self._translate(error, name, deadline.timeout) from None
             time.sleep(pause)
 
-    def _settle(
-        self, outcome: futures.Future, call: grpc.Future, name: str, deadline: "_Deadline", timeout: float | None
-    ) -> None:
+    def _settle(self, outcome: futures.Future, call: grpc.Future, name: str, request: bytes, session: tuple,
+                deadline: "_Deadline", options: _CallOptions) -> None:
         try:
             response = call.result()
         except grpc.RpcError as error:
-            outcome.set_exception(self._translate(error, name, timeout))
+            if self._token is not None and error.code() == grpc.StatusCode.UNAUTHENTICATED:  # a restarted server
+                self._executor().submit(_settle_with, outcome, self._send_again, name, request, session, deadline,
+                                        options)
+            else:
+                outcome.set_exception(self._translate(error, name, options.timeout))
             return
         except futures.CancelledError:
             outcome.cancel()
@@ -349,6 +424,12 @@ class _Connection:
             self._executor().submit(_settle_with, outcome, self._result, name, response, deadline)
         else:
             _settle_with(outcome, self._result, name, response, deadline)
+
+    def _send_again(self, name: str, request: bytes, stale: tuple, deadline: "_Deadline",
+                    options: _CallOptions) -> Any:
+        """A future's call that the server refused for its session, sent again after a hello."""
+        self._renew(stale, options, deadline)
+        return self._send(name, request, deadline, options)
 
     def _result(self, name: str, response: bytes, deadline: "_Deadline") -> Any:
         kind = response[:1]
@@ -364,6 +445,9 @@ class _Connection:
             elif kind == wire.STAGED:
                 return codec.decode(self._fetch(name, frame, deadline))
             elif kind == wire.SHARED:
+                if self._shared is None:
+                    raise ValueError("an answer in shared memory, which this client never agreed on with the "
+                                     "server (is another process serving this address?)")
                 self._check_size(name, wire.parse_shared(frame)[2])
                 return codec.decode(shared_memory.READER.claim(frame))
             else:
@@ -414,7 +498,7 @@ class _Connection:
         return RemoteError(f"{where}: {code.name}: {details}")
 
     def _listing_hint(self, name: str, details: str) -> str:
-        if "serves:" in (details or "") or name == wire.LIST_METHODS:
+        if "serves:" in (details or "") or name in (wire.LIST_METHODS, wire.HELLO):
             return ""
         try:
             return f"; this server serves: {', '.join(self.list_methods(_CallOptions(5.0, True)))}"

@@ -16,8 +16,9 @@ import hmac
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from jaxdist.courier import codec
 from jaxdist.courier.errors import (
@@ -30,26 +31,39 @@ from jaxdist.courier.errors import (
     rebuild_exception,
 )
 
-if TYPE_CHECKING:
-    from jaxdist.courier.server import Server
 
-_SERVING: dict[str, "Server"] = {}
+class Serving(Protocol):
+    """What local calls need of a server (`courier.Server` is one): defined here, so that this
+    module needs nothing of the server's and the server may register with it."""
+
+    address: str
+    token: str | None
+    methods: list[str]
+
+    def local_method(self, name: str, timeout: float | None) -> Callable[..., Any] | None: ...
+
+    def unknown_method_message(self, name: str) -> str: ...
+
+    def submit(self, call: Callable[[], None]) -> None: ...
+
+
+_SERVING: dict[str, Serving] = {}
 _CHANGED = threading.Condition()
 
 
-def register(server: "Server") -> None:
+def register(server: Serving) -> None:
     with _CHANGED:
         _SERVING[server.address] = server
         _CHANGED.notify_all()
 
 
-def unregister(server: "Server") -> None:
+def unregister(server: Serving) -> None:
     with _CHANGED:
         if _SERVING.get(server.address) is server:
             del _SERVING[server.address]
 
 
-def serving(address: str, wait: float = 0.0) -> "Server | None":
+def serving(address: str, wait: float = 0.0) -> Serving | None:
     """The started server of this process bound to ``address``, waiting up to ``wait`` seconds
     for one (a node restarting on its address), or None."""
     with _CHANGED:
@@ -118,7 +132,7 @@ class LocalConnection:
         with self._lock:
             self._pending.discard(outcome)
 
-    def _server_for(self, name: str, options: Any) -> "Server":
+    def _server_for(self, name: str, options: Any) -> Serving:
         """The server now serving the address (one restarted on it too), as a wire client waits
         for it with ``wait_for_ready`` within its deadline; the token checked as the wire does."""
         wait = (60.0 if options.timeout is None else options.timeout) if options.wait_for_ready else 0.0

@@ -5,10 +5,19 @@ bind every node's port first, publish the address table, and only then build the
 whose constructors may already call other nodes. A call that arrives before `attach` waits for
 it within the call's deadline.
 
+No token is revealed to a server that has not proven it holds it: a client first says hello
+with a nonce, this server answers with a proof keyed by the token and bound to its instance (a
+random name, new at each start), and the client's calls then carry a session key derived from the
+token and that instance instead of the token (`wire.server_proof`, `wire.session_key`). A
+process that takes the address while the node restarts cannot prove the token, and learns at
+most the key of an instance that is gone; a restarted server refuses the old key, and its
+callers say hello again.
+
 What a peer can make it spend is bounded. A call without the token is refused before gRPC reads
 its request, and holds no thread (the standard health `Check` answers without the token: it
-tells only whether the server serves, and probes do not carry our token; `Watch` needs it, since
-each watch holds a thread). A unary request is capped near `inline_limit` (larger ones travel by
+tells only whether the server serves, and probes do not carry our token; it answers without
+reading its request, so it holds no thread either; `Watch` needs the token, since each watch
+holds a thread). A unary request is capped near `inline_limit` (larger ones travel by
 upload), calls in flight at `max_concurrent_calls`, uploads at `max_uploads` at once and
 `max_staged_bytes` held; a transfer whose peer stalls for `chunk_timeout` seconds is cut off,
 and a staged payload nobody claims is dropped after `staging_ttl`. Idle connections are pinged
@@ -16,7 +25,11 @@ and closed, and a connection that never completes its handshake is dropped.
 
 A client on the same host (it proves so once, see `jaxdist.courier.shared_memory`) sends and
 receives messages over `wire.SHARED_MEMORY_THRESHOLD` through shared memory; the server's own
-segments, for answers, hold at most `shared_memory_bytes`.
+segments, for answers, hold at most `shared_memory_bytes`. The proof earns the client this
+server's shared-memory ticket, which its calls carry: only they are answered in shared memory
+(a remote token holder that merely asked would learn segment names, and its unread answers would
+pin segments), and an unread answer holds its segment for `staging_ttl` at most, whatever the
+caller's deadline.
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ import functools
 import hmac
 import inspect
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -51,6 +65,7 @@ HANDSHAKE_TIMEOUT_MS = 10_000
 
 
 REBIND_SECONDS = 5.0
+UNIX = "unix:"  # an address of a Unix socket: unix:/absolute/path
 
 
 class Server:
@@ -91,6 +106,7 @@ class Server:
         self._staging_ttl = staging_ttl
         shares_memory = shared_memory_bytes > 0 and shared_memory.available()
         self._shared = shared_memory.Pool(shared_memory_bytes) if shares_memory else None
+        self._shared_ticket = secrets.token_hex(16)
         self._janitor = staging.Janitor(self._staging, chunk_timeout, period=min(chunk_timeout, staging_ttl) / 4,
                                         chore=_forget_dead_segments if shares_memory else None)
         self.token = token
@@ -107,6 +123,9 @@ class Server:
         self._health = health.HealthServicer()
         self._handlers.update(_health_handlers(self._health))
         self._token_bytes = None if token is None else token.encode()
+        self._instance = secrets.token_hex(16)
+        self._session_bytes = None if token is None else wire.session_key(self._token_bytes, self._instance).encode()
+        self._handlers[wire.path(wire.HELLO)] = grpc.stream_unary_rpc_method_handler(self._hello)
         tls = tls or tls_module.from_environment()
         self._credentials = None if tls is None else tls.server_credentials()
         self._address = self._bind(address)
@@ -189,7 +208,7 @@ class Server:
             except RuntimeError as exc:
                 port, error = 0, f"{exc}; is the port taken?"
             if port:
-                return f"{address.rsplit(':', 1)[0]}:{port}"
+                return address if address.startswith(UNIX) else f"{address.rsplit(':', 1)[0]}:{port}"
             if time.monotonic() >= deadline:
                 raise OSError(f"courier cannot bind {address}: {error}")
             time.sleep(0.05)
@@ -202,7 +221,7 @@ class Server:
         whatever the peer sends (a 2 GiB message, a stream that never comes) costs one pool
         thread for a moment. (In this dispatcher rather than a gRPC interceptor, which costs a
         tenth of a tiny call's time.)"""
-        if self._token_bytes is not None and details.method != _HEALTH_CHECK and not self._carries_token(details):
+        if self._token_bytes is not None and details.method not in _WITHOUT_TOKEN and not self._carries_token(details):
             return _REFUSE_TOKEN
         handler = self._handlers.get(details.method)
         if handler is not None:
@@ -224,10 +243,22 @@ class Server:
         return handler
 
     def _carries_token(self, details: grpc.HandlerCallDetails) -> bool:
+        """The session key of this instance (what courier clients send), or the token itself."""
         for key, value in details.invocation_metadata or ():
             if key == wire.TOKEN_KEY:
-                return hmac.compare_digest(value.encode(), self._token_bytes)
+                given = value.encode()
+                return hmac.compare_digest(given, self._session_bytes) or hmac.compare_digest(given, self._token_bytes)
         return False
+
+    def _hello(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
+        """This instance's name and the proof that it holds the token, for the nonce the caller
+        sent in its metadata (None without a token). Answered without the token and without
+        reading the request: a peer that never sends one holds no thread."""
+        nonce = next((value for key, value in context.invocation_metadata() if key == wire.HELLO_KEY), "")
+        answer = None
+        if self._token_bytes is not None and 32 <= len(nonce) <= 64 and all(c in _HEX for c in nonce):
+            answer = [self._instance, wire.server_proof(self._token_bytes, nonce, self._instance)]
+        return wire.INLINE + codec.encode(answer)
 
     def _call(self, name: str, request: bytes, context: grpc.ServicerContext) -> bytes:
         method = self._methods.get(name) or self._resolve(name, context)
@@ -252,11 +283,13 @@ class Server:
         return wire.staged_frame(self._staging.put(parts), size)
 
     def _share(self, parts: list, size: int, context: grpc.ServicerContext) -> bytes | None:
-        """The answer through shared memory, when the caller said it shares this host's."""
-        if (wire.SHARED_MEMORY_KEY, "1") not in context.invocation_metadata():
+        """The answer through shared memory, when the caller proved it shares this host's."""
+        ticket = next((value for key, value in context.invocation_metadata() if key == wire.SHARED_MEMORY_KEY), None)
+        if ticket is None or not hmac.compare_digest(ticket.encode(), self._shared_ticket.encode()):
             return None
         remaining = context.time_remaining()
-        return self._shared.send(parts, size, self._staging_ttl if remaining is None else remaining)
+        expires_in = self._staging_ttl if remaining is None else min(remaining, self._staging_ttl)
+        return self._shared.send(parts, size, expires_in)
 
     def _resolve(self, name: str, context: grpc.ServicerContext) -> Callable[..., Any]:
         """The method, once the object is attached (waiting for it within the deadline)."""
@@ -309,13 +342,13 @@ class Server:
         return wire.INLINE + codec.encode(self.methods)
 
     def _probe_shared_memory(self, request: bytes, context: grpc.ServicerContext) -> bytes:
-        """What the caller's probe segment holds, or None: the caller then knows whether it may
-        use shared memory with this server."""
+        """What the caller's probe holds and this server's shared-memory ticket, or None: the
+        caller then knows whether it may use shared memory with this server."""
         answer = None
         try:
-            name, size, namespace = codec.decode(memoryview(request)[1:])
-            if self._shared is not None and namespace == shared_memory.pid_namespace() and 0 < size <= 64:
-                answer = shared_memory.read_probe(name, size)
+            name, namespace = codec.decode(memoryview(request)[1:])
+            if self._shared is not None and namespace == shared_memory.pid_namespace():
+                answer = [shared_memory.read_probe(name), self._shared_ticket]
         except (ValueError, TypeError, OSError):  # not on this host, or not a probe
             pass
         return wire.INLINE + codec.encode(answer)
@@ -362,10 +395,19 @@ class Server:
 
 def _health_handlers(servicer: health.HealthServicer) -> dict[str, grpc.RpcMethodHandler]:
     """The standard health service, served by courier's dispatcher so that its token check
-    covers `Watch` (gRPC's generated registration would be looked up before it)."""
+    covers `Watch` (gRPC's generated registration would be looked up before it).
+
+    `Check` answers without the token, so it must not wait for its request either: a unary
+    handler holds a pool thread until the request has arrived, and peers that never finish
+    sending one would hold them all. It answers for the whole server without reading the
+    request (every service a courier server names shares one status)."""
     request, response = health_pb2.HealthCheckRequest.FromString, health_pb2.HealthCheckResponse.SerializeToString
+
+    def check(requests: Iterator[health_pb2.HealthCheckRequest], context: grpc.ServicerContext) -> Any:
+        return servicer.Check(health_pb2.HealthCheckRequest(), context)
+
     return {
-        _HEALTH_CHECK: grpc.unary_unary_rpc_method_handler(servicer.Check, request, response),
+        _HEALTH_CHECK: grpc.stream_unary_rpc_method_handler(check, request, response),
         _HEALTH_WATCH: grpc.unary_stream_rpc_method_handler(servicer.Watch, request, response),
     }
 
@@ -426,6 +468,8 @@ def _refuse_token(requests: Iterator[bytes], context: grpc.ServicerContext) -> N
 
 
 _REFUSE_TOKEN = grpc.stream_unary_rpc_method_handler(_refuse_token)
+_WITHOUT_TOKEN = frozenset({_HEALTH_CHECK, wire.path(wire.HELLO)})
+_HEX = frozenset("0123456789abcdef")
 _INTERNAL = frozenset({wire.UPLOAD, wire.DOWNLOAD, wire.LIST_METHODS, wire.SHARED_MEMORY_PROBE})
 
 

@@ -19,21 +19,29 @@ Each segment's 64-byte header holds int64 words, written by one side each:
 A segment is free for the sender when RELEASED == SENT, or when the message was never claimed
 and its expiry passed (the call was abandoned), or when the process holding it has died.
 
-Nothing leaks after a crash: segments are named ``jaxdist-<creator pid>-<random>``; a dying
-sender's are unlinked by whoever `sweep`s next (servers do at start and periodically, and pools
-when they grow), and a dying receiver's are reused by their sender once it sees the peer gone.
-The token still guards it all: a peer learns of shared memory only through a courier call,
-and segments are created 0600 (only this user's processes can open them).
+Nothing leaks after a crash: segments are named ``jaxdist-<pid namespace>-<creator pid>-<random>``;
+a dying sender's are unlinked by whoever `sweep`s next in its pid namespace (servers do at start
+and periodically, and pools when they grow), and a dying receiver's are reused by their sender
+once it sees the peer gone.
+
+/dev/shm is shared with every local user, so nothing found there is trusted: segments are
+created 0600, and a name is opened only when it is this user's regular file, open to no one else
+(never through a symlink); the sweep removes nothing else, and nothing of another pid namespace,
+where a pid means another process. A message is claimed once, by the first reader. The token
+still guards it all, and a server answers through shared memory only to a client that proved it
+shares this host's (see `jaxdist.courier.server`).
 
 Linux only (``/dev/shm``); elsewhere `available()` is False and messages take the socket.
 """
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import re
 import secrets
+import stat
 import sys
 import threading
 import time
@@ -52,7 +60,8 @@ HEADER_BYTES = 64
 SENT, CLAIMED, RELEASED, EXPIRY, HOLDER = range(5)
 MIN_SEGMENT_BYTES = 1 << 20
 RECLAIM_MARGIN_NS = 5_000_000_000  # after the expiry, before an unclaimed segment is reused
-_NAME = re.compile(rf"{PREFIX}(\d+)-[0-9a-f]{{16}}")
+PROBE_BYTES = 16  # a probe file holds a nonce of this size, and nothing else is read back
+_NAME = re.compile(rf"{PREFIX}(\d+)-(\d+)-[0-9a-f]{{16}}")  # pid namespace, creator pid, random
 _MAPPINGS_KEPT = 256
 
 
@@ -60,13 +69,15 @@ def available() -> bool:
     return sys.platform.startswith("linux") and os.path.isdir(DIRECTORY)
 
 
-def pid_namespace() -> str:
-    """Which pid namespace this process is in: pids name the peer holding a segment, so two
-    processes share memory only when their pids mean the same processes."""
+@functools.cache
+def pid_namespace() -> int:
+    """Which pid namespace this process is in (0 where Linux does not say): pids name the
+    peer holding a segment, so two processes share memory only when their pids mean the same
+    processes, and the sweep judges only the segments of its own namespace."""
     try:
-        return os.readlink("/proc/self/ns/pid")
+        return os.stat("/proc/self/ns/pid").st_ino
     except OSError:
-        return ""
+        return 0
 
 
 def _alive(pid: int) -> bool:
@@ -95,20 +106,48 @@ def unlink(name: str) -> None:
 
 def _create() -> tuple[str, int]:
     """A new segment of this process, named after it, open for its owner alone: (name, fd)."""
-    name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+    name = f"{PREFIX}{pid_namespace()}-{os.getpid()}-{secrets.token_hex(8)}"
     return name, os.open(_path(name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
 
 
+def _open_own(name: str, flags: int) -> tuple[int, os.stat_result]:
+    """The segment `name`, opened only if it is this user's regular file that no one else may
+    open: any local user can plant a name in /dev/shm (a symlink to a private file, a file of
+    their own to rewrite or truncate under us, a FIFO). ValueError otherwise."""
+    try:
+        descriptor = os.open(_path(name), flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ValueError(f"no shared-memory segment {name} on this host") from None
+    except OSError as error:  # ELOOP: a symlink
+        raise ValueError(f"{name} is not a shared-memory segment: {error.strerror}") from None
+    status = os.fstat(descriptor)
+    if not stat.S_ISREG(status.st_mode) or status.st_uid != os.geteuid() or status.st_mode & 0o077:
+        os.close(descriptor)
+        raise ValueError(f"{name} is not a segment of this user (another user's file, or open to others)")
+    return descriptor, status
+
+
 def sweep() -> None:
-    """Unlink the segments whose creator has died (a SIGKILLed node's)."""
+    """Unlink the segments whose creator has died (a SIGKILLed node's): only this user's files
+    of this pid namespace; whatever else carries a segment's name is skipped, never an error."""
     try:
         names = os.listdir(DIRECTORY)
     except OSError:
         return
     for name in names:
         match = _NAME.fullmatch(name)
-        if match and not _alive(int(match.group(1))):
-            unlink(name)
+        if match and int(match.group(1)) == pid_namespace() and not _alive(int(match.group(2))):
+            _unlink_if_own(name)
+
+
+def _unlink_if_own(name: str) -> None:
+    path = _path(name)
+    try:
+        status = os.lstat(path)
+        if stat.S_ISREG(status.st_mode) and status.st_uid == os.geteuid():
+            os.unlink(path)
+    except OSError:  # gone already, or turned into something we may not remove
+        pass
 
 
 def _header(memory: mmap.mmap) -> np.ndarray:
@@ -265,6 +304,8 @@ class Reader:
         header = _header(mapping)
         if int(header[SENT]) != generation:
             raise ValueError(f"segment {name} no longer holds that message")
+        if int(header[CLAIMED]) == generation:  # its reader releases it: a second would free it under the first
+            raise ValueError(f"the message in segment {name} was claimed already")
         if time.monotonic_ns() > int(header[EXPIRY]):
             raise ValueError(f"the message in segment {name} expired before it was read")
         header[HOLDER] = os.getpid()
@@ -286,12 +327,11 @@ class Reader:
             if mapping is not None:
                 self._mappings.move_to_end(name)
                 return mapping
+        descriptor, status = _open_own(name, os.O_RDWR)
         try:
-            descriptor = os.open(_path(name), os.O_RDWR)
-        except FileNotFoundError:
-            raise ValueError(f"no shared-memory segment {name} on this host") from None
-        try:
-            mapping = mmap.mmap(descriptor, os.fstat(descriptor).st_size)
+            if status.st_size < HEADER_BYTES:
+                raise ValueError(f"{name} is too small to be a shared-memory segment")
+            mapping = mmap.mmap(descriptor, status.st_size)
         finally:
             os.close(descriptor)
         with self._lock:
@@ -302,19 +342,30 @@ class Reader:
 
 
 def probe_segment(nonce: bytes) -> str:
-    """A segment holding `nonce`, for a peer to read back: proof that it shares this host's
-    shared memory. The caller unlinks it (`unlink`)."""
+    """A segment holding `nonce` (`PROBE_BYTES`), for a peer to read back: proof that it shares
+    this host's shared memory. The caller unlinks it (`unlink`). OSError when /dev/shm is full."""
     name, descriptor = _create()
     try:
-        os.write(descriptor, nonce)
+        if os.write(descriptor, nonce) != PROBE_BYTES:
+            raise OSError(f"a probe holds {PROBE_BYTES} bytes")
+    except OSError:
+        unlink(name)
+        raise
     finally:
         os.close(descriptor)
     return name
 
 
-def read_probe(name: str, size: int) -> bytes:
-    with open(_path(name), "rb") as segment:
-        return segment.read(size)
+def read_probe(name: str) -> bytes:
+    """What a caller's probe file holds. Only a probe is read: a file of this user, open to no
+    one else, of exactly `PROBE_BYTES` (a segment's header is not one). ValueError otherwise."""
+    descriptor, status = _open_own(name, os.O_RDONLY)
+    try:
+        if status.st_size != PROBE_BYTES:
+            raise ValueError(f"{name} is not a probe")
+        return os.read(descriptor, PROBE_BYTES)
+    finally:
+        os.close(descriptor)
 
 
 READER = Reader()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import secrets
 import threading
 import time
@@ -20,6 +21,7 @@ from typing import TypeVar
 import grpc
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class Busy(Exception):
@@ -142,4 +144,11 @@ class Janitor:
             for context in stalled:
                 context.cancel()
             if self._chore is not None:
-                self._chore()
+                self._tidy()
+
+    def _tidy(self) -> None:
+        """The chore, which must not end the janitor: its cut-offs would stop with it."""
+        try:
+            self._chore()
+        except Exception:  # noqa: BLE001 - logged; the next beat tries again
+            log.exception("courier janitor: the periodic chore failed; the janitor goes on")

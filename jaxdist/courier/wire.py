@@ -9,6 +9,8 @@ makes (serialised bytes, gRPC's slice, the received slice, the Python bytes).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -17,10 +19,12 @@ LIST_METHODS = "_methods"
 UPLOAD = "_upload"
 DOWNLOAD = "_download"
 SHARED_MEMORY_PROBE = "_shared_memory"
+HELLO = "_hello"  # answered without the token: the server proves it holds it (see `server_proof`)
 
-TOKEN_KEY = "jaxdist-token"
+TOKEN_KEY = "jaxdist-token"  # the token, or a session key derived from it (see `session_key`)
+HELLO_KEY = "jaxdist-hello"  # a hello's nonce: hex, 32 to 64 digits
 SIZE_KEY = "jaxdist-size"
-SHARED_MEMORY_KEY = "jaxdist-shared-memory"  # "1" from a caller that may be answered in shared memory
+SHARED_MEMORY_KEY = "jaxdist-shared-memory"  # the server's ticket, from a caller that may be answered in shared memory
 BUSY_KEY = "jaxdist-busy"  # trailing metadata of a RESOURCE_EXHAUSTED that a later retry may pass
 GRPC_CONCURRENCY_LIMIT = "Concurrent RPC limit exceeded!"  # gRPC's own details for maximum_concurrent_rpcs
 
@@ -83,6 +87,18 @@ def parse_shared(frame: memoryview) -> tuple[str, int, int]:
                          f"bytes, got {len(frame)}")
     generation, size = _SHARED_FORMAT.unpack(frame[1:1 + _SHARED_FORMAT.size])
     return bytes(frame[1 + _SHARED_FORMAT.size:]).decode("ascii", "replace"), generation, size
+
+
+def server_proof(token: bytes, nonce: str, instance: str) -> str:
+    """What a server answers a hello with `nonce`: proof that it holds `token`, bound to the
+    server's `instance` (a random name of the running server, new at each start)."""
+    return hmac.new(token, f"server {nonce} {instance}".encode(), hashlib.sha256).hexdigest()
+
+
+def session_key(token: bytes, instance: str) -> str:
+    """What a client's calls carry in place of the token once `instance` proved it holds the
+    token: whoever takes the server's address later learns a key of a server that is gone."""
+    return hmac.new(token, f"client {instance}".encode(), hashlib.sha256).hexdigest()
 
 
 def as_bytes_view(part: bytes | bytearray | memoryview) -> memoryview:

@@ -12,7 +12,8 @@ from jaxdist.launch.context import current_node, finish_on_stop, stop, stop_requ
 from jaxdist.launch.output import log_path
 from jaxdist.launch.restart import Restart
 from jaxdist.launch.run_lock import holder as run_dir_holder
-from jaxdist.launch.running import RUNNING, LaunchError, NodeFailedError, Running
+from jaxdist.launch.errors import LaunchError, NodeFailedError
+from jaxdist.launch.running import RUNNING, Running
 from jaxdist.launch import launchers
 from jaxdist.program import Program
 

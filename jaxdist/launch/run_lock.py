@@ -21,7 +21,7 @@ import os
 import socket
 import time
 
-from jaxdist.launch.running import LaunchError
+from jaxdist.launch.errors import LaunchError
 
 log = logging.getLogger(__name__)
 

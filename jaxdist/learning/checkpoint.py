@@ -45,11 +45,15 @@ class Checkpointer:
     processes, process 0's clock decides and a tiny collective tells the others each call.
     With ``async_save`` a save returns once the arrays are copied off the devices and the
     files are written in the background; :meth:`wait` blocks until they are committed.
+
+    ``read_only``: a reader beside a live writer (loading a policy while its learner trains). It
+    creates nothing and removes nothing: the temporary directory a writer's start removes (a save
+    cut short) is, to a reader, the learner's save in progress. It cannot save.
     """
 
     def __init__(self, directory: str | os.PathLike, *, save_every_steps: int | None = None,
                  save_every_seconds: float | None = None, keep: int = 3,
-                 async_save: bool = True) -> None:
+                 async_save: bool = True, read_only: bool = False) -> None:
         if save_every_steps is not None and save_every_steps < 1:
             raise ValueError(f"save_every_steps must be >= 1, got {save_every_steps}")
         self.directory = os.path.abspath(directory)
@@ -59,8 +63,9 @@ class Checkpointer:
         options = ocp.CheckpointManagerOptions(
             preservation_policy=ocp.checkpoint_managers.LatestN(n=keep),
             enable_async_checkpointing=async_save,
-            cleanup_tmp_directories=True,
-            create=True,
+            cleanup_tmp_directories=not read_only,
+            create=not read_only,
+            read_only=read_only,
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
 
@@ -155,7 +160,7 @@ def restore_saved(directory: str, template: Any, step: int | None, missing: Exce
     is none. Reading a run changes nothing in it: no directory is created."""
     if not os.path.isdir(directory):
         raise missing
-    with Checkpointer(directory) as checkpointer:
+    with Checkpointer(directory, read_only=True) as checkpointer:
         latest = checkpointer.latest_step()
         if latest is None:
             raise missing

@@ -21,6 +21,7 @@ import collections
 import contextvars
 import dataclasses
 import itertools
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -247,8 +248,17 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
 
     No arguments: JAX auto-detects the cluster (TPU, SLURM, Open MPI). Must run before any
     JAX computation. CPU processes use gloo collectives.
+
+    The coordinator has neither TLS nor a token, so process 0 binds it where
+    `coordinator_address` says (JAX's default is every interface), unless
+    ``coordinator_bind_address=`` or ``$JAX_COORDINATOR_BIND_ADDRESS`` says otherwise: where
+    host 0's own name resolves to loopback there (Debian's /etc/hosts maps it to 127.0.1.1),
+    name host 0 by an address, or set the latter.
     """
     global _init_args
+    if coordinator_address is not None and "coordinator_bind_address" not in kwargs \
+            and "JAX_COORDINATOR_BIND_ADDRESS" not in os.environ:
+        kwargs["coordinator_bind_address"] = coordinator_address
     args = dict(coordinator_address=coordinator_address, num_processes=num_processes,
                 process_id=process_id, local_device_ids=local_device_ids, **kwargs)
     if jax.distributed.is_initialized():

@@ -8,20 +8,31 @@ Put ``DIR`` where every host reads it (the run's shared filesystem), or copy it 
 certificate names the host as the host list does (a DNS name, or an IP address), since clients
 check it against the address they dial. Keys are written readable by their owner alone. A CA
 already in ``DIR`` is kept, so hosts can be added later without re-issuing the others.
+
+``DIR`` must be a directory of your own that no one else may write: a CA found in one that
+others could have written may be theirs (every certificate it signs would trust them), and a
+file they left there could be read or swapped. Each file is written anew (a new file renamed
+into place), never into a file that was there.
 Needs ``cryptography`` (``pip install 'jaxdist[tls]'``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import ipaddress
 import os
+import stat
 from typing import Any
 
 from jaxdist.courier.tls import CA_FILE
 
 CA_KEY_FILE = "ca.key"
+
+
+class UntrustedDirectory(PermissionError):
+    """The certificates' directory, or a CA in it, could have been written by someone else."""
 
 
 def make(directory: str, hosts: list[str], days: int = 365) -> list[str]:
@@ -35,14 +46,13 @@ def make(directory: str, hosts: list[str], days: int = 365) -> list[str]:
         raise SystemExit("making certificates needs the cryptography package: pip install 'jaxdist[tls]'") from None
 
     os.makedirs(directory, mode=0o700, exist_ok=True)
+    _check_own(os.path.realpath(directory), stat.S_ISDIR, 0o022)
     now = datetime.datetime.now(datetime.timezone.utc)
     written = []
 
     def write(name: str, data: bytes, private: bool = False) -> None:
         path = os.path.join(directory, name)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600 if private else 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        _write_new(path, data, 0o600 if private else 0o644)
         written.append(path)
 
     def pem(key: Any) -> bytes:
@@ -56,6 +66,8 @@ def make(directory: str, hosts: list[str], days: int = 365) -> list[str]:
 
     ca_cert_path, ca_key_path = os.path.join(directory, CA_FILE), os.path.join(directory, CA_KEY_FILE)
     if os.path.exists(ca_cert_path) and os.path.exists(ca_key_path):
+        _check_own(ca_cert_path, stat.S_ISREG, 0o022)
+        _check_own(ca_key_path, stat.S_ISREG, 0o077)
         with open(ca_cert_path, "rb") as f:
             ca_cert = x509.load_pem_x509_certificate(f.read())
         with open(ca_key_path, "rb") as f:
@@ -84,6 +96,32 @@ def make(directory: str, hosts: list[str], days: int = 365) -> list[str]:
     return written
 
 
+def _check_own(path: str, kind: Any, forbidden_bits: int) -> None:
+    """Raise `UntrustedDirectory` unless `path` (not a symlink) is `kind`, this user's, and has
+    none of `forbidden_bits` (the bits that would let others write, or read, it)."""
+    status = os.lstat(path)
+    if not kind(status.st_mode) or status.st_uid != os.geteuid() or status.st_mode & forbidden_bits:
+        raise UntrustedDirectory(
+            f"{path} is not a directory of your own, or holds a CA someone else could have written (owner uid "
+            f"{status.st_uid}, mode {stat.filemode(status.st_mode)}): make the certificates in a new directory "
+            f"that only you can write (mode 0700)")
+
+
+def _write_new(path: str, data: bytes, mode: int) -> None:
+    """`data` in a new file of `mode`, renamed over `path`: a file that was there (open to
+    others, or a link) is replaced, never written into."""
+    temporary = f"{path}.new-{os.getpid()}"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
 def _general_name(x509: Any, host: str) -> Any:
     try:
         return x509.IPAddress(ipaddress.ip_address(host))
@@ -107,6 +145,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--days must be at least 1 (certificates of {args.days} days are never valid)")
     try:
         written = make(args.directory, hosts, args.days)
+    except UntrustedDirectory as error:
+        parser.error(str(error))
     except OSError as error:  # a directory that cannot be made or written
         parser.error(f"cannot write the certificates into {args.directory}: {error.strerror or error}")
     for path in written:

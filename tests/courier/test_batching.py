@@ -106,6 +106,30 @@ def test_an_error_reaches_every_caller_of_the_batch_and_the_handler_goes_on():
         call_concurrently(short, 2)
 
 
+def test_a_caller_whose_arguments_differ_in_shape_or_structure_cannot_fail_the_others_batch():
+    server = courier.Server(Policy()).start()
+    client = courier.Client(server.address, timeout=30)
+    odd = {3: np.ones(4, np.float32), 6: np.ones((2, 2), np.float32)}  # another shape, another rank
+
+    def call(i: int):
+        try:
+            if i in odd:
+                return client.act(odd[i], step=i)
+            if i == 7:
+                return client.act(np.ones(3, np.float32), i)  # the step by position, not by name
+        except Exception as error:  # noqa: BLE001 - an odd caller may fail; it alone
+            return error
+        return client.act(np.full(3, float(i), np.float32), step=i)
+
+    try:
+        results = call_concurrently(call, 8)
+        honest = [i for i in range(8) if i not in odd and i != 7]
+        assert [float(results[i]["action"]) for i in honest] == [3.0 * i for i in honest]
+        assert [int(results[i]["step"]) for i in honest] == [10 * i for i in honest]
+    finally:
+        server.stop(grace=0)
+
+
 def test_instances_batch_separately():
     first, second = Policy(), Policy()
     assert first.act is not second.act

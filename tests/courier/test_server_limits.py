@@ -127,6 +127,25 @@ def test_tokenless_streams_that_never_send_hold_no_server_thread(server):
             release.set()
 
 
+@pytest.mark.parametrize("path", ["/grpc.health.v1.Health/Check", wire.path(wire.HELLO)], ids=["health", "hello"])
+def test_tokenless_calls_answered_without_the_token_hold_no_server_thread_when_their_request_never_ends(server, path):
+    """A health check and a hello answer without the token, so they must not wait for their
+    request either: 16 checks that never finished sending held all 16 threads, and every caller
+    timed out."""
+    release = threading.Event()
+    with grpc.insecure_channel(server.address) as channel:
+        call = channel.stream_unary(path)
+        try:
+            stalled = [call.future(blocked(release), timeout=30) for _ in range(24)]
+            began = time.monotonic()
+            assert courier.Client(server.address, token=TOKEN, timeout=5).add(1) == 2
+            assert time.monotonic() - began < 2.0
+            for answer in stalled:
+                assert answer.result(timeout=5)  # answered, not refused
+        finally:
+            release.set()
+
+
 def test_an_empty_token_is_refused_at_construction():
     with pytest.raises(ValueError, match="empty token"):
         courier.Server(Service(), token="")

@@ -121,3 +121,36 @@ def test_the_command_says_which_directory_it_cannot_write_into(tmp_path, capsys)
         certs.main([str(blocked / "run"), "--hosts", "m0"])
     assert exit_.value.code == 2
     assert f"cannot write the certificates into {blocked / 'run'}: Not a directory" in capsys.readouterr().err
+
+
+def plant_ca(directory, uid: int, mode: int) -> bytes:
+    """A directory with someone else's CA in it, as another local user could leave it."""
+    directory.mkdir()
+    certs.make(str(directory), ["elsewhere"])
+    for path in [directory, *directory.iterdir()]:
+        os.chown(path, uid, uid)
+    directory.chmod(mode)
+    return (directory / "ca.pem").read_bytes()
+
+
+@pytest.mark.parametrize("owner, mode", [("me", 0o777), ("another user", 0o755)])
+def test_the_command_refuses_a_directory_others_could_have_written_and_keeps_no_ca_of_theirs(
+        tmp_path, capsys, owner, mode):
+    if owner != "me" and os.geteuid() != 0:
+        pytest.skip("a directory of another user needs root (chown)")
+    theirs = plant_ca(tmp_path / "shared", os.geteuid() if owner == "me" else 12345, mode)
+    with pytest.raises(SystemExit) as exit_:
+        certs.main([str(tmp_path / "shared"), "--hosts", "m0"])
+    assert exit_.value.code == 2
+    assert "not a directory of your own" in capsys.readouterr().err
+    assert not (tmp_path / "shared" / "m0.key").exists() and (tmp_path / "shared" / "ca.pem").read_bytes() == theirs
+
+
+def test_a_key_replaces_a_file_others_could_read_or_write(tmp_path):
+    directory = tmp_path / "run"
+    directory.mkdir(mode=0o700)
+    planted = directory / "m0.key"
+    planted.write_text("")
+    planted.chmod(0o666)
+    certs.make(str(directory), ["m0"])
+    assert stat.S_IMODE(os.stat(planted).st_mode) == 0o600

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -43,6 +46,53 @@ def test_a_crashed_node_comes_back_on_its_address_and_its_callers_carry_on(tmp_p
     output = capfd.readouterr().out
     assert "[caller/0] reached start 3" in output
     assert "[launcher] restarting flaky/0 (1 of 5 in a row)" in output
+
+
+SQUAT = """
+import socket, sys
+address = sys.argv[1]
+try:
+    if address.startswith("unix:"):
+        path = address[len("unix:"):]
+        try:
+            __import__("os").unlink(path)  # a SIGKILLed node's socket file stays: a squatter removes it
+        except FileNotFoundError:
+            pass
+        squat = socket.socket(socket.AF_UNIX)
+        squat.bind(path)
+    else:
+        host, port = address.rsplit(":", 1)
+        squat = socket.socket()
+        squat.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squat.bind((host, int(port)))
+    print("bound", flush=True)
+except OSError as error:
+    print(type(error).__name__, flush=True)
+"""
+
+
+def test_another_local_user_cannot_take_the_address_of_a_node_while_it_restarts(tmp_path):
+    """Whoever took a restarting node's port would be handed the token by its callers."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("acting as another local user needs root and setpriv(1)")
+    program = jd.Program("squatted")
+    with program.group("flaky"):
+        flaky = program.add_node(jd.CourierNode(nodes.CrashesOnStarts, str(tmp_path / "starts"), []))
+    running = jd.launch(program, launcher="processes", run_dir=str(tmp_path), echo=False,
+                        restart={"flaky": jd.Restart(max_restarts=2, backoff=2.0)})
+    try:
+        address = running.addresses[flaky.node_name]
+        client = courier.Client(address, token=running.token, timeout=30)
+        pid = client.pid()
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: running.status()["flaky/0"]["restarts"] == 1, "the supervisor to see the death")
+        squatter = subprocess.run(["setpriv", "--reuid=12345", "--regid=12345", "--clear-groups",
+                                   sys.executable, "-I", "-c", SQUAT, address],
+                                  capture_output=True, text=True, timeout=60)
+        assert squatter.stdout.strip() == "PermissionError", squatter.stdout + squatter.stderr
+        assert wait_until(lambda: client.pid() != pid, "the restarted node")
+    finally:
+        running.stop()
 
 
 def test_a_restarted_node_that_crashes_while_starting_is_restarted_again(tmp_path):

@@ -233,3 +233,19 @@ def test_sigterm_under_jax_distributed_saves_the_same_step_on_every_process(tmp_
     again = [start(i, port, "--steps", str(step + 1)) for i in range(2)]
     assert [p.expect("resumed")[1] for p in again] == [str(step)] * 2
     assert [p.wait() for p in again] == [0, 0]
+
+
+def test_a_reader_beside_a_live_learner_leaves_its_save_in_progress_alone(tmp_path):
+    """A writer starting up removes a save cut short; a reader must not: to it, the temporary
+    directory is the learner's save in progress."""
+    with Checkpointer(tmp_path, async_save=False) as writer:
+        writer.save(1, {"w": jnp.ones(3)})
+    in_progress = tmp_path / "2.orbax-checkpoint-tmp-1234"
+    in_progress.mkdir()
+    with Checkpointer(tmp_path, read_only=True) as reader:
+        assert reader.latest_step() == 1
+        np.testing.assert_array_equal(reader.restore({"w": jnp.zeros(3)})["w"], np.ones(3))
+    assert in_progress.is_dir()
+    with Checkpointer(tmp_path / "elsewhere", read_only=True) as reader:
+        assert reader.latest_step() is None
+    assert not (tmp_path / "elsewhere").exists()

@@ -171,3 +171,31 @@ def test_sigterm_runs_the_chained_handler_before_it_raises_the_flag():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert done.stdout.strip() == "[False] True", done.stdout + done.stderr
+
+
+COORDINATOR = """
+import sys
+from jaxdist.learning import parallel
+port = sys.argv[1]
+parallel.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=1, process_id=0)
+listening = []
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for line in open(table).read().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        if state == "0A" and int(local.rsplit(":", 1)[1], 16) == int(port):
+            listening.append(local.rsplit(":", 1)[0])
+print(" ".join(listening), flush=True)
+"""
+
+
+def test_the_jax_distributed_coordinator_listens_only_where_the_host_list_says():
+    """It has no TLS nor token: on every interface, anyone who reaches the host reaches it."""
+    from ports import reserve_base_port
+
+    port = reserve_base_port(1)
+    env = {key: value for key, value in os.environ.items() if key != "JAX_COORDINATOR_BIND_ADDRESS"}
+    done = subprocess.run([sys.executable, "-c", COORDINATOR, str(port)], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loopback = {"0100007F", "0000000000000000FFFF00000100007F"}  # 127.0.0.1, plain or IPv4-mapped
+    assert done.stdout.split() and set(done.stdout.split()) <= loopback, done.stdout  # not 0.0.0.0 nor [::]

@@ -18,12 +18,11 @@ master's state in ``search.py``. Nothing here imports JAX.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Literal
 
 import jaxdist as jd
-from jaxdist.agents.es.nodes import Master, Worker
-from jaxdist.agents.experiment import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, SEED, Bound, Policy, Presets, check_bounds,
-                                       check_choices, learner_checkpoints, program_name, restore_learner)
+from jaxdist.agents.experiment import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, SEED, Bound, Lazy, Policy, Presets,
+                                       check_bounds, check_choices, learner_checkpoints, program_name)
 
 PRESETS: Presets = {
     # A CartPole episode starts within 0.05 of upright, so one episode ranks a member well.
@@ -138,12 +137,14 @@ class ESTopology:
         config = self.es.config
         self.program = jd.Program(program_name(self.es))
         workers: list[jd.Handle] = []
-        master_node = jd.CourierNode(Master, workers, config, self.es.factory).with_options(
+        # The nodes are named, as an agent's parts are: they import what the record must not know.
+        master_node = jd.CourierNode(Lazy("jaxdist.agents.es.nodes:Master"), workers, config, self.es.factory).with_options(
             restart=MASTER_RESTART, stops_first=True)
         self.learner = master_node.create_handle()
         with self.program.group("worker"):
-            workers.extend(self.program.add_node(jd.CourierNode(Worker, self.learner, config).with_options(
-                restart=WORKER_RESTART)) for _ in range(config.num_workers))
+            workers.extend(self.program.add_node(jd.CourierNode(Lazy("jaxdist.agents.es.nodes:Worker"), self.learner,
+                                                                config).with_options(restart=WORKER_RESTART))
+                           for _ in range(config.num_workers))
         with self.program.group("master"):
             self.program.add_node(master_node)
         self.acting, self.placement = workers, {"master": jd.on_host(0), "worker": jd.spread()}
@@ -157,18 +158,10 @@ class ESTopology:
 
     def trained(self, run_dir: str, step: int | None, run_seed: int, best: bool) -> Policy:
         """The master's mean parameters, played greedily by its flat-vector MLP."""
-        from jaxdist.agents.es import search
-
         if best:
             raise FileNotFoundError(f"{run_dir} has no best policy: ES keeps only its mean parameters; load the "
                                     f"latest checkpoint's (best=False)")
-        config = self.es.config
-        rollouts = search.Rollouts(config)
-        restored = restore_learner(run_dir, self.checkpoints(run_dir), search.initial_state(config, rollouts.policy),
-                                   step, f"{config.checkpoint_every_generations} generations")
-        policy: Any = rollouts.policy
-        return Policy(restored["theta"], int(restored["generation"]), {True: policy, False: policy},
-                      (rollouts.dynamics.obs_size,))
+        return Lazy("jaxdist.agents.es.search:trained")(self.es.config, run_dir, self.checkpoints(run_dir), step)
 
 
 agent = ES  # es.agent(config), as ppo.agent(config): the record run.train takes

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdist.envs import jax_rollout
+from jaxdist.agents import experiment
 from jaxdist.agents.es import learning
 from jaxdist.agents.es.policy import Policy
 from jaxdist.learning.checkpoint import Checkpointer
@@ -121,3 +122,15 @@ class Search:
     def _state(self) -> dict[str, Any]:
         return {"theta": self.theta, "opt_state": self.opt_state, "generation": self.generation,
                 "env_steps": self.env_steps}
+
+
+def trained(config: ESConfig, run_dir: str, directory: str, step: int | None) -> experiment.Policy:
+    """The mean parameters the master saved in ``directory`` at generation ``step`` (default: the
+    latest), played greedily by the flat-vector MLP (deterministic either way: ES explores in
+    parameter space)."""
+    rollouts = Rollouts(config)
+    restored = experiment.restore_learner(run_dir, directory, initial_state(config, rollouts.policy), step,
+                                          f"{config.checkpoint_every_generations} generations")
+    policy: Any = rollouts.policy
+    return experiment.Policy(restored["theta"], int(restored["generation"]), {True: policy, False: policy},
+                             (rollouts.dynamics.obs_size,))

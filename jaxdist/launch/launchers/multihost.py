@@ -142,9 +142,10 @@ def _use_tls(directory: str | None, hosts: Sequence[str], host_index: int) -> No
         tls.TLS.load(directory, hosts[host_index])  # a missing file fails here, saying how to make it
         os.environ.update({tls.TLS_DIR_ENV: directory, tls.TLS_NAME_ENV: hosts[host_index]})
     elif any(host not in LOOPBACK for host in hosts):
-        print(f"[launcher] courier runs without TLS between hosts {', '.join(dict.fromkeys(hosts))}: the token, "
-              f"parameters and stops cross the network in cleartext. For mutual TLS run `python -m jaxdist.tools.certs "
-              f"DIR --hosts {','.join(dict.fromkeys(hosts))}` and launch with tls_dir=DIR (--tls-dir DIR)", flush=True)
+        print(f"[launcher] courier runs without TLS between hosts {', '.join(dict.fromkeys(hosts))}: calls' keys "
+              f"(whoever reads one may call its node), parameters and stops cross the network in cleartext. For "
+              f"mutual TLS run `python -m jaxdist.tools.certs DIR --hosts {','.join(dict.fromkeys(hosts))}` and launch "
+              f"with tls_dir=DIR (--tls-dir DIR)", flush=True)
 
 
 def _check_peers(running: Running, controls: tuple[str, ...], host_index: int, token: str | None,

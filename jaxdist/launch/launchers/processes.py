@@ -7,6 +7,11 @@ SIGTERM, a grace period, then SIGKILL of every process below it. Nodes that stop
 (`Node.stops_first()`: learners) are stopped, and waited for, before the rest, so a learner
 saving at a step agreed across hosts still has its actors and queues feeding it.
 
+Nodes serve on Unix sockets in a private directory (0700, made for the launch and removed after
+it), not on ports of 127.0.0.1: a port is free for any local user to take while its node
+restarts, and whoever took it would be handed the token by the node's callers. Under the
+multihost launcher, which fixes every address, nodes serve on their host's ports.
+
 A monitor thread watches every child. A node that crashes (raises, or dies by a signal or a
 non-zero exit) is started again if its group's `jd.Restart` policy allows: after a backoff, on
 the same address (its peers' clients reconnect), constructed against the current address table;
@@ -20,7 +25,9 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from typing import Any, Callable, Collection, Iterator
@@ -73,7 +80,7 @@ def launch(
     preflight.check_shippable(program)
     run_dir = preflight.prepare_run_dir(program, run_dir)
     running = _ProcessesRunning(program, run_dir, token or preflight.new_token(), resources, policies, grace,
-                                restart)
+                                restart, socket_dir=None if addresses else tempfile.mkdtemp(prefix="jaxdist-"))
     running.fix_addresses(units, addresses or {}, bind_host)
     running.host_index = host_index
     run_lock = RunLock(run_dir, host_index)
@@ -82,6 +89,7 @@ def launch(
         running.start(echo, interrupt_after, start_timeout)
     except BaseException:
         run_lock.release()
+        running.remove_sockets()
         raise
     return running
 
@@ -115,9 +123,11 @@ class _ProcessesRunning(Running):
         policies: dict[str, Restart],
         grace: float,
         restart: dict[str, Restart] | None = None,
+        socket_dir: str | None = None,
     ) -> None:
         super().__init__(program.name, [unit.name for _, unit in program.units()], run_dir)
         self.token = token
+        self._socket_dir = socket_dir
         self._program, self._restart = program, restart
         self._resources = resources
         self._grace = grace
@@ -167,7 +177,7 @@ class _ProcessesRunning(Running):
         echo, interrupt_after = self._spawn_options
         env = {key: str(value) for key, value in self._resources.get(child.label, {}).get("env", {}).items()}
         parent_end, child_end = spawn.Pipe()
-        node_context = NodeContext(child.name, self.run_dir, self.token, self._bind_addresses())
+        node_context = NodeContext(child.name, self.run_dir, self.token, self._bind_addresses(), self._socket_dir)
         process = spawn.Process(
             target=worker.main,
             args=(pickle.dumps(child.node), node_context, child_end, echo, interrupt_after),
@@ -365,6 +375,12 @@ class _ProcessesRunning(Running):
         if self._monitor is not None and self._monitor is not threading.current_thread():
             self._monitor.join()
         sigterm.forget(self)
+        self.remove_sockets()
+
+    def remove_sockets(self) -> None:
+        """Remove the nodes' socket directory, once no node serves in it."""
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
 
     def _stop_children(self, children: list[_Child]) -> None:
         """Stop message and SIGTERM, `grace` seconds, then SIGKILL of every tree; nodes that

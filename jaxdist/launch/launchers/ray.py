@@ -232,9 +232,10 @@ def _bind_host(ray: Any, bind_host: str | None, tls_dir: str | None) -> str:
     if addresses <= {ray.util.get_node_ip_address()}:  # not so through Ray Client from elsewhere
         return LOOPBACK
     if not tls_dir:
-        print(f"[launcher] courier runs without TLS between the Ray cluster's {len(addresses)} machines: the token, "
-              f"parameters and stops cross the network in cleartext. For mutual TLS run `python -m jaxdist.tools.certs DIR "
-              f"--hosts {','.join(sorted(addresses))}` where every node reads DIR and launch with tls_dir=DIR", flush=True)
+        print(f"[launcher] courier runs without TLS between the Ray cluster's {len(addresses)} machines: calls' "
+              f"keys (whoever reads one may call its node), parameters and stops cross the network in cleartext. "
+              f"For mutual TLS run `python -m jaxdist.tools.certs DIR --hosts {','.join(sorted(addresses))}` where every "
+              f"node reads DIR and launch with tls_dir=DIR", flush=True)
     return NODE_IP
 
 

@@ -13,7 +13,9 @@ the oldest items are removed first (a queue's or stack's limiter blocks that ins
 Storage: items are pytrees of arrays, stored column-wise per *signature* (structure, shapes and
 dtypes), one ``(max_size, *shape)`` array per leaf (``np.empty``: pages are only committed as
 rows are written). Items may differ from one another unless the table was given a
-``signature``, which they must then match. Sampling is one fancy index per leaf when the drawn
+``signature``, which they must then match; without one, a table holds items of at most
+``MAX_SIGNATURES`` signatures at once (each costs columns of its own, at least a page per leaf),
+and an insert of one more is refused. Sampling is one fancy index per leaf when the drawn
 items share a signature; a batch mixing signatures comes back as a list of items.
 
 Keys: an item lives in a slot, and its key is ``generation * max_size + slot``; a key is never
@@ -81,6 +83,9 @@ MAX_SAMPLE_ITEMS = 1 << 20
 MAX_SAMPLE_BYTES = 1 << 30
 """The most items, and item bytes, one ``sample`` returns: sampling with replacement is not
 bounded by the table's size, and an answer is allocated whole before it is sent."""
+MAX_SIGNATURES = 16
+"""The most item signatures a table without a declared ``signature`` holds at once: each has
+columns of its own, so a stream of ever new structures would cost far more than its bytes."""
 
 _LEAF = "*"  # a leaf's structure
 
@@ -196,12 +201,15 @@ class _Group:
 
 
 class _Items:
-    """Every signature's columns; ``signature`` (a spec pytree) fixes the one signature allowed."""
+    """Every signature's columns; ``signature`` (a spec pytree) fixes the one signature allowed.
+    A signature's group is found by one dict lookup, and an emptied group goes at once (unless it
+    is the only one, see `_drop`): nothing scans the groups."""
 
     def __init__(self, capacity: int, signature: Any) -> None:
         self.capacity = capacity
         self.groups: dict[int, _Group] = {}
         self._ids: dict[tuple, int] = {}
+        self._kept_empty: set[int] = set()  # emptied groups kept while they were the only one
         self._next_id = 0
         self.group_of_slot = np.full(capacity, -1, np.int64)
         self.fixed = None
@@ -209,6 +217,16 @@ class _Items:
             treedef, shapes, _ = _flatten(signature, _spec_leaf)
             self.fixed = (treedef, tuple(shapes))
             self._group(self.fixed)
+
+    def check_room(self, rows: list[_Rows], table: str) -> None:
+        """Raises when ``rows`` would bring the signatures held past ``MAX_SIGNATURES``."""
+        new = {group.signature for group in rows} - self._ids.keys()
+        held = len(self._ids) - len(self._kept_empty)
+        if new and held + len(new) > MAX_SIGNATURES:
+            raise ValueError(f"{table} holds items of {held} signatures (structures, shapes, dtypes) and takes at "
+                             f"most {MAX_SIGNATURES}; this insert brings {len(new)} more. Give the table a "
+                             f"signature= (an example item or a pytree of jax.ShapeDtypeStruct) and insert "
+                             f"items that match it")
 
     def check(self, rows: _Rows) -> None:
         """Raises, naming what differs, when a signature was given and ``rows`` do not match it."""
@@ -230,6 +248,7 @@ class _Items:
             array[slots] = leaf
         self.group_of_slot[slots] = gid
         group.count += len(slots)
+        self._kept_empty.discard(gid)
 
     def release(self, slots: np.ndarray) -> None:
         if len(self.groups) == 1:  # the common case, without a per-call np.unique
@@ -243,14 +262,17 @@ class _Items:
     def _drop(self, gid: int, count: int) -> None:
         """An emptied group keeps its arrays while it is the only one (a queue drained and refilled
         reuses its pages); beside others it goes, its arrays with it."""
-        self.groups[gid].count -= count
-        if len(self.groups) > 1:
-            self._forget_empty()
+        group = self.groups[gid]
+        group.count -= count
+        if group.count == 0 and group.signature != self.fixed:
+            self._kept_empty.add(gid)
+            if len(self.groups) > 1:
+                self._forget_empty()
 
     def _forget_empty(self) -> None:
-        for gid, group in list(self.groups.items()):
-            if group.count == 0 and group.signature != self.fixed:
-                del self.groups[gid], self._ids[group.signature]
+        for gid in self._kept_empty:
+            del self._ids[self.groups.pop(gid).signature]
+        self._kept_empty.clear()
 
     def read(self, slots: np.ndarray) -> Any:
         """Stacked when the slots share a signature, else a list of single items."""
@@ -572,6 +594,7 @@ class _Table:
                              "fewer items per call or widen error_buffer")
         for group in rows:
             self._items.check(group)
+        self._items.check_room(rows, repr(self))
         return priorities
 
     def _commit(self, rows: list[_Rows], n: int, priorities: np.ndarray | None) -> np.ndarray:

@@ -6,6 +6,7 @@ import pytest
 
 from jaxdist.nodes.replay import (Fifo, MinSize, Prioritized, SampleToInsertRatio, TableClosedError,
                                   Uniform)
+from jaxdist.nodes.replay.tables import MAX_SIGNATURES
 from waiting import run_threads, wait_until
 
 Step = collections.namedtuple("Step", "obs reward")
@@ -339,3 +340,19 @@ def test_an_oversized_sample_is_refused_before_anything_is_allocated(kind):
     finally:
         tracemalloc.stop()
     assert table.sample(1000).keys.shape == (1000,)  # smaller samples go on as before
+
+
+def test_a_table_without_a_signature_refuses_items_of_one_signature_too_many_naming_signature():
+    """Each new structure used to get full-size columns of its own, found by a scan of them all."""
+    table = Uniform(1 << 16, seed=0)
+    for i in range(MAX_SIGNATURES):
+        table.insert({f"field{i}": np.float32(i)})
+    with pytest.raises(ValueError, match=r"takes at most 16; .* Give the table a signature="):
+        table.insert({"one too many": np.float32(0)})
+    with pytest.raises(ValueError, match="signature="):
+        table.insert_many([{"field0": np.float32(1)}, {"another": np.float32(1)}])
+    assert table.size() == MAX_SIGNATURES  # the refused batch stored nothing
+    table.insert({"field3": np.float32(3)})  # a signature it holds is welcome
+    table.delete([1])  # the only item of its signature: its room is free again
+    table.insert({"now welcome": np.float32(0)})
+
