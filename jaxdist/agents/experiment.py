@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import importlib.machinery
 import json
 import math
 import os
@@ -302,6 +303,29 @@ class Saved:
         """The agent record the run was trained by, rebuilt from the saved config."""
         config = from_dict(Lazy(self.config_type).resolve(), self.fields)
         return Lazy(self.factory)(config)
+
+    def modules(self) -> list[str]:
+        """The modules rebuilding the agent imports by name: its factory's, its config's, and
+        those of a ``module:function`` network or a ``module:EnvId`` env."""
+        named = [self.factory, self.config_type, self.fields.get("network"), self.fields.get("env_id")]
+        return [name.partition(":")[0] for name in named if isinstance(name, str) and ":" in name]
+
+
+def refuse_code_in(run_dir: str, saved: Saved) -> None:
+    """Refuse a ``config.json`` that names a module whose code lies inside the run directory: a
+    run directory is data from whoever made it (handed over, downloaded), and under the working
+    directory, or as it, its files are importable. Found without importing anything."""
+    inside = os.path.realpath(run_dir)
+    for module in saved.modules():
+        spec = importlib.machinery.PathFinder.find_spec(module.split(".")[0])
+        where = [] if spec is None else [spec.origin, *(spec.submodule_search_locations or [])]
+        for path in filter(None, where):
+            if os.path.commonpath([inside, os.path.realpath(path)]) == inside:
+                raise PermissionError(
+                    f"{os.path.join(run_dir, CONFIG_FILE)} names module {module!r}, whose code is in the run directory "
+                    f"itself ({path}): loading the run would run it. Install the module, or put it on PYTHONPATH "
+                    f"outside the run directory; or, if you trust whoever made the run, pass trust_run_dir=True "
+                    f"(--trust-run-dir)")
 
 
 def load(run_dir: str) -> Saved:

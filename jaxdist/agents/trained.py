@@ -46,13 +46,20 @@ class TrainedPolicy:
 
 
 def load_policy(run_dir: str, step: int | None = None, seed: int = 0, run_seed: int = 0,
-                best: bool = False) -> TrainedPolicy:
+                best: bool = False, trust_run_dir: bool = False) -> TrainedPolicy:
     """The policy of the run in ``run_dir``: its saved config, its learner's latest checkpoint
     (or ``step``); of a run of several seeds at once (``num_seeds``), seed ``run_seed``'s; with
     ``best``, that of the run's best evaluation (saved by the evaluator node of actor-learner
     runs; kept for each seed in an Anakin run's checkpoints).
-    ``seed`` seeds the sampling of ``act(..., deterministic=False)``."""
-    agent = experiment.load(run_dir).agent()
+    ``seed`` seeds the sampling of ``act(..., deterministic=False)``.
+
+    ``config.json`` names the modules that rebuild the agent (its factory, config, network,
+    env), which are imported; one whose code lies inside the run directory is refused unless
+    ``trust_run_dir`` (a run directory from someone else is data, not code to run)."""
+    saved = experiment.load(run_dir)
+    if not trust_run_dir:
+        experiment.refuse_code_in(run_dir, saved)
+    agent = saved.agent()
     topology = agent.topology()
     if not 0 <= run_seed < topology.seeds:
         raise ValueError(f"{run_dir} trained {topology.seeds} seed(s) at once (num_seeds): run_seed must be "

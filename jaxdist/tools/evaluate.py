@@ -35,6 +35,8 @@ class Arguments:
     """Write one MP4 per episode into this directory (the env must render rgb_array frames)."""
     seed: int = 1_000_000
     """Episode i is seeded seed + i (away from the actors' and the evaluator's seeds)."""
+    trust_run_dir: bool = False
+    """Import modules config.json names even where their code lies inside the run directory."""
     stochastic: bool = False
     """Sample (or explore) as the actors did instead of acting deterministically."""
 
@@ -47,7 +49,8 @@ def load(arguments: Arguments) -> TrainedPolicy:
         raise ValueError(f"--episodes must be at least 1, got {arguments.episodes}")
     if arguments.best and arguments.step is not None:
         raise ValueError("--best and --step name two policies: pass one")
-    return load_policy(arguments.run_dir, step=arguments.step, run_seed=arguments.run_seed, best=arguments.best)
+    return load_policy(arguments.run_dir, step=arguments.step, run_seed=arguments.run_seed, best=arguments.best,
+                       trust_run_dir=arguments.trust_run_dir)
 
 
 def play(policy: TrainedPolicy, arguments: Arguments) -> list[float]:
@@ -97,7 +100,7 @@ def main() -> None:
     arguments = tyro.cli(Arguments, prog="python -m jaxdist.tools.evaluate", description=__doc__)
     try:
         policy = load(arguments)
-    except (ValueError, FileNotFoundError) as error:  # the message says what to pass instead
+    except (ValueError, FileNotFoundError, PermissionError) as error:  # the message says what to pass instead
         raise SystemExit(f"error: {error}") from None
     play(policy, arguments)
 

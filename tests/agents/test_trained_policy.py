@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 import jax
@@ -161,3 +162,23 @@ def test_an_es_run_gives_the_policy_of_its_mean_parameters(es_run_dir):
 def test_the_command_plays_an_es_run(es_run_dir, monkeypatch, capsys):
     run_cli(monkeypatch, es_run_dir[0], "--episodes", "1")
     assert "es on CartPole-v1 at update 1: mean return" in capsys.readouterr().out
+
+
+def test_a_run_directory_whose_config_names_code_inside_it_is_refused_before_that_code_runs(tmp_path):
+    """A run directory handed over by someone else, under the working directory: config.json
+    named a module of its own (``evil_run.evil:agent``), which loading the run imported."""
+    run = tmp_path / "evil_run"
+    run.mkdir()
+    marker = tmp_path / "ran"
+    (run / "evil.py").write_text(f"open({str(marker)!r}, 'w').close()\nagent = None\n")
+    saved = ppo.PPOConfig()
+    (run / "config.json").write_text(json.dumps({"agent": "evil_run.evil:agent", "config_type": "evil_run.evil:agent",
+                                                 "config": experiment.to_dict(saved)}))
+    command = [sys.executable, "-m", "jaxdist.tools.evaluate", "evil_run", "--episodes", "1"]
+    refused = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and not marker.exists()
+    assert refused.stderr.strip().startswith("error: evil_run/config.json names module 'evil_run.evil', whose code is "
+                                             "in the run directory itself"), refused.stderr
+    assert "--trust-run-dir" in refused.stderr
+    trusted = subprocess.run([*command, "--trust-run-dir"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert marker.exists() and trusted.returncode != 0  # its author's code ran, as asked
