@@ -182,3 +182,14 @@ def test_a_run_directory_whose_config_names_code_inside_it_is_refused_before_tha
     assert "--trust-run-dir" in refused.stderr
     trusted = subprocess.run([*command, "--trust-run-dir"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert marker.exists() and trusted.returncode != 0  # its author's code ran, as asked
+
+
+def test_loading_a_policy_beside_a_live_learner_leaves_its_save_in_progress_alone(tmp_path):
+    """load_policy opened the learner's checkpoints as a writer does, whose start removes
+    Orbax's temporary directories: to a reader, the learner's save in progress."""
+    run = untrained_run(str(tmp_path), (2,))
+    directory = checkpoint_dir(run, ppo.agent(ppo.PPOConfig()).topology().learner.node_name)
+    in_progress = os.path.join(directory, "4.orbax-checkpoint-tmp-1234")
+    os.makedirs(in_progress)
+    assert load_policy(run).step == 2
+    assert os.path.isdir(in_progress)
