@@ -505,14 +505,15 @@ class Sebulba:
         return learner_checkpoints(run_dir, self.learner)
 
     def keeps_best(self, run_dir: str) -> bool:
-        from jaxdist.learning.checkpoint import checkpoint_dir
+        from jaxdist.learning.layout import checkpoint_dir
         from jaxdist.nodes.evaluator import BEST_POLICY
 
         return os.path.isdir(checkpoint_dir(run_dir, BEST_POLICY))
 
     def trained(self, run_dir: str, step: int | None, run_seed: int, best: bool) -> Policy:
         """The learner's published parameters, or those the evaluator saved at the run's best evaluation."""
-        from jaxdist.learning.checkpoint import checkpoint_dir, restore_saved
+        from jaxdist.learning.checkpoint import restore_saved
+        from jaxdist.learning.layout import checkpoint_dir
         from jaxdist.nodes.evaluator import BEST_POLICY
 
         agent = self.agent
@@ -586,7 +587,7 @@ def program_name(agent: Any) -> str:
 def learner_checkpoints(run_dir: str, learner: jd.Handle) -> str:
     """Where a learner saves: its node's directory, or, for a learner spanning hosts, its
     group's (shared by all its processes)."""
-    from jaxdist.learning.checkpoint import checkpoint_dir
+    from jaxdist.learning.layout import checkpoint_dir
 
     single = checkpoint_dir(run_dir, learner.node_name)
     return single if os.path.isdir(single) else checkpoint_dir(run_dir, learner.node_name.split("/")[0])

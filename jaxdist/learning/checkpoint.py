@@ -32,11 +32,6 @@ from jax.experimental import multihost_utils
 PyTree = Any
 
 
-def checkpoint_dir(run_dir: str | os.PathLike, node_name: str) -> str:
-    """``<run_dir>/checkpoints/<node_name>`` as an absolute path (Orbax wants one)."""
-    return os.path.abspath(os.path.join(run_dir, "checkpoints", node_name))
-
-
 class Checkpointer:
     """Save every N steps and/or every T seconds, keep the latest ``keep``, restore the latest.
 

@@ -197,7 +197,8 @@ class BestPolicy:
     restarted or resumed evaluator replaces the saved policy only with a better one."""
 
     def __init__(self, run_dir: str) -> None:
-        from jaxdist.learning.checkpoint import Checkpointer, checkpoint_dir
+        from jaxdist.learning.checkpoint import Checkpointer
+        from jaxdist.learning.layout import checkpoint_dir
 
         self._checkpointer = Checkpointer(checkpoint_dir(run_dir, BEST_POLICY), keep=1)
         returns = [row["mean_return"] for row in recorded_evaluations(run_dir)]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -111,3 +113,22 @@ def test_a_run_is_over_at_its_last_update_or_with_stop_at_target_at_the_target(t
     assert finished_summary(_run_dir(tmp_path / "short", 23, 23, [(20, 60.0)]), topology, stopping) is None
     assert finished_summary(_run_dir(tmp_path / "stale", 40, 23, [(20, 150.0)]), topology, stopping) is None
     assert finished_summary(str(tmp_path / "none"), topology, stopping) is None
+
+
+def test_the_launching_process_reads_a_runs_state_without_importing_jax_or_orbax(tmp_path):
+    """Every run's start-up waits on the launching process: finding where a run's checkpoints and
+    best policy live imported Orbax and JAX there (0.6 s more to a run of the demo)."""
+    code = f"""
+import sys
+from jaxdist.agents import es, ppo, run
+agents = ppo.agent(ppo.PPOConfig()), ppo.agent(ppo.PPOConfig(architecture="anakin")), es.agent(es.ESConfig())
+for index, agent in enumerate(agents):
+    topology = agent.topology()
+    run.prepare_run_dir({str(tmp_path)!r} + f"/{{index}}", agent.factory, agent.config, run.RunOptions())
+    run.finished_summary({str(tmp_path)!r}, topology, agent.config)
+    topology.keeps_best({str(tmp_path)!r})
+print(sorted(name for name in ("jax", "flax", "optax", "orbax") if name in sys.modules))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

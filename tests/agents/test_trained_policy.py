@@ -18,7 +18,8 @@ import pytest
 from jaxdist.tools import evaluate
 from jaxdist.agents import experiment
 from jaxdist.agents import load_policy, ppo
-from jaxdist.learning.checkpoint import Checkpointer, checkpoint_dir
+from jaxdist.learning.checkpoint import Checkpointer
+from jaxdist.learning.layout import checkpoint_dir
 from jaxdist.nodes.learner import initial_state
 
 SAVED_STEPS = (2, 4)

@@ -19,7 +19,7 @@ import pytest
 import jaxdist as jd
 from jaxdist import courier
 from jaxdist.agents import experiment, ppo
-from jaxdist.learning.checkpoint import checkpoint_dir
+from jaxdist.learning.layout import checkpoint_dir
 from jaxdist.records.metrics import metrics_path, read_metrics
 
 pytestmark = pytest.mark.slow

@@ -30,7 +30,7 @@ import chaos_nodes as cn
 import jaxdist as jd
 from jaxdist import courier
 from jaxdist.nodes.replay import Fifo, ReplayClient, ReplayNode
-from jaxdist.nodes.replay.checkpointing import checkpoint_dir
+from jaxdist.learning.layout import checkpoint_dir
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ import pytest
 import jaxdist as jd
 from jaxdist import courier
 from jaxdist.nodes.replay import Fifo, ReplayClient, ReplayNode
-from jaxdist.nodes.replay.checkpointing import checkpoint_dir
+from jaxdist.learning.layout import checkpoint_dir
 from waiting import wait_until
 
 pytestmark = pytest.mark.slow

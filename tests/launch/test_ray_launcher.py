@@ -20,7 +20,7 @@ import learner_nodes as ln
 import ray_nodes
 from ray_cluster import cluster, live_actors  # noqa: F401 - cluster is a fixture
 from jaxdist import courier
-from jaxdist.learning.checkpoint import checkpoint_dir
+from jaxdist.learning.layout import checkpoint_dir
 from jaxdist.courier import tls
 from jaxdist.nodes.learner import Learner, PublishOptions
 from jaxdist.nodes.replay import Fifo, ReplayClient, ReplayNode

@@ -18,7 +18,8 @@ import optax
 import pytest
 
 from jaxdist.learning import checkpoint
-from jaxdist.learning.checkpoint import Checkpointer, checkpoint_dir
+from jaxdist.learning.checkpoint import Checkpointer
+from jaxdist.learning.layout import checkpoint_dir
 
 WORKER = Path(__file__).parents[1] / "helpers" / "checkpoint_worker.py"
 

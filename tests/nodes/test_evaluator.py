@@ -18,7 +18,8 @@ from jaxdist.agents.actor_critic import ActorCritic
 from jaxdist.agents.actor_critic import ActorCriticPolicy
 from jaxdist.envs.vector import EnvSpec
 from jaxdist.records.metrics import read_metrics
-from jaxdist.learning.checkpoint import Checkpointer, checkpoint_dir
+from jaxdist.learning.checkpoint import Checkpointer
+from jaxdist.learning.layout import checkpoint_dir
 from jaxdist.records.metrics import MetricsWriter, metrics_path
 from jaxdist.nodes.evaluator import BEST_POLICY, EVALUATIONS, Evaluator, BestPolicy
 from jaxdist.nodes.parameter_server import ParameterServer, VersionedParams

@@ -18,7 +18,8 @@ import pytest
 import jaxdist as jd
 import learner_nodes as ln
 from jaxdist import courier
-from jaxdist.learning.checkpoint import Checkpointer, checkpoint_dir
+from jaxdist.learning.checkpoint import Checkpointer
+from jaxdist.learning.layout import checkpoint_dir
 from jaxdist.learning.learner_logic import LearnerLogic
 from jaxdist.records.metrics import read_metrics
 from jaxdist.nodes.learner import CheckpointOptions, Learner, PublishOptions, ReplaySource

@@ -13,7 +13,7 @@ import pytest
 
 import learner_nodes as ln
 from jaxdist.learning import parallel
-from jaxdist.learning.checkpoint import checkpoint_dir
+from jaxdist.learning.layout import checkpoint_dir
 from jaxdist.nodes.learner import (CheckpointOptions, Checkpointing, Feed, PublishOptions, Publishing, ReplaySource,
                                    initial_state, join_hosts)
 from jaxdist.nodes.learner.feed import END

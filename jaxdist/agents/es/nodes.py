@@ -34,7 +34,7 @@ class Master:
 
     def __init__(self, workers: list[Any], config: ESConfig, factory: str) -> None:
         from jaxdist.agents.es.search import Rollouts, Search  # JAX, imported where the node runs
-        from jaxdist.learning.checkpoint import checkpoint_dir
+        from jaxdist.learning.layout import checkpoint_dir
 
         node = jd.current_node()
         if node is None:

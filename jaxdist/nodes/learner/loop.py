@@ -14,7 +14,7 @@ import jax
 from jaxdist.launch import context
 from jaxdist.launch.restart import Restart
 from jaxdist.learning import parallel
-from jaxdist.learning.checkpoint import checkpoint_dir
+from jaxdist.learning.layout import checkpoint_dir
 from jaxdist.learning.learner_logic import LearnerLogic, PyTree
 from jaxdist.nodes.learner.checkpointing import CheckpointOptions, Checkpointing
 from jaxdist.nodes.learner.feed import END, Feed, Source

@@ -35,11 +35,6 @@ log = logging.getLogger(__name__)
 _FORMAT = 2  # 2: items per signature, keys by slot, times sampled, deletes
 
 
-def checkpoint_dir(run_dir: str | os.PathLike, node_name: str) -> str:
-    """``<run_dir>/checkpoints/<node_name>`` as an absolute path (Orbax wants one)."""
-    return os.path.abspath(os.path.join(run_dir, "checkpoints", node_name))
-
-
 class TableCheckpointer:
     """Saves and restores a dict of named tables; keeps the latest ``keep`` steps."""
 

@@ -177,7 +177,8 @@ class _ReplayExecutable(Executable):
         first, *others = self._tables.values()
         first.share_lock(*others)  # so one insert can go into several tables atomically
         if node.checkpointing:
-            from jaxdist.nodes.replay.checkpointing import TableCheckpointer, checkpoint_dir
+            from jaxdist.learning.layout import checkpoint_dir
+            from jaxdist.nodes.replay.checkpointing import TableCheckpointer
 
             checkpointer = TableCheckpointer(checkpoint_dir(self._context.run_dir, node.name), node.keep_checkpoints)
             step = checkpointer.restore(self._tables)

@@ -19,7 +19,8 @@ from waiting import run_threads, wait_until
 from jaxdist import courier
 from jaxdist.nodes.replay import (Fifo, MinSize, Prioritized, ReplayClient, ReplayNode, SampleToInsertRatio,
                                   SampleTimeoutError, Uniform, sample_many, try_again_kind, update_priorities_many)
-from jaxdist.nodes.replay.checkpointing import TableCheckpointer, checkpoint_dir, from_checkpoint, to_checkpoint
+from jaxdist.learning.layout import checkpoint_dir
+from jaxdist.nodes.replay.checkpointing import TableCheckpointer, from_checkpoint, to_checkpoint
 from jaxdist.nodes.replay.client import MAX_SERVER_WAIT
 
 
