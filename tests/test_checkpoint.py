@@ -242,3 +242,31 @@ def test_sigterm_under_jax_distributed_saves_the_same_step_on_every_process(tmp_
     again = [start(i, port, "--steps", str(step + 1)) for i in range(2)]
     assert [p.expect("resumed")[1] for p in again] == [str(step)] * 2
     assert [p.wait() for p in again] == [0, 0]
+
+
+@pytest.mark.timeout(120)
+def test_two_checkpointers_saving_at_once_in_one_process_commit_every_save(tmp_path):
+    """A learner's checkpoints and its colocated evaluator's best policy: two managers saving
+    from two threads of one process. Orbax keys the signal that lets a save's writers start
+    (its directory exists) by a process-wide operation id, so two saves at once crossed their
+    signals: one's writers filled a directory that its set-up then deleted under them
+    (``OSError: Directory not empty``, or ``File exists``)."""
+    leaves = {f"w{i}": np.full((64, 256), i, np.float32) for i in range(20)}
+    errors: list[BaseException] = []
+
+    def saves(name: str) -> None:
+        with Checkpointer(tmp_path / name, keep=1) as saver:
+            for step in range(1, 26):
+                try:
+                    saver.save(step, leaves)
+                except Exception as error:  # noqa: BLE001 - each failed save is the finding
+                    errors.append(error)
+
+    threads = [threading.Thread(target=saves, args=(name,)) for name in ("learner", "best_policy")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    for name in ("learner", "best_policy"):
+        assert step_dirs(tmp_path / name) == [25] and not orbax_tmp_dirs(tmp_path / name)
