@@ -407,6 +407,18 @@ def test_private_methods_are_never_served_and_the_error_says_so(client, service)
     assert service.calls == 0
 
 
+@pytest.mark.parametrize("local", [False, True], ids=["wire", "in-process"])
+@pytest.mark.parametrize("token", ["", "s", "s3cre", "s3cret!", "S3CRET"])
+def test_only_the_whole_token_opens_a_server_not_a_prefix_an_extension_or_an_empty_one(service, token, local):
+    server = courier.Server(service, token="s3cret").start()
+    try:
+        with pytest.raises(courier.AuthenticationError, match="token"):
+            courier.Client(server.address, token=token, local=local).add(1)
+        assert service.calls == 0
+    finally:
+        server.stop(grace=0)
+
+
 def test_the_health_service_answers_without_the_token_and_says_only_serving(service):
     """A decision, documented in the README: probes and load balancers need no secret, and the
     answer reveals nothing but that the server serves; every method of the object needs the token."""
