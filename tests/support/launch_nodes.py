@@ -340,3 +340,12 @@ class Indexed:
 def indexed_node(index: int) -> jd.CourierNode:
     """The factory of a group that scales (`Program.add_group`)."""
     return jd.CourierNode(Indexed, index)
+
+
+class JaxPlatform:
+    """Where this process's JAX runs, and the platforms it was told (``JAX_PLATFORMS``)."""
+
+    def where(self) -> dict[str, str]:
+        import jax
+
+        return {"backend": jax.default_backend(), "told": jax.config.jax_platforms or ""}
