@@ -234,7 +234,7 @@ def test_a_failing_fast_client_raises_at_once_while_its_server_is_down_and_works
         fast.add(1)
     with pytest.raises(courier.UnavailableError):
         fast.futures.add(1).result(timeout=20)
-    assert time.monotonic() - began < 5  # not the 20 s deadline
+    assert time.monotonic() - began < 10  # not the 20 s deadline
     waiting = client.futures.add(40, b=2)  # the client it came from still waits, on the same connection
     server = courier.Server(service, address).start()
     try:
