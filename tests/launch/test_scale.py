@@ -10,7 +10,7 @@ import pytest
 import jaxdist as jd
 import launch_nodes as nodes
 from ports import reserve_base_port
-from ray_cluster import cluster, live_actors  # noqa: F401 - cluster is a fixture
+from ray_cluster import live_actors
 
 
 def scalable_program(workers: int = 2) -> jd.Program:
@@ -95,9 +95,11 @@ def test_under_multihost_a_host_starts_its_share_of_a_spread_group_and_a_per_hos
             running.scale("learner", 3)
 
 
-# Under ray: two Ray nodes on this machine, as in test_ray_launcher.py (skipped without Ray). --------
+# Under ray: two Ray nodes on this machine, as in test_ray_launcher.py (skipped without Ray); slow,
+# as every Ray test is, so that one run starts one cluster. ---------------------------------------
 
 
+@pytest.mark.slow
 def test_under_ray_a_group_grows_with_new_actors_and_shrinks_leaving_none_behind(cluster, tmp_path):
     with launch(scalable_program(), tmp_path, "ray") as running:
         assert len(live_actors()) == 3
@@ -111,6 +113,7 @@ def test_under_ray_a_group_grows_with_new_actors_and_shrinks_leaving_none_behind
     assert not live_actors()
 
 
+@pytest.mark.slow
 def test_under_ray_with_placement_a_group_grows_on_its_hosts_bundles_unless_it_cannot(cluster, tmp_path):
     program = scalable_program()
     program.add_group("learner", nodes.indexed_node, 2)
