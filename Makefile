@@ -24,8 +24,11 @@ examples: $(INSTALLED)
 
 test: test-fast test-slow
 
+# The fast tests over two workers, a test file to each in turn (its module fixtures made once);
+# the slow ones, each a program of several processes, one at a time.
+# JAXDIST_TEST_CPU_BURNERS=N keeps N cores busy meanwhile (a loaded machine, as CI's may be).
 test-fast: $(INSTALLED)
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 # A marker that selects no test (pytest exits 5) fails the run: a typo must not skip the slow tests.
 test-slow: $(INSTALLED)

@@ -124,7 +124,7 @@ def test_the_token_is_still_required(server, client):
     wire.shared_frame("../../etc/passwd", 1, 10),
     wire.shared_frame(f"{shared_memory.PREFIX}{os.getpid()}-{'0' * 16}", 1, 10),  # no such segment
     wire.SHARED + b"\x00" * 3,
-])
+], ids=["outside-dev-shm", "no-such-segment", "truncated"])  # ids without the pid: xdist's workers agree
 def test_a_reference_to_no_segment_of_ours_is_refused_and_the_server_serves_on(server, client, frame):
     with grpc.insecure_channel(server.address) as channel:
         with pytest.raises(grpc.RpcError) as raised:
