@@ -95,7 +95,9 @@ class Checkpointer:
             cleanup_tmp_directories=True,
             create=True,
         )
-        self._manager = ocp.CheckpointManager(self.directory, options=options)
+        # The handler named up front: reading a step's metadata in a new process then warns of nothing.
+        self._manager = ocp.CheckpointManager(self.directory, options=options,
+                                              item_handlers=ocp.StandardCheckpointHandler())
 
     def latest_step(self) -> int | None:
         """The newest complete checkpoint's step, or None."""
