@@ -34,8 +34,8 @@ SUPPORT = os.path.join(REPO, "tests", "support")
 
 def script(*args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=SUPPORT)
-    return subprocess.run([sys.executable, SCRIPT, "--quiet", "--compilation-cache", jax_cache.directory(), *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, **kwargs)
+    return subprocess.run([sys.executable, SCRIPT, "--quiet", "--compilation-cache", jax_cache.directory(), *args],
+                          capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
 
 
 def test_every_config_field_is_a_flag_and_the_env_picks_its_preset():
@@ -162,8 +162,8 @@ def test_the_demo_script_solves_cartpole_across_processes_and_resumes_its_accoun
 
 @pytest.mark.slow
 def test_ctrl_c_is_the_ordered_stop_with_one_line_and_a_summary(tmp_path):
-    process = subprocess.Popen([sys.executable, SCRIPT, "--quiet", "--compilation-cache", jax_cache.directory(), "--run-dir",
-                                str(tmp_path), "--total-steps", "100000000"], stdout=subprocess.PIPE,
+    process = subprocess.Popen([sys.executable, SCRIPT, "--quiet", "--compilation-cache", jax_cache.directory(),
+                                "--run-dir", str(tmp_path), "--total-steps", "100000000"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True,
                                # as a terminal's Ctrl-C finds it: a runner started in the background (nohup
                                # make test &) passes SIGINT on ignored, and Python then never raises it
