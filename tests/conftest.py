@@ -1,13 +1,10 @@
-"""The run's shared harness: one JAX compilation cache, and optionally CPU burners."""
+"""The run's harness: CPU burners on demand, keeping the machine's cores busy while the tests run."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 
 import cpu_burners
-import jax_cache
 import pytest
 
 BURNERS_ENV = "JAXDIST_TEST_CPU_BURNERS"
@@ -20,10 +17,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
-        return  # an xdist worker: its controller made the cache and started the burners
-    if jax_cache.ENV not in os.environ:
-        os.environ[jax_cache.ENV] = tempfile.mkdtemp(prefix="jaxdist-test-jax-cache-")
-        config.add_cleanup(lambda: shutil.rmtree(os.environ.pop(jax_cache.ENV), ignore_errors=True))
+        return  # an xdist worker: its controller started the burners
     burners = cpu_burners.start(config.getoption("cpu_burners"))
     config.add_cleanup(lambda: cpu_burners.stop(burners))
 

@@ -13,7 +13,6 @@ import stat
 import subprocess
 import sys
 
-import jax_cache
 import pytest
 
 import jaxdist as jd
@@ -184,8 +183,8 @@ def test_a_failed_node_is_summed_up_in_one_line_with_its_log(tmp_path):
 
 def script(*args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--quiet",
-                           "--compilation-cache", jax_cache.directory(), *args], capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, PYTHONPATH=SUPPORT, **env))
+                           "--compilation-cache", "", *args], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=SUPPORT, **env))
 
 
 def test_track_without_a_weights_and_biases_account_ends_the_script_with_one_error_line(tmp_path, monkeypatch):

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import time
 
-import jax_cache
 import pytest
 
 import jaxdist as jd
@@ -109,8 +108,8 @@ def test_a_threads_run_solves_cartpole_then_a_rerun_resumes_and_counts_the_targe
 
 @pytest.mark.slow
 def test_ctrl_c_is_the_ordered_stop_with_one_line_and_a_summary(tmp_path):
-    process = subprocess.Popen([sys.executable, SCRIPT, "--quiet", "--compilation-cache", jax_cache.directory(),
-                                "--run-dir", str(tmp_path), "--env-id", "Pendulum-v1", "--total-steps", "1000000000"],
+    process = subprocess.Popen([sys.executable, SCRIPT, "--quiet", "--compilation-cache", "", "--run-dir",
+                                str(tmp_path), "--env-id", "Pendulum-v1", "--total-steps", "1000000000"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                # as a terminal's Ctrl-C finds it: a runner started in the background (nohup
                                # make test &) passes SIGINT on ignored, and Python then never raises it

@@ -9,7 +9,6 @@ import statistics
 import subprocess
 import sys
 
-import jax_cache
 import pytest
 from run_checks import check_solved_and_final_policy_evaluated
 
@@ -18,7 +17,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def script(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, os.path.join(REPO, "experiments", name), "--quiet", "--compilation-cache",
-                           jax_cache.directory(), *args], capture_output=True, text=True, timeout=timeout)
+                           "", *args], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.slow

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 
-import jax_cache
 import numpy as np
 import pytest
 
@@ -34,8 +33,8 @@ SUPPORT = os.path.join(REPO, "tests", "support")
 
 def script(*args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=SUPPORT)
-    return subprocess.run([sys.executable, SCRIPT, "--quiet", "--compilation-cache", jax_cache.directory(), *args],
-                          capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
+    return subprocess.run([sys.executable, SCRIPT, "--quiet", "--compilation-cache", "", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env, **kwargs)
 
 
 def test_every_config_field_is_a_flag_and_the_env_picks_its_preset():
@@ -162,8 +161,8 @@ def test_the_demo_script_solves_cartpole_across_processes_and_resumes_its_accoun
 
 @pytest.mark.slow
 def test_ctrl_c_is_the_ordered_stop_with_one_line_and_a_summary(tmp_path):
-    process = subprocess.Popen([sys.executable, SCRIPT, "--quiet", "--compilation-cache", jax_cache.directory(),
-                                "--run-dir", str(tmp_path), "--total-steps", "100000000"], stdout=subprocess.PIPE,
+    process = subprocess.Popen([sys.executable, SCRIPT, "--quiet", "--compilation-cache", "", "--run-dir",
+                                str(tmp_path), "--total-steps", "100000000"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True,
                                # as a terminal's Ctrl-C finds it: a runner started in the background (nohup
                                # make test &) passes SIGINT on ignored, and Python then never raises it
@@ -195,7 +194,7 @@ def test_continuous_control_improves_pendulum_with_normalised_observations(tmp_p
     config = configs.with_preset(ppo.PPOConfig, "Pendulum-v1", ppo.PRESETS, total_steps=120_000, num_actors=2)
     out = io.StringIO()
     summary = train(ppo.agent(config), launcher="processes", run_dir=str(tmp_path), echo=False, out=out,
-                    compilation_cache=jax_cache.directory())
+                    compilation_cache=None)
     evaluations = [row["mean_return"] for row in read_metrics(tmp_path / "evaluations.csv")]
     # A random policy scores about -1,200 on Pendulum; 120k steps of PPO reach well above it.
     assert evaluations[0] < -900 and max(evaluations) > -700, (evaluations, out.getvalue())

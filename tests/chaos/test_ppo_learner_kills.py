@@ -14,7 +14,6 @@ import os
 import signal
 import time
 
-import jax_cache
 import pytest
 
 import jaxdist as jd
@@ -50,7 +49,7 @@ def test_ppo_reaches_its_target_through_learners_restarted_from_sigkills_during_
                            stop_at_target=True)
     topology = ppo.agent(config).topology()
     running = jd.launch(topology.program, launcher="processes", run_dir=run_dir, echo=False,
-                        resources=distributed.resources(topology.program, jax_cache.directory()),
+                        resources=distributed.resources(topology.program, str(tmp_path / "jax-cache")),
                         restart={"learner": jd.Restart(max_restarts=KILLS, backoff=0.5),
                                  "actor": jd.Restart(max_restarts=0)})
     learner = courier.Client(running.addresses[topology.learner.node_name], token=running.token, timeout=2.0)
