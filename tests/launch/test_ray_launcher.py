@@ -28,7 +28,7 @@ from jaxdist.launch.running import WORK_DONE
 from run_checks import check_solved_and_final_policy_evaluated
 from waiting import wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one worker: one cluster
 
 ray = pytest.importorskip("ray", reason="launcher='ray' needs Ray: pip install 'jaxdist[ray]'")
 

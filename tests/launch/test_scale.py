@@ -95,11 +95,12 @@ def test_under_multihost_a_host_starts_its_share_of_a_spread_group_and_a_per_hos
             running.scale("learner", 3)
 
 
-# Under ray: two Ray nodes on this machine, as in test_ray_launcher.py (skipped without Ray); slow,
-# as every Ray test is, so that one run starts one cluster. ---------------------------------------
+# Under ray: two Ray nodes on this machine, as in test_ray_launcher.py (skipped without Ray); slow
+# and on the Ray tests' worker, as every Ray test is, so that one run starts one cluster. ---------
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")
 def test_under_ray_a_group_grows_with_new_actors_and_shrinks_leaving_none_behind(cluster, tmp_path):
     with launch(scalable_program(), tmp_path, "ray") as running:
         assert len(live_actors()) == 3
@@ -114,6 +115,7 @@ def test_under_ray_a_group_grows_with_new_actors_and_shrinks_leaving_none_behind
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")
 def test_under_ray_with_placement_a_group_grows_on_its_hosts_bundles_unless_it_cannot(cluster, tmp_path):
     program = scalable_program()
     program.add_group("learner", nodes.indexed_node, 2)

@@ -1,7 +1,7 @@
 """A local Ray cluster of two nodes (`ray.cluster_utils.Cluster`, both on this machine), one for
 the whole run: a session fixture that ``tests/launch/conftest.py`` serves to every Ray test
-(a start costs 7-30 s here). Ray's tests are all slow ones, so the run of the fast tests starts
-none."""
+(a start costs 7-30 s here). Ray's tests are all slow ones, in one xdist group (one worker runs
+them all), so the run of the fast tests starts none and that of the slow ones one."""
 
 from __future__ import annotations
 
