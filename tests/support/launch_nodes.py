@@ -337,6 +337,15 @@ class Indexed:
         return os.getpid()
 
 
+def scalable_program(workers: int = 2) -> jd.Program:
+    """A counter and a group of ``workers`` that scales (the tests of ``running.scale``)."""
+    program = jd.Program("scaling")
+    with program.group("counter"):
+        program.add_node(jd.CourierNode(Counter))
+    program.add_group("worker", indexed_node, workers)
+    return program
+
+
 def indexed_node(index: int) -> jd.CourierNode:
     """The factory of a group that scales (`Program.add_group`)."""
     return jd.CourierNode(Indexed, index)

@@ -1,7 +1,5 @@
-"""A local Ray cluster of two nodes (`ray.cluster_utils.Cluster`, both on this machine), one for
-the whole run: a session fixture that ``tests/launch/conftest.py`` serves to every Ray test
-(a start costs 7-30 s here). Ray's tests are all slow ones, in one xdist group (one worker runs
-them all), so the run of the fast tests starts none and that of the slow ones one."""
+"""A local Ray cluster of two nodes (`ray.cluster_utils.Cluster`, both on this machine) as a
+module-scoped fixture, for the test modules of the ray launcher: ``from ray_cluster import cluster``."""
 
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ OBJECT_STORE = 100 * 2**20
 STARTS = 3
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cluster():
     ray = pytest.importorskip("ray", reason="launcher='ray' needs Ray: pip install 'jaxdist[ray]'")
     cluster = _started_cluster(ray)
