@@ -6,6 +6,9 @@ restarted process finds its checkpoints. Orbax writes each step into
 leaves only that temporary directory, which is never restored (and is removed on the next
 start). Typed PRNG keys (``jax.random.key``) are saved and restored natively by Orbax.
 
+The saves of one process take turns (:data:`SAVES`), whichever checkpointer makes them: Orbax
+keeps a save's bookkeeping in process-wide state, and two saves at once corrupt each other.
+
 Under ``jax.distributed`` every process must make the same calls with the same steps: saves are
 collective. A loop that saves on SIGTERM looks like::
 
@@ -22,6 +25,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from typing import Any, NoReturn
 
 import jax
@@ -30,6 +34,35 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 PyTree = Any
+
+
+class SaveTurns:
+    """One Orbax save in flight per process, whichever manager makes it.
+
+    Orbax keys the signal that lets a save's writers start (its directory exists) by a
+    process-wide operation id. Two managers saving at once in one process -- a learner's
+    checkpoints and the best policy its colocated evaluator saves -- cross those signals: one
+    save's writers fill a directory that its own set-up then deletes under them (``OSError:
+    Directory not empty``), or a save waits for ever on a signal the other removed. So a save
+    starts only once the previous one, of any manager, has committed.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._previous: weakref.ref[ocp.CheckpointManager] | None = None
+
+    def save(self, manager: ocp.CheckpointManager, step: int, **kwargs: Any) -> None:
+        """``manager.save(step, **kwargs)`` once every other save of this process has committed."""
+        with self._lock:
+            previous = self._previous() if self._previous is not None else None
+            if previous is not None and previous is not manager:
+                previous.wait_until_finished()
+            manager.save(step, **kwargs)
+            self._previous = weakref.ref(manager)
+
+
+SAVES = SaveTurns()
+"""This process's turns, shared by every checkpointer (the replay's tables' too)."""
 
 
 class Checkpointer:
@@ -62,7 +95,9 @@ class Checkpointer:
             create=not read_only,
             read_only=read_only,
         )
-        self._manager = ocp.CheckpointManager(self.directory, options=options)
+        # The handler named up front: reading a step's metadata in a new process then warns of nothing.
+        self._manager = ocp.CheckpointManager(self.directory, options=options,
+                                              item_handlers=ocp.StandardCheckpointHandler())
 
     def latest_step(self) -> int | None:
         """The newest complete checkpoint's step, or None."""
@@ -88,13 +123,24 @@ class Checkpointer:
             due = bool(multihost_utils.broadcast_one_to_all(np.bool_(due)))
         return due
 
-    def save(self, step: int, state: PyTree) -> bool:
-        """Save now (regardless of intervals); False if ``step`` is already saved."""
+    def save(self, step: int, state: PyTree, metadata: dict[str, Any] | None = None,
+             replace: bool = False) -> bool:
+        """Save now (regardless of intervals); False if ``step`` is already saved, unless
+        ``replace``: then that checkpoint is deleted first (a kill in between leaves neither).
+        ``metadata`` (JSON) is committed with the state: :meth:`metadata` reads it back."""
         if step in self._manager.all_steps():
-            return False
-        self._manager.save(step, args=ocp.args.StandardSave(state), force=True)
+            if not replace:
+                return False
+            self._manager.wait_until_finished()
+            self._manager.delete(step)
+        SAVES.save(self._manager, step, args=ocp.args.StandardSave(state), force=True,
+                   custom_metadata=metadata)
         self._last_save = time.monotonic()
         return True
+
+    def metadata(self, step: int) -> dict[str, Any]:
+        """The ``metadata`` that the checkpoint of ``step`` was saved with ({} if none)."""
+        return dict(self._manager.metadata(step).custom_metadata or {})
 
     def wait(self) -> None:
         """Block until every started save is committed."""

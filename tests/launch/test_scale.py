@@ -10,15 +10,6 @@ import pytest
 import jaxdist as jd
 import launch_nodes as nodes
 from ports import reserve_base_port
-from ray_cluster import cluster, live_actors  # noqa: F401 - cluster is a fixture
-
-
-def scalable_program(workers: int = 2) -> jd.Program:
-    program = jd.Program("scaling")
-    with program.group("counter"):
-        program.add_node(jd.CourierNode(nodes.Counter))
-    program.add_group("worker", nodes.indexed_node, workers)
-    return program
 
 
 def launch(program: jd.Program, tmp_path, launcher: str = "processes", **options) -> jd.Running:
@@ -26,7 +17,7 @@ def launch(program: jd.Program, tmp_path, launcher: str = "processes", **options
 
 
 def test_a_group_grows_with_nodes_made_for_their_index_and_shrinks_from_its_highest(tmp_path):
-    with launch(scalable_program(), tmp_path) as running:
+    with launch(nodes.scalable_program(), tmp_path) as running:
         assert running.scale("worker", 4) == ["worker/2", "worker/3"]
         status = running.status()
         assert {status[name]["state"] for name in running.members("worker")} == {"running"}
@@ -47,7 +38,7 @@ def test_a_group_grows_with_nodes_made_for_their_index_and_shrinks_from_its_high
 
 
 def test_bad_scale_requests_say_what_is_wrong(tmp_path):
-    program = scalable_program()
+    program = nodes.scalable_program()
     # A factory whose later nodes cannot reach a process: the group stays as it was.
     program.add_group("unshippable", lambda index: jd.CourierNode(nodes.Indexed, index if index < 1 else lambda: index), 1)
     with launch(program, tmp_path) as running:
@@ -66,13 +57,13 @@ def test_bad_scale_requests_say_what_is_wrong(tmp_path):
 
 
 def test_threads_say_they_cannot_scale(tmp_path):
-    with launch(scalable_program(), tmp_path, launcher="threads") as running:
+    with launch(nodes.scalable_program(), tmp_path, launcher="threads") as running:
         with pytest.raises(NotImplementedError, match="one node cannot be stopped alone; launch with 'processes'"):
             running.scale("worker", 3)
 
 
 def test_under_multihost_a_host_starts_its_share_of_a_spread_group_and_a_per_host_group_cannot_scale(tmp_path):
-    program = scalable_program()
+    program = nodes.scalable_program()
     program.add_group("learner", nodes.indexed_node, 2)  # made from a factory, but one per host
     # Host 0 of two; host 1 never comes: this host's share runs alone.
     with launch(program, tmp_path, "multihost", hosts="127.0.0.1,127.0.0.1", host_index=0, token="shared",
@@ -93,35 +84,3 @@ def test_under_multihost_a_host_starts_its_share_of_a_spread_group_and_a_per_hos
         assert running.client("worker/0").index() == 0
         with pytest.raises(ValueError, match=r"group 'learner' is placed per_host\(\): .* cannot grow or shrink"):
             running.scale("learner", 3)
-
-
-# Under ray: two Ray nodes on this machine, as in test_ray_launcher.py (skipped without Ray). --------
-
-
-def test_under_ray_a_group_grows_with_new_actors_and_shrinks_leaving_none_behind(cluster, tmp_path):
-    with launch(scalable_program(), tmp_path, "ray") as running:
-        assert len(live_actors()) == 3
-        assert running.scale("worker", 4) == ["worker/2", "worker/3"]
-        assert [running.client(name).index() for name in running.members("worker")] == [0, 1, 2, 3]
-        assert {running.status()[name]["state"] for name in running.members("worker")} == {"running"}
-        assert len(live_actors()) == 5
-        assert running.scale("worker", 1) == ["worker/3", "worker/2", "worker/1"]
-        assert running.members("worker") == ["worker/0"] and "worker/2" not in running.status()
-        assert len(live_actors()) == 2 and running.client("worker/0").index() == 0
-    assert not live_actors()
-
-
-def test_under_ray_with_placement_a_group_grows_on_its_hosts_bundles_unless_it_cannot(cluster, tmp_path):
-    program = scalable_program()
-    program.add_group("learner", nodes.indexed_node, 2)
-    program.add_group("heavy", nodes.indexed_node, 1)
-    with launch(program, tmp_path, "ray", distributed=None, resources={"heavy": {"num_cpus": 0.5}},
-                placement={"worker": jd.spread(), "learner": jd.per_host(), "heavy": jd.on_host(1)}) as running:
-        assert running.scale("worker", 3) == ["worker/2"] and running.client("worker/2").index() == 2
-        with pytest.raises(ValueError, match=r"group 'learner' is placed per_host\(\)"):
-            running.scale("learner", 3)
-        with pytest.raises(ValueError, match=r"group 'heavy' asks Ray for \{'CPU': 0.5\} a node"):
-            running.scale("heavy", 2)
-        assert running.scale("worker", 0) == ["worker/2", "worker/1", "worker/0"]
-        assert running.members("worker") == []
-

@@ -250,3 +250,31 @@ def test_a_reader_beside_a_live_learner_leaves_its_save_in_progress_alone(tmp_pa
     with Checkpointer(tmp_path / "elsewhere", read_only=True) as reader:
         assert reader.latest_step() is None
     assert not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.timeout(120)
+def test_two_checkpointers_saving_at_once_in_one_process_commit_every_save(tmp_path):
+    """A learner's checkpoints and its colocated evaluator's best policy: two managers saving
+    from two threads of one process. Orbax keys the signal that lets a save's writers start
+    (its directory exists) by a process-wide operation id, so two saves at once crossed their
+    signals: one's writers filled a directory that its set-up then deleted under them
+    (``OSError: Directory not empty``, or ``File exists``)."""
+    leaves = {f"w{i}": np.full((64, 256), i, np.float32) for i in range(20)}
+    errors: list[BaseException] = []
+
+    def saves(name: str) -> None:
+        with Checkpointer(tmp_path / name, keep=1) as saver:
+            for step in range(1, 26):
+                try:
+                    saver.save(step, leaves)
+                except Exception as error:  # noqa: BLE001 - each failed save is the finding
+                    errors.append(error)
+
+    threads = [threading.Thread(target=saves, args=(name,)) for name in ("learner", "best_policy")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    for name in ("learner", "best_policy"):
+        assert step_dirs(tmp_path / name) == [25] and not orbax_tmp_dirs(tmp_path / name)

@@ -5,9 +5,13 @@ for an evaluation a stop cut short, in a launched program."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import threading
 import time
 
 import chex
+import best_policy_life as life
 import jax
 import numpy as np
 import pytest
@@ -139,3 +143,40 @@ def test_a_restarted_evaluator_replaces_the_saved_best_policy_only_with_a_better
 def saved_best(run_dir) -> int | None:
     with Checkpointer(checkpoint_dir(run_dir, BEST_POLICY)) as saved:
         return saved.latest_step()
+
+
+@pytest.mark.timeout(120)
+def test_a_best_policy_save_cut_short_by_a_kill_and_republished_versions_leave_the_best_saved(tmp_path):
+    """A learner restored from its checkpoint republishes versions its evaluator has already
+    seen, with other parameters, while the learner's own saves go on in the same process. A
+    better republished version replaces the one saved under its number (before, the save was
+    skipped: the policy kept was not the one that scored), and the next life's saves survive
+    the temporaries that a kill mid-save left (before, saves of two managers in one process at
+    once failed with ``Directory not empty``)."""
+    best_dir = checkpoint_dir(tmp_path, BEST_POLICY)
+    killed = subprocess.run([sys.executable, life.__file__, str(tmp_path)], timeout=90)
+    assert killed.returncode == -9
+    assert any("orbax-checkpoint-tmp" in name for name in os.listdir(best_dir)), "the save ended before the kill"
+
+    learner_errors: list[BaseException] = []
+
+    def learner_saves() -> None:  # the colocated learner checkpoints meanwhile
+        with Checkpointer(checkpoint_dir(tmp_path, "learner"), keep=1) as learner:
+            for step in range(1, 31):
+                try:
+                    learner.save(step, {"w": np.full(1000, step, np.float32)})
+                except Exception as error:  # noqa: BLE001 - a failed save is the finding
+                    learner_errors.append(error)
+
+    learner = threading.Thread(target=learner_saves)
+    learner.start()
+    again = BestPolicy(str(tmp_path))  # the saved best: version 4's return, 10
+    again.offer(4, life.params(40), np.array([15.0]))  # republished and better: it replaces 4
+    again.offer(8, life.params(80), np.array([12.0]))  # republished, not better than 15
+    again.close()
+    learner.join()
+    assert not learner_errors, learner_errors
+    with Checkpointer(best_dir) as saved:
+        assert saved.latest_step() == 4
+        assert saved.restore(life.params(0))["w"][0] == 40.0  # the parameters that scored 15
+    assert not [name for name in os.listdir(best_dir) if "orbax-checkpoint-tmp" in name]

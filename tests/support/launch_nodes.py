@@ -337,6 +337,24 @@ class Indexed:
         return os.getpid()
 
 
+def scalable_program(workers: int = 2) -> jd.Program:
+    """A counter and a group of ``workers`` that scales (the tests of ``running.scale``)."""
+    program = jd.Program("scaling")
+    with program.group("counter"):
+        program.add_node(jd.CourierNode(Counter))
+    program.add_group("worker", indexed_node, workers)
+    return program
+
+
 def indexed_node(index: int) -> jd.CourierNode:
     """The factory of a group that scales (`Program.add_group`)."""
     return jd.CourierNode(Indexed, index)
+
+
+class JaxPlatform:
+    """Where this process's JAX runs, and the platforms it was told (``JAX_PLATFORMS``)."""
+
+    def where(self) -> dict[str, str]:
+        import jax
+
+        return {"backend": jax.default_backend(), "told": jax.config.jax_platforms or ""}

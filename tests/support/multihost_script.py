@@ -52,7 +52,8 @@ def main() -> None:
     options = dict(hosts.from_args(args), placement=PLACEMENT)
     if args.print_plan:
         plan = multihost.plan_for(program, **options)
-        print(json.dumps({"addresses": plan.addresses, "host_of": plan.host_of, "coordinator": plan.coordinator}))
+        print(json.dumps({"addresses": plan.addresses, "host_of": plan.host_of, "coordinator": plan.coordinator,
+                          "controls": plan.controls}))
         return
     restart = {"caller": jd.Restart(max_restarts=3, backoff=0.1)} if args.mode == "forever" else None
     running = jd.launch(program, launcher="multihost", run_dir=args.run_dir, grace=5.0, restart=restart, **options)

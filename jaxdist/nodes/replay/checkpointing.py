@@ -60,8 +60,10 @@ class TableCheckpointer:
                                      {name: type(table).__name__ for name, table in tables.items()})
         step = (self.latest_step() or 0) + 1
         ocp = self._ocp
-        self._manager.save(step, args=ocp.args.Composite(arrays=ocp.args.StandardSave(arrays),
-                                                         meta=ocp.args.JsonSave(meta)), force=True)
+        from jaxdist.learning.checkpoint import SAVES  # in turn with the learner's saves in the same process
+
+        SAVES.save(self._manager, step, args=ocp.args.Composite(arrays=ocp.args.StandardSave(arrays),
+                                                               meta=ocp.args.JsonSave(meta)), force=True)
         self._manager.wait_until_finished()
         return step
 

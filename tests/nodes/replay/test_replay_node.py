@@ -222,7 +222,7 @@ def test_can_insert_waits_for_room_within_a_slice_answers_at_once_without_a_wait
         wait_until(lambda: replay.stats()["default"]["room_waits"] == 2, "the query to wait in the node")
         start = time.monotonic()
         assert not replay.can_insert(4, wait=5.0)  # its waiting place is taken: answered at once
-        assert time.monotonic() - start < 1.5
+        assert time.monotonic() - start < 4.0  # not the 5 s wait
         assert rn.ids(replay.sample(3)["data"]) == [(0, 0), (0, 1), (0, 2)]
         assert waiting.result(10) is True  # the queue emptied while it waited
         assert replay.can_insert(3, hold=30.0) and not replay.can_insert(2)  # held for the asker's insert
