@@ -14,6 +14,7 @@ from pathlib import Path
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 import pytest
 
