@@ -275,9 +275,12 @@ class EvaluationRecorder:
         written = threading.Event()
         self._pending.put(written)
         while not written.wait(0.1) and self._thread.is_alive():
-            pass  # the writer has stopped (at the target, or the program is stopping): nothing more is written
+            pass  # a writer that failed writes nothing more
 
     def _write(self) -> None:
+        """Every evaluation handed over, those after the target too: the updates between the stop
+        and the learner's end evaluate as well, and the state keeps their best for ``load_policy``."""
+        stopped = False
         while True:
             handed = self._pending.get()
             if isinstance(handed, threading.Event):  # a flush: all before it is written
@@ -289,9 +292,7 @@ class EvaluationRecorder:
             versions, steps = np.atleast_1d(versions), np.atleast_1d(steps)
             returns = returns.reshape(-1, *returns.shape[-2:])
             for version, seeds, per_update in zip(versions, returns, steps):  # a dispatch of several updates: each
-                if not np.isnan(seeds).all() and record(self._writer, int(version), seeds, self._target,
-                                                        self._stop_at_target, int(version) * int(per_update)) \
-                        and self._stop_at_target:
-                    return
-            if context.stop_requested():
-                return
+                if not np.isnan(seeds).all():
+                    stop_here = self._stop_at_target and not stopped
+                    stopped |= record(self._writer, int(version), seeds, self._target, stop_here,
+                                      int(version) * int(per_update)) and stop_here
