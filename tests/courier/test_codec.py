@@ -426,7 +426,7 @@ def test_corrupted_frames_decode_to_wire_types_or_codec_error(value, data):
             pass
 
 
-# --- Bounds on what a frame may make the receiver build (issue 13, item 4) ---------------------
+# --- Bounds on what a frame may make the receiver build ---------------------------------------
 
 def test_colliding_pairs_do_collide(colliding_pairs):
     pairs = colliding_pairs(50)
