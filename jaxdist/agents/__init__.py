@@ -1,8 +1,9 @@
-"""Agents: one package per algorithm (``ppo``, ``impala``, ``apex``, ``es``), each with its math in
-one ``learning.py`` and its config in ``config.py``, built on one actor-learner topology
-(``distributed.py``). Shared by them: the config base and presets (``config.py``), the command
-line (``cli.py``), the watcher (``monitor.py``), the evaluator node, networks, distributions,
-normalisation, policies, and ``load_policy`` (``trained.py``) to act with a trained policy."""
+"""Agents: one package per algorithm (``ppo``, ``impala``, ``apex``, ``es``), each a record (its
+config, presets and ``agent()``, naming its parts as ``module:function``; no JAX) in
+``__init__.py`` and its math in ``learning.py``. Shared by them: the experiment (the config base,
+the agent record, the topologies: ``experiment.py``), the run (command line, monitor, report:
+``run.py``), the actor-critic kit (``actor_critic.py``), and ``load_policy`` (``trained.py``) to
+act with a trained policy. An agent of one's own is the same three files outside this package."""
 
 from jaxdist.agents.trained import load_policy
 
