@@ -421,6 +421,7 @@ class Monitor:
         self._acting_groups = sorted({group_of(node.node_name) for node in topology.acting})
         self._actors: dict[str, _Watched] = {}
         self._departed_steps = 0  # env steps of actors that running.scale removed
+        self._recorded_steps = 0  # the newest evaluation's, where its recording node counted them
         self._learner = self._client(running.addresses[topology.learner.node_name])
         self._pool = futures.ThreadPoolExecutor(POLL_THREADS, thread_name_prefix="monitor")
         self._evaluations_read = 0
@@ -462,9 +463,11 @@ class Monitor:
     @property
     def env_steps(self) -> int:
         """Earlier segments' env steps and the sum of what the nodes that make them reported
-        (every life of each, and of those ``running.scale`` removed)."""
+        (every life of each, and of those ``running.scale`` removed), or, where more, the count an
+        evaluation recorded (ES's master, an Anakin learner): the steps made after the last poll
+        that reached the nodes are in it."""
         acted = self._departed_steps + sum(node.steps + node.earlier for node in self._actors.values())
-        return self._base_steps + acted
+        return max(self._base_steps + acted, self._recorded_steps)
 
     @property
     def wall_time(self) -> float:
@@ -557,6 +560,7 @@ class Monitor:
             # program has ended) had grown since.
             steps = (int(row["env_steps"]) if row.get("env_steps") is not None
                      else steps_at(self._readings, evaluated_at(row)))
+            self._recorded_steps = max(self._recorded_steps, int(row.get("env_steps") or 0))
             reached = (self.base_wall_time + row["wall_time"] - self.start_time, steps)
             if self.solved_at is None and target is not None and self.eval_return >= target:
                 self.solved_at = reached
