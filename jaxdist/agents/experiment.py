@@ -104,7 +104,7 @@ def check_choices(config: Any) -> None:
             raise ValueError(f"{name} must be one of {', '.join(map(repr, typing.get_args(hint)))}, got {value!r}")
 
 
-CNN_MIN_SIZE = 36  # the Nature-DQN torso's VALID convolutions take 36 -> 8 -> 3 -> 1 pixels
+CNN_MIN_SIZE = 36  # the Nature-DQN torso's VALID convolutions take 36 -> 8 -> 3 -> 1 pixels; smaller: MinAtar's
 _FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
@@ -116,11 +116,13 @@ def check_network_name(network: Any) -> None:
 
 
 def check_network_input(network: Any, env_id: str, obs_shape: tuple[int, ...]) -> None:
-    """Refuse the Nature-DQN torso for observations it cannot take, before a learner fails on them."""
-    if network == "cnn" and (len(obs_shape) != 3 or min(obs_shape[:2]) < CNN_MIN_SIZE):
-        raise ValueError(f"network 'cnn' (the Nature-DQN torso) takes images (height, width, channels) of at least "
-                         f"{CNN_MIN_SIZE} pixels a side; {env_id}'s observations are {obs_shape}: use --network mlp "
-                         f"or a torso of your own")
+    """Refuse a built-in torso for observations it cannot take, before a learner fails on them."""
+    if network == "cnn" and len(obs_shape) != 3:
+        raise ValueError(f"network 'cnn' takes images (height, width, channels); {env_id}'s observations are "
+                         f"{obs_shape}: use --network mlp or a torso of your own")
+    if network == "mlp" and len(obs_shape) != 1:
+        raise ValueError(f"network 'mlp' takes flat observations; {env_id}'s are {obs_shape}: use --network cnn for "
+                         f"images or a torso of your own")
 
 
 def _number(value: float) -> str:

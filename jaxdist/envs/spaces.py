@@ -18,6 +18,8 @@ from typing import Any
 import gymnasium
 import numpy as np
 
+from jaxdist.envs import gymnax_as_gym
+
 _SUPPORTED = "Discrete (starting at 0) and float Box"
 
 
@@ -96,6 +98,7 @@ def env_info(env_id: str) -> EnvInfo:
 
 
 def _make(env_id: str) -> Any:
+    gymnax_as_gym.register()
     if ":" in env_id:
         module = env_id.split(":")[0]
         try:

@@ -110,6 +110,9 @@ def resolve_backend(env_id: str, backend: str = "auto") -> str:
 def registered_id(env_id: str) -> str:
     """The id under which gymnasium knows ``env_id``: for ``module:EnvId``, ``EnvId`` once the
     module (which registers it on import) is imported in this process."""
+    from jaxdist.envs import gymnax_as_gym
+
+    gymnax_as_gym.register()
     module, _, name = env_id.rpartition(":")
     if module:
         importlib.import_module(module)
