@@ -186,6 +186,10 @@ class AgentConfig:
     """Trajectory sends an actor may have pending."""
     max_send_wait: float = 5.0
     """Seconds an actor waits for a send slot before dropping a trajectory."""
+    inference: Literal["actor", "central"] = "actor"
+    """Where the actors' policy runs: actor, in each actor; central, in one inference node on the
+    learner's host that answers every actor's observations with one batched policy call (SEED RL),
+    a round trip per step for the actors, which then only step envs (sebulba, gymnasium backends)."""
     checkpoint_every_updates: int = 200
     replay_checkpoint_seconds: float | None = None
     """Save the replay's contents this often and at a stop (None: not saved)."""
@@ -219,6 +223,10 @@ class AgentConfig:
                              f"--num-actors {self.learner_hosts}")
         if self.batch_size % self.learner_hosts:
             raise ValueError(f"learner_hosts ({self.learner_hosts}) must divide the batch ({self.batch_size})")
+        if self.inference == "central" and (self.architecture != "sebulba" or self.env_backend == "jax"):
+            raise ValueError("--inference central answers actors that step gymnasium's envs; under --architecture "
+                             "anakin or --env-backend jax the policy plays inside the envs' jitted scan: drop "
+                             "--inference central")
         if self.stop_at_target and self.target_return is None:
             raise ValueError(f"stop_at_target needs a target_return: {self.env_id} has no preset one")
 
@@ -493,11 +501,16 @@ class Sebulba:
                 parts.append(jd.CourierNode(evaluator, agent, learners[0]))
             self.program.add_node(jd.ColocationNode(parts, mode="threads"), label="learner")
         self.learner = learners[0]
-        self.acting = self.program.add_group("actor", functools.partial(actor_node, agent, learners[0], replays),
-                                             config.num_actors)
         # A learner process (with its replay) on each of the first learner_hosts hosts, actors
         # round-robin over the hosts (actor i beside the replay it feeds when every host has a learner).
         self.placement = {"learner": jd.per_host() if hosts > 1 else jd.on_host(0), "actor": jd.spread()}
+        policy_source = learners[0]
+        if config.inference == "central":
+            server = jd.CourierNode(inference_server, agent, learners[0]).with_options(restart=ACTOR_RESTART)
+            policy_source = self.program.add_node(server, label="inference")
+            self.placement["inference"] = jd.on_host(0)
+        self.acting = self.program.add_group("actor", functools.partial(actor_node, agent, policy_source, replays),
+                                             config.num_actors)
         if hosts > 1:
             self.program.add_node(jd.CourierNode(evaluator, agent, learners[0]), label="evaluator")
             self.placement["evaluator"] = jd.on_host(0)
@@ -725,23 +738,37 @@ def anakin_logic(agent: Agent) -> Any:
                         eval_episodes=config.eval_episodes, final_version=config.total_updates)
 
 
-def actor_node(agent: Agent, params: jd.Handle, replays: list[jd.Handle], index: int) -> jd.CourierNode:
+def actor_node(agent: Agent, policy_source: jd.Handle, replays: list[jd.Handle], index: int) -> jd.CourierNode:
     """Actor ``index``, feeding the replay of learner host ``index % hosts``: the actor group's
     factory, for the actors at launch and for those ``running.scale("actor", n)`` adds."""
-    return jd.CourierNode(actor, agent, index, params, replays[index % len(replays)]).with_options(
+    return jd.CourierNode(actor, agent, index, policy_source, replays[index % len(replays)]).with_options(
         restart=ACTOR_RESTART)
 
 
-def actor(agent: Agent, index: int, params: Any, replay: Any) -> Any:
+def actor(agent: Agent, index: int, policy_source: Any, replay: Any) -> Any:
+    """Actor ``index``, acting with its policy on the parameters of ``policy_source`` (the
+    learner), or, under ``inference="central"``, through ``policy_source``, the inference node."""
     from jaxdist.nodes.actor import Actor
 
     config = agent.config
+    central = config.inference == "central"
     sink = replay if agent.sink is None else agent.part("sink", config, replay)
-    return Actor(agent.part("policy", config, agent.env, index), env_spec(config, config.envs_per_actor), params,
+    return Actor(None if central else agent.part("policy", config, agent.env, index),
+                 env_spec(config, config.envs_per_actor), None if central else policy_source,
                  sink, trajectory_length=config.trajectory_length, seed=actor_seed(config.seed, index),
                  refresh_every_seconds=config.param_refresh_seconds, max_in_flight=config.max_in_flight,
-                 max_send_wait=config.max_send_wait,
+                 max_send_wait=config.max_send_wait, inference=policy_source if central else None,
                  params_like=functools.partial(published_shapes, agent) if config.env_backend == "jax" else None)
+
+
+def inference_server(agent: Agent, params: Any) -> Any:
+    """The inference node of ``inference="central"``: actor 0's policy for every actor."""
+    from jaxdist.nodes.inference import InferenceServer
+
+    config = agent.config
+    return InferenceServer(agent.part("policy", config, agent.env, 0), params, max_callers=config.num_actors,
+                           seed=actor_seed(config.seed, config.num_actors + 2),
+                           refresh_every_seconds=config.param_refresh_seconds)
 
 
 def published_shapes(agent: Agent) -> Any:
