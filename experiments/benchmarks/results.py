@@ -89,29 +89,43 @@ def table(agent: str, env_id: str, extra: list[str], summaries: list[dict], pict
     return "\n".join(lines)
 
 
+def latest(grid, xs, ys):
+    """The latest of ``ys`` (recorded at ``xs``) at each point of ``grid``; NaN before the first
+    and after the last, where the run had not begun or had ended."""
+    import numpy as np
+
+    index = np.searchsorted(xs, grid, side="right") - 1
+    values = ys[np.clip(index, 0, len(ys) - 1)].astype(float)
+    values[(index < 0) | (grid > xs[-1])] = np.nan
+    return values
+
+
 def curves(path: str, title: str, summaries: list[dict]) -> None:
-    """Each seed's evaluation return against env steps (thin), their mean and min-max spread on
-    a common grid (a seed that stopped at its target keeps its last return), and the target."""
+    """Each seed's latest evaluation return against env steps (thin), their mean and min-max spread on
+    a common grid over the seeds still running there, and the target."""
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from jaxdist.nodes.evaluator import recorded_evaluations
+    from jaxdist.records.metrics import metrics_path, read_metrics
 
     runs = []
-    for s in summaries:
-        rows = [row for row in recorded_evaluations(s["run_dir"]) if row.get("env_steps") is not None]
+    for s in summaries:  # the monitor's progress.csv: env steps and the latest evaluation return
+        rows = [row for row in read_metrics(metrics_path(s["run_dir"], "progress")) if row.get("eval_return") is not None]
         if rows:
-            runs.append((np.array([row["env_steps"] for row in rows], float),
-                         np.array([row["mean_return"] for row in rows], float), s["seed"]))
+            runs.append((np.array([row["step"] for row in rows], float),
+                         np.array([row["eval_return"] for row in rows], float), s["seed"]))
     figure = Figure(figsize=(7.2, 4.0), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     if runs:
+        import warnings
+
+        warnings.simplefilter("ignore", RuntimeWarning)  # a point of the grid where no seed still ran
         grid = np.linspace(0, max(xs[-1] for xs, _, _ in runs), 200)
-        on_grid = np.array([np.interp(grid, xs, ys, left=np.nan) for xs, ys, _ in runs])
-        for xs, ys, seed in runs:
-            axes.plot(xs, ys, color="C0", alpha=0.25, linewidth=1)
+        on_grid = np.array([latest(grid, xs, ys) for xs, ys, _ in runs])
+        for xs, ys, _ in runs:
+            axes.plot(xs, ys, color="C0", alpha=0.3, linewidth=1, drawstyle="steps-post")
         axes.fill_between(grid, np.nanmin(on_grid, 0), np.nanmax(on_grid, 0), color="C0", alpha=0.15,
                           label=f"min-max over {len(runs)} seeds")
         axes.plot(grid, np.nanmean(on_grid, 0), color="C0", linewidth=2, label="mean")

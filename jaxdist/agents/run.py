@@ -65,7 +65,7 @@ class RunOptions:
     """How to run, not what: none of these is saved with the config."""
 
     launcher: Literal["threads", "processes", "multihost", "ray"] = "processes"
-    """multihost: run this same command on every host (see the README's runbook); ray: on a Ray cluster."""
+    """multihost: run this same command on every host (docs: the several-hosts guide); ray: on a Ray cluster."""
     run_dir: str | None = None
     """Default: runs/<agent>-<env>-seed<seed>, e.g. runs/ppo-cartpole-seed0."""
     fresh: bool = False
