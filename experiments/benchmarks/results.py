@@ -44,11 +44,11 @@ def machine() -> str:
 
 
 def commit() -> str:
-    """The short hash of the checkout measured, ``+changes`` when it differs from it."""
+    """The short hash of the checkout measured, ``+changes`` when its code differs from it."""
     git = ["git", "-C", REPO]
     head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                           text=True).stdout.strip()
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs"],
+                           capture_output=True, text=True).stdout.strip()  # docs/: this script's own output
     return (head or "unknown") + ("+changes" if dirty else "")
 
 
