@@ -40,7 +40,7 @@ def build(site_dir: str) -> None:
 def serve(site_dir: str) -> Iterator[str]:
     """The built site over HTTP on 127.0.0.1 (pages' links and the search index need a server)."""
     handler = functools.partial(_QuietHandler, directory=site_dir)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _QuietServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -48,6 +48,12 @@ def serve(site_dir: str) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:  # a browser that dropped a connection
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -80,17 +86,20 @@ def check_page(page, url: str, shot: str | None, link_cache: dict[str, bool]) ->
     """This page's problems: console errors, uncaught exceptions, failed requests, images that
     did not load, links to this site that lead nowhere or to an anchor the target lacks."""
     problems: list[str] = []
+    root = urllib.parse.urljoin(url, "/")
+    # Only this site's own requests are judged: the machine may be offline (GitHub's API for the
+    # repository's stars is the theme's, and optional).
     page.on("console", lambda message: problems.append(f"console {message.type}: {message.text}")
-            if message.type == "error" else None)
+            if message.type == "error" and message.location.get("url", root).startswith(root) else None)
     page.on("pageerror", lambda error: problems.append(f"uncaught exception: {error}"))
-    page.on("requestfailed", lambda request: problems.append(f"request failed: {request.url}"))
+    page.on("requestfailed", lambda request: problems.append(f"request failed: {request.url}")
+            if request.url.startswith(root) else None)
     response = page.goto(url, wait_until="networkidle")
     if response is None or response.status != 200:
         problems.append(f"HTTP {response.status if response else 'no response'}")
     for source in page.eval_on_selector_all("img", "images => images.filter(i => !i.complete || i.naturalWidth === 0)"
                                                    ".map(i => i.getAttribute('src'))"):
         problems.append(f"image did not load: {source}")
-    root = urllib.parse.urljoin(url, "/")
     for href in page.eval_on_selector_all("a[href]", "links => links.map(a => a.href)"):
         if not href.startswith(root):
             continue  # another site: not this check's to judge
@@ -101,9 +110,10 @@ def check_page(page, url: str, shot: str | None, link_cache: dict[str, bool]) ->
             if anchor and not _has_anchor(page.context, href.split("#", 1)[0], anchor, link_cache):
                 problems.append(f"broken anchor: {href}")
     wide = page.evaluate("() => [...document.querySelectorAll('pre > code')]"
-                         ".filter(c => c.scrollWidth > c.clientWidth + 1).length")
-    if wide:
-        problems.append(f"{wide} code block(s) scroll sideways at this width")
+                         ".filter(c => c.scrollWidth > c.clientWidth + 1)"
+                         ".map(c => c.textContent.split('\\n').reduce((a, b) => a.length > b.length ? a : b))")
+    for line in wide:
+        problems.append(f"code scrolls sideways at this width: {line.strip()[:100]}")
     if shot:
         page.screenshot(path=shot, full_page=True)
     return problems

@@ -67,7 +67,8 @@ class RunOptions:
     launcher: Literal["threads", "processes", "multihost", "ray"] = "processes"
     """multihost: run this same command on every host (docs: the several-hosts guide); ray: on a Ray cluster."""
     run_dir: str | None = None
-    """Default: runs/<agent>-<env>[-<architecture>][-<env backend>]-seed<seed>, e.g. runs/ppo-cartpole-seed0."""
+    """Default: runs/<agent>-<env>-seed<seed>, e.g. runs/ppo-cartpole-seed0, with a non-default
+    architecture or env backend named before the seed: runs/ppo-cartpole-anakin-seed0."""
     fresh: bool = False
     """Delete the run directory first and start over (default: resume from its checkpoints); not
     under multihost, whose hosts share the directory: delete it once before launching."""
@@ -390,9 +391,9 @@ def saved_update(checkpoints: str) -> int | None:
 
 
 def default_run_dir(agent: Trainable) -> str:
-    """``runs/<agent>-<env>[-<architecture>][-<env backend>]-seed<seed>``, e.g.
-    ``runs/ppo-cartpole-seed0``, ``runs/ppo-cartpole-anakin-seed0``: a choice that is not the
-    default is named, so that variants of one command do not collide in one directory."""
+    """``runs/<agent>-<env>-seed<seed>``, e.g. ``runs/ppo-cartpole-seed0``, with an architecture or
+    env backend that is not the default named before the seed (``runs/ppo-cartpole-anakin-seed0``),
+    so that variants of one command do not collide in one directory."""
     config = agent.config
     variant = [value for field, default in (("architecture", "sebulba"), ("env_backend", "auto"))
                if (value := getattr(config, field, default)) != default]
