@@ -637,10 +637,14 @@ def actor_seed(seed: int, index: int) -> int:
     return seed * 1_000_003 + index * 10_007
 
 
-def env_spec(config: AgentConfig, num_envs: int) -> EnvSpec:
+def env_spec(config: AgentConfig, num_envs: int, evaluation: bool = False) -> EnvSpec:
     """The actors' envs, or the evaluator's (one episode per env): with the JAX backend it plays
-    all its episodes in one jitted call, on the port that is checked against gymnasium's env."""
-    return EnvSpec(config.env_id, num_envs, config.env_backend)
+    all its episodes in one jitted call, on the port that is checked against gymnasium's env. An
+    Atari game is evaluated on whole games with the game's scores (``jaxdist.envs.atari``)."""
+    from jaxdist.envs import atari
+
+    kwargs = atari.EVALUATION if evaluation and atari.is_atari(config.env_id) else {}
+    return EnvSpec(config.env_id, num_envs, config.env_backend, kwargs)
 
 
 def saves_every(config: AgentConfig) -> str:
@@ -783,8 +787,8 @@ def evaluator(agent: Agent, params: Any) -> Any:
     from jaxdist.nodes.evaluator import Evaluator
 
     config = agent.config
-    return Evaluator(agent.part("policy", config, agent.env, None), env_spec(config, config.eval_episodes), params,
-                     every_updates=config.eval_every_updates, seed=actor_seed(config.seed, config.num_actors + 1),
+    return Evaluator(agent.part("policy", config, agent.env, None),
+                     env_spec(config, config.eval_episodes, evaluation=True), params, every_updates=config.eval_every_updates, seed=actor_seed(config.seed, config.num_actors + 1),
                      target_return=config.target_return, stop_at_target=config.stop_at_target,
                      final_version=config.total_updates,
                      # At the target one learner process finishes there, so that the policy it saves

@@ -79,7 +79,7 @@ class EnvSpec:
 
             return JaxVectorEnv(jax_env(registered_id(self.env_id)), self.num_envs, seed)
         backend = resolve_backend(self.env_id, self.backend)
-        return VectorEnv(_make_raw(self, backend), backend, seed)
+        return VectorEnv(_make_raw(self, backend, seed), backend, seed)
 
 
 def envpool_installed() -> bool:
@@ -98,6 +98,12 @@ def resolve_backend(env_id: str, backend: str = "auto") -> str:
     missing = backend_unavailable(backend)
     if missing:
         raise ImportError(missing)
+    from jaxdist.envs import atari
+
+    if atari.is_atari(env_id):
+        if backend not in ("auto", "envpool"):
+            raise ValueError(f"{env_id} is EnvPool's Atari game: use env backend 'envpool' (or 'auto')")
+        return "envpool"
     if backend != "auto":
         return backend
     import gymnasium as gym
@@ -119,7 +125,7 @@ def registered_id(env_id: str) -> str:
     return name
 
 
-def _make_raw(spec: EnvSpec, backend: str) -> Any:
+def _make_raw(spec: EnvSpec, backend: str, seed: int) -> Any:
     import gymnasium as gym
     from gymnasium.vector import AutoresetMode
 
@@ -128,6 +134,12 @@ def _make_raw(spec: EnvSpec, backend: str) -> Any:
     if backend == "envpool":
         import envpool
 
+        from jaxdist.envs import atari
+
+        kwargs = {"seed": seed, **kwargs}  # EnvPool seeds its envs where it makes them, not at reset
+        if atari.is_atari(spec.env_id):
+            env = envpool.make_gymnasium(spec.env_id, num_envs=spec.num_envs, **{**atari.TRAINING, **kwargs})
+            return atari.ChannelsLast(env, spec.env_id)
         return envpool.make_gymnasium(spec.env_id, num_envs=spec.num_envs, **kwargs)
     if backend == "vector":
         env = gym.make_vec(spec.env_id, spec.num_envs, vectorization_mode="vector_entry_point", **kwargs)
