@@ -92,8 +92,9 @@ def test_colocation_ends_with_its_first_node_when_asked():
     program = lp.Program("colocated")
     program.add_node(lp.MultiThreadingColocation([lp.PyNode(quick), lp.PyNode(lp.wait_for_stop)],
                                                  return_on_first_completed=True), label="pair")
-    running = lp.launch(program, launch_type=lp.LaunchType.LOCAL_MULTI_THREADING)
-    assert running.status()["pair/0"]["state"] == "finished"
+    manager = lp.launch(program, launch_type=lp.LaunchType.LOCAL_MULTI_THREADING)
+    manager.wait()
+    assert manager.status()["pair/0"]["state"] == "finished"
     with pytest.raises(ValueError, match="threads colocation"):
         jd.ColocationNode([jd.PyNode(quick)], mode="processes", return_on_first_completed=True)
 
