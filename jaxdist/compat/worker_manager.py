@@ -49,6 +49,8 @@ class WorkerManager:
             statuses = self.running.status()
             if raise_error and not self._failure_raised and any(s["state"] == FAILED for s in statuses.values()):
                 continue  # the stop is under way: the failure is raised once the program is over
+            if labels is None and not return_on_first_completed:
+                continue  # every group: the program is over only once its launch let go of everything
             ended = [s["state"] in _ENDED for name, s in statuses.items() if labels is None or group_of(name) in labels]
             if ended and (any(ended) if return_on_first_completed else all(ended)):
                 return
