@@ -184,18 +184,21 @@ class CourierServer:
         return self._started
 
     def Start(self) -> None:  # noqa: N802 - Launchpad's name
+        """Serve the object's methods (once)."""
         if self._started:
             raise ValueError("Server already started")
         self._started = True
         self._server.attach(_served(self._object))
 
     def Stop(self) -> None:  # noqa: N802 - Launchpad's name
+        """Stop the server: calls in flight get a second to finish."""
         if not self._started:
             raise ValueError("Server not started yet")
         self._server.stop(grace=1.0)
         self._stopped.set()
 
     def Join(self) -> None:  # noqa: N802 - Launchpad's name
+        """Wait until the server is stopped."""
         if not self._started:
             raise ValueError("Server not started")
         self._stopped.wait()

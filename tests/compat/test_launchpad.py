@@ -39,8 +39,9 @@ def test_consumer_and_producers_read_their_flags_then_lp_stop(launch_type, tmp_p
     out = run_example("consumer_producers", launch_type, "--num_producers=2", "--steps=2", cwd=tmp_path)
     assert "step 1 results [1, 4]" in out  # two producers, as the flag said
     assert "step 2 " not in out  # the flag read inside the consumer's node: two steps
+    assert any(line.startswith("[consumer/0] I") and "step 0 results [0, 1]" in line for line in out.splitlines())
     log = (tmp_path / "runs" / "consumer_producers" / "logs" / "consumer-0.log").read_text()
-    assert "step 0 results [0, 1]" in log  # absl's logging.info reached the node's log
+    assert "step 0 results [0, 1]" in log  # absl's logging.info reached the node's log, and the console prefixed
 
 
 @pytest.mark.parametrize("launch_type", ["local_mt", "local_mp"])
