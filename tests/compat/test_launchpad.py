@@ -147,3 +147,18 @@ def test_courier_node_handles_have_no_deadline_and_courier_kwargs_reach_the_serv
     assert node.server_options == {"thread_pool_size": 2}
     handle = lp.Program("deadlines").add_node(node, label="accumulator")
     assert handle.dereference(lambda name, **options: options) == {"timeout": None}
+
+
+def test_what_jaxdist_does_not_map_is_refused_naming_the_difference():
+    with pytest.raises(AttributeError, match="no MultiProcessingColocation.*jd.ColocationNode\\(nodes, mode='processes'\\)"):
+        lp.MultiProcessingColocation  # noqa: B018 - the attribute lookup is what is tested
+    with pytest.raises(AttributeError, match="no CacherNode.*seconds"):
+        lp.CacherNode  # noqa: B018
+    program = lp.Program("remote")
+    program.add_node(lp.PyNode(lp.wait_for_stop), label="waiter")
+    with pytest.raises(ValueError, match="VERTEX_AI needs Vertex AI, which jaxdist does not launch on"):
+        lp.launch(program, launch_type=lp.LaunchType.VERTEX_AI)
+    with pytest.raises(ValueError, match="LOCAL_DOCKER needs Docker"):
+        lp.launch(program, launch_type="local_docker")
+    with pytest.raises(ValueError, match="no command-line arguments of its own"):
+        lp.PythonProcess(args={"seed": 1})
