@@ -286,9 +286,10 @@ def launch(program: jd.Program, launch_type: LaunchType | str | None = None, xm_
         launch_type = LAUNCH_TYPE.value
     launch_type = LaunchType(launch_type)
     if launch_type not in _LAUNCHERS:
-        raise ValueError(f"launch type {launch_type.name} needs {'Docker' if launch_type.value == 'local_docker' else 'Vertex AI'}, "
-                         f"which jaxdist does not launch on: use local_mt or local_mp here, or jd.launch(program, "
-                         f"launcher='multihost' or 'ray') for several hosts")
+        service = "Docker" if launch_type is LaunchType.LOCAL_DOCKER else "Vertex AI"
+        raise ValueError(f"launch type {launch_type.name} needs {service}, which jaxdist does not launch on: use "
+                         f"local_mt or local_mp here, or jd.launch(program, launcher='multihost' or 'ray') for "
+                         f"several hosts")
     if xm_resources is not None:
         raise ValueError("xm_resources is for XManager, which jaxdist does not launch on; see jd.launch's "
                          "launchers (processes, multihost, ray)")

@@ -150,7 +150,7 @@ def test_courier_node_handles_have_no_deadline_and_courier_kwargs_reach_the_serv
 
 
 def test_what_jaxdist_does_not_map_is_refused_naming_the_difference():
-    with pytest.raises(AttributeError, match="no MultiProcessingColocation.*jd.ColocationNode\\(nodes, mode='processes'\\)"):
+    with pytest.raises(AttributeError, match=r"no MultiProcessingColocation.*ColocationNode\(nodes, mode='processes'\)"):
         lp.MultiProcessingColocation  # noqa: B018 - the attribute lookup is what is tested
     with pytest.raises(AttributeError, match="no CacherNode.*seconds"):
         lp.CacherNode  # noqa: B018
