@@ -125,7 +125,7 @@ class CourierNode(_AbslNode, jd.CourierNode):
             super().__init__(constructor, *args, **kwargs)
             self.function_name = None
         self.client_options = client_options(courier_client_kwargs or {})
-        self.with_server(**(courier_kwargs or {}))
+        self.with_server(**server_options(courier_kwargs or {}))
 
     def default_label(self) -> str:
         return self.function_name or super().default_label()
@@ -146,6 +146,17 @@ class CourierHandle(Handle):
     def set_client_kwargs(self, **kwargs: Any) -> None:
         """Replace the options of the clients this handle becomes (Launchpad's client keywords)."""
         self._client_options = client_options(kwargs)
+
+
+def server_options(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Launchpad's `courier_kwargs` as `courier.Server` options: its `thread_pool_size` and
+    courier's own; not `port` or `name` (the launcher gives every server its address)."""
+    allowed = sorted(set(inspect.signature(courier.Server).parameters) - {"obj", "address", "token", "tls"})
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        raise TypeError(f"courier_kwargs {unknown} are not options of jaxdist's courier server (the launcher gives "
+                        f"every node's server its address, so no port or name); its options: {', '.join(allowed)}")
+    return dict(kwargs)
 
 
 def client_options(kwargs: Mapping[str, Any]) -> dict[str, Any]:

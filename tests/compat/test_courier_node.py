@@ -111,6 +111,12 @@ class CourierNodeTest(unittest.TestCase):
         self.assertEqual(handle.dereference(lambda name, **options: options),
                          {"timeout": None, "wait_for_ready": False})
 
+    def test_server_kwargs_jaxdist_has_no_use_for_are_refused_by_name(self):
+        with self.assertRaisesRegex(TypeError, r"courier_kwargs \['port'\].*no port or name.*thread_pool_size"):
+            lp.CourierNode(Echo, courier_kwargs={"port": 8000})
+        self.assertEqual(lp.CourierNode(Echo, courier_kwargs={"thread_pool_size": 2}).server_options,
+                         {"thread_pool_size": 2})
+
     def test_start_and_stop_are_refused_out_of_order(self):
         server = courier.Server(None)
         try:
