@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxdist.envs.ports import envpool_installed
+
 FRAME_SKIP = 4
 """Frames per env step: the literature counts frames, the agents count env steps."""
 
@@ -27,8 +29,6 @@ EVALUATION = {"episodic_life": False, "reward_clip": False}
 
 def is_atari(env_id: str) -> bool:
     """Whether ``env_id`` is one of EnvPool's Atari games (False where EnvPool is missing)."""
-    from jaxdist.envs.vector import envpool_installed
-
     if ":" in env_id or not env_id.endswith("-v5") or not envpool_installed():
         return False
     return env_id in _atari_ids()

@@ -19,6 +19,10 @@ def gymnax_installed() -> bool:
     return importlib.util.find_spec("gymnax") is not None
 
 
+def envpool_installed() -> bool:
+    return importlib.util.find_spec("envpool") is not None
+
+
 def jax_version_missing(env_id: str) -> str | None:
     """Why the agents have no JAX version of ``env_id`` (a registered id) here, naming the ids
     that have one and what to install; None when it has one. Imports no JAX, so that a config

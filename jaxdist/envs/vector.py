@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from jaxdist.envs.ports import envpool_installed
+
 if TYPE_CHECKING:
     from jaxdist.envs.jax_rollout import JaxVectorEnv
 
@@ -80,10 +82,6 @@ class EnvSpec:
             return JaxVectorEnv(jax_env(registered_id(self.env_id)), self.num_envs, seed)
         backend = resolve_backend(self.env_id, self.backend)
         return VectorEnv(_make_raw(self, backend, seed), backend, seed)
-
-
-def envpool_installed() -> bool:
-    return importlib.util.find_spec("envpool") is not None
 
 
 def backend_unavailable(backend: str) -> str | None:

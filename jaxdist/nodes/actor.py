@@ -120,8 +120,6 @@ class Actor:
         self._key = jax.random.key_data(jax.random.key(seed, impl=rng_impl))
         self._owns_variables = not isinstance(params, VariableClient)
         if inference is not None:
-            from jaxdist.nodes.inference import InferenceClient
-
             self._variables: Any = InferenceClient(inference, send_retry_for, first_fetch_timeout)
             self._choose = self._choose_remotely
         else:
@@ -567,4 +565,51 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-__all__ = ["Actor", "Policy", "jitted_step"]
+class InferenceClient:
+    """An actor's side of an inference node (``jaxdist.nodes.inference``), in the place of its ``VariableClient``: ``act``
+    retried with jittered backoff (0.05 s doubling to 1 s) while the node is away (starting, or
+    restarted by the launcher), for up to ``retry_for`` seconds; ``version`` and ``stats``
+    (``errors``: calls that found it away) as a ``VariableClient`` has them."""
+
+    def __init__(self, server: Any, retry_for: float = 60.0, first_fetch_timeout: float = 300.0) -> None:
+        self._server, self._retry_for, self._first_fetch_timeout = server, retry_for, first_fetch_timeout
+        self.version = -1
+        self.stats = {"errors": 0}
+
+    def latest(self) -> tuple[int, None]:
+        """Wait until the node holds parameters: ``(version, None)`` (the parameters stay there)."""
+        give_up_at = time.monotonic() + self._first_fetch_timeout
+        while True:
+            version = self._call(self._server.stats, give_up_at)["version"]
+            if version >= 0:
+                self.version = version
+                return version, None
+            if time.monotonic() > give_up_at:
+                raise TimeoutError(f"the inference node held no parameters within {self._first_fetch_timeout} s; "
+                                   f"is the learner publishing?")
+            time.sleep(0.05)
+
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray], int]:
+        """``(action, extras, version)`` for ``obs``, the observations of one actor's envs."""
+        action, extras, version = self._call(lambda: self._server.act(obs), time.monotonic() + self._retry_for)
+        self.version = int(version)
+        return action, extras, self.version
+
+    def _call(self, call: Any, give_up_at: float) -> Any:
+        delay = 0.05
+        while True:
+            try:
+                return call()
+            except (ConnectionError, TimeoutError, futures.CancelledError):  # away: starting or restarting
+                self.stats["errors"] += 1
+                wait = delay * (0.5 + random.random())
+                if time.monotonic() + wait > give_up_at:
+                    raise
+                time.sleep(wait)
+                delay = min(2 * delay, 1.0)
+
+    def close(self) -> None:
+        """Nothing to release: the calls are the actor's own."""
+
+
+__all__ = ["Actor", "InferenceClient", "Policy", "jitted_step"]

@@ -19,9 +19,6 @@ which the actor's envs wait. ``experiments/benchmarks/inference.py`` measures bo
 
 from __future__ import annotations
 
-import random
-import time
-from concurrent import futures
 from typing import Any
 
 import numpy as np
@@ -29,9 +26,6 @@ import numpy as np
 from jaxdist.courier.batching import batched_handler
 from jaxdist.nodes.actor import Policy, jitted_step
 from jaxdist.nodes.parameter_server import VariableClient
-
-AWAY = (ConnectionError, TimeoutError, futures.CancelledError)
-"""What a call to a node that is starting, restarting or shutting down raises."""
 
 
 class InferenceServer:
@@ -72,49 +66,3 @@ class InferenceServer:
     def close(self) -> None:
         self._variables.close()
 
-
-class InferenceClient:
-    """An actor's side of an ``InferenceServer``, in the place of its ``VariableClient``: ``act``
-    retried with jittered backoff (0.05 s doubling to 1 s) while the node is away (starting, or
-    restarted by the launcher), for up to ``retry_for`` seconds; ``version`` and ``stats``
-    (``errors``: calls that found it away) as a ``VariableClient`` has them."""
-
-    def __init__(self, server: Any, retry_for: float = 60.0, first_fetch_timeout: float = 300.0) -> None:
-        self._server, self._retry_for, self._first_fetch_timeout = server, retry_for, first_fetch_timeout
-        self.version = -1
-        self.stats = {"errors": 0}
-
-    def latest(self) -> tuple[int, None]:
-        """Wait until the node holds parameters: ``(version, None)`` (the parameters stay there)."""
-        give_up_at = time.monotonic() + self._first_fetch_timeout
-        while True:
-            version = self._call(self._server.stats, give_up_at)["version"]
-            if version >= 0:
-                self.version = version
-                return version, None
-            if time.monotonic() > give_up_at:
-                raise TimeoutError(f"the inference node held no parameters within {self._first_fetch_timeout} s; "
-                                   f"is the learner publishing?")
-            time.sleep(0.05)
-
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray], int]:
-        """``(action, extras, version)`` for ``obs``, the observations of one actor's envs."""
-        action, extras, version = self._call(lambda: self._server.act(obs), time.monotonic() + self._retry_for)
-        self.version = int(version)
-        return action, extras, self.version
-
-    def _call(self, call: Any, give_up_at: float) -> Any:
-        delay = 0.05
-        while True:
-            try:
-                return call()
-            except AWAY:
-                self.stats["errors"] += 1
-                wait = delay * (0.5 + random.random())
-                if time.monotonic() + wait > give_up_at:
-                    raise
-                time.sleep(wait)
-                delay = min(2 * delay, 1.0)
-
-    def close(self) -> None:
-        """Nothing to release: the calls are the actor's own."""

@@ -16,8 +16,8 @@ from jaxdist.courier.errors import UnavailableError
 from jaxdist.agents.actor_critic import ActorCritic, ActorCriticPolicy, log_prob
 from jaxdist.envs.spaces import ActionSpace, EnvInfo
 from jaxdist.envs.vector import EnvSpec
-from jaxdist.nodes.actor import Actor
-from jaxdist.nodes.inference import InferenceClient, InferenceServer
+from jaxdist.nodes.actor import Actor, InferenceClient
+from jaxdist.nodes.inference import InferenceServer
 from jaxdist.nodes.parameter_server import ParameterServer
 from waiting import wait_until
 
