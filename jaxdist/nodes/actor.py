@@ -566,10 +566,10 @@ def _first_line(error: BaseException) -> str:
 
 
 class InferenceClient:
-    """An actor's side of an inference node (``jaxdist.nodes.inference``), in the place of its ``VariableClient``: ``act``
-    retried with jittered backoff (0.05 s doubling to 1 s) while the node is away (starting, or
-    restarted by the launcher), for up to ``retry_for`` seconds; ``version`` and ``stats``
-    (``errors``: calls that found it away) as a ``VariableClient`` has them."""
+    """An actor's side of an inference node (``jaxdist.nodes.inference``), in the place of its
+    ``VariableClient``: ``act`` retried with jittered backoff (0.05 s doubling to 1 s) while the
+    node is away (starting, or restarted by the launcher), for up to ``retry_for`` seconds;
+    ``version`` and ``stats`` (``errors``: calls that found it away) as a ``VariableClient`` has them."""
 
     def __init__(self, server: Any, retry_for: float = 60.0, first_fetch_timeout: float = 300.0) -> None:
         self._server, self._retry_for, self._first_fetch_timeout = server, retry_for, first_fetch_timeout
