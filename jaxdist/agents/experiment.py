@@ -788,7 +788,8 @@ def evaluator(agent: Agent, params: Any) -> Any:
 
     config = agent.config
     return Evaluator(agent.part("policy", config, agent.env, None),
-                     env_spec(config, config.eval_episodes, evaluation=True), params, every_updates=config.eval_every_updates, seed=actor_seed(config.seed, config.num_actors + 1),
+                     env_spec(config, config.eval_episodes, evaluation=True), params,
+                     every_updates=config.eval_every_updates, seed=actor_seed(config.seed, config.num_actors + 1),
                      target_return=config.target_return, stop_at_target=config.stop_at_target,
                      final_version=config.total_updates,
                      # At the target one learner process finishes there, so that the policy it saves
