@@ -10,8 +10,9 @@ Backends: ``"vector"`` (the env's own vectorized implementation, ``make_vec(...,
 vectorization_mode="vector_entry_point")``: no Python per env; CartPole has one),
 ``"sync"`` (``SyncVectorEnv``), ``"async"`` (``AsyncVectorEnv`` with shared memory, workers
 from a ``forkserver`` so that none is forked from a process that already runs JAX or gRPC
-threads), ``"envpool"`` (when EnvPool is installed), and ``"auto"``: vector when the env has a
-vector entry point, else EnvPool when installed, else sync. ``"jax"`` is not gymnasium's: the
+threads), ``"envpool"`` (when EnvPool is installed), and ``"auto"``: EnvPool for its Atari games
+(``jaxdist.envs.atari``), vector when the env has a vector entry point, else sync; never a choice
+that depends on what else is installed, so one command plays the same envs on every machine. ``"jax"`` is not gymnasium's: the
 env's JAX version (``jaxdist.envs.jax_envs``) played with the actor's policy a whole trajectory per
 jitted dispatch (``jaxdist.envs.jax_rollout.JaxVectorEnv``, made by the same ``make(seed)``).
 
@@ -106,9 +107,7 @@ def resolve_backend(env_id: str, backend: str = "auto") -> str:
         return backend
     import gymnasium as gym
 
-    if gym.spec(registered_id(env_id)).vector_entry_point is not None:
-        return "vector"
-    return "envpool" if envpool_installed() else "sync"
+    return "vector" if gym.spec(registered_id(env_id)).vector_entry_point is not None else "sync"
 
 
 def registered_id(env_id: str) -> str:
