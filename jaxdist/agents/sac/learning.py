@@ -82,7 +82,8 @@ def squashed_sample(mean: jax.Array, log_std: jax.Array, key: jax.Array) -> tupl
 # Networks -----------------------------------------------------------------------------------------
 
 
-def _torso(network: Any, hidden: tuple[int, ...]) -> nn.Module:
+def mlp_torso(network: Any, hidden: tuple[int, ...]) -> nn.Module:
+    """The torso of SAC's and TD3's networks: ReLU, LeCun-normal init (as their papers' MLPs)."""
     return torso(network, hidden, activation=nn.relu, kernel_init=nn.initializers.lecun_normal())
 
 
@@ -97,7 +98,7 @@ class GaussianPolicy(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        x = _torso(self.network, self.hidden)(obs.astype(jnp.float32))
+        x = mlp_torso(self.network, self.hidden)(obs.astype(jnp.float32))
         mean = nn.Dense(self.action_dims)(x)
         log_std = jnp.tanh(nn.Dense(self.action_dims)(x))
         return mean, self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (log_std + 1.0)
@@ -113,7 +114,7 @@ class TwinCritic(nn.Module):
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         flat = obs.reshape(*action.shape[:-1], -1).astype(jnp.float32)
         x = jnp.concatenate([flat, action], axis=-1)
-        return jnp.stack([nn.Dense(1)(_torso(self.network, self.hidden)(x))[..., 0] for _ in range(2)])
+        return jnp.stack([nn.Dense(1)(mlp_torso(self.network, self.hidden)(x))[..., 0] for _ in range(2)])
 
 
 def critic(config: OffPolicyConfig) -> TwinCritic:
@@ -255,8 +256,7 @@ def update(config: SACConfig, env: EnvInfo, state: dict[str, PyTree], batch: dic
 # The actors' side ---------------------------------------------------------------------------------
 
 
-def explore_or_random(space: ActionSpace, params: dict[str, PyTree], action: jax.Array,
-                      key: jax.Array) -> jax.Array:
+def explore_or_random(params: dict[str, PyTree], action: jax.Array, key: jax.Array) -> jax.Array:
     """``action`` (in ``[-1, 1]``), or uniform random ones while the learner has not updated
     (``params["warmup"]``): the first ``learning_starts`` env steps explore at random."""
     random_action = jax.random.uniform(key, action.shape, minval=-1.0, maxval=1.0)
@@ -284,7 +284,7 @@ class SquashedGaussian:
             return to_env(self.env.action, jnp.tanh(mean)), {}
         sample_key, random_key = jax.random.split(key)
         action, _ = squashed_sample(mean, log_std, sample_key)
-        return to_env(self.env.action, explore_or_random(self.env.action, params, action, random_key)), {}
+        return to_env(self.env.action, explore_or_random(params, action, random_key)), {}
 
 
 def policy(config: SACConfig, env: EnvInfo, actor: int | None) -> SquashedGaussian:
