@@ -199,6 +199,16 @@ def target_entropy(config: SACConfig, env: EnvInfo) -> float:
     return -float(env.action.size) if config.target_entropy is None else config.target_entropy
 
 
+def temperature_step(config: SACConfig, log_alpha: jax.Array, opt_state: PyTree, logp: jax.Array,
+                     entropy_target: float) -> tuple[jax.Array, PyTree]:
+    """One Adam step of ``log alpha`` on ``-mean(log alpha (log pi + H_target))`` (unchanged
+    without ``autotune_alpha``)."""
+    entropy_gap = jax.lax.stop_gradient(logp + entropy_target)
+    grad = jax.grad(lambda value: -jnp.mean(value * entropy_gap))(log_alpha)
+    step, opt_state = adam(config).update(grad, opt_state, log_alpha)
+    return (optax.apply_updates(log_alpha, step) if config.autotune_alpha else log_alpha), opt_state
+
+
 def logic(config: SACConfig, env: EnvInfo) -> LearnerLogic:
     """SAC's ``LearnerLogic`` for the generic ``jaxdist.nodes.learner.Learner``."""
     return LearnerLogic(init=functools.partial(init, config, env), update=functools.partial(update, config, env),
@@ -242,10 +252,8 @@ def update(config: SACConfig, env: EnvInfo, state: dict[str, PyTree], batch: dic
     (actor_loss, logp), grads = jax.value_and_grad(policy_loss, has_aux=True)(state["policy"])
     updates, policy_opt = adam(config).update(grads, state["policy_opt"], state["policy"])
     policy = optax.apply_updates(state["policy"], updates)
-    entropy_gap = jax.lax.stop_gradient(logp + target_entropy(config, env))
-    alpha_grad = jax.grad(lambda log_alpha: -jnp.mean(log_alpha * entropy_gap))(state["log_alpha"])
-    alpha_step, alpha_opt = adam(config).update(alpha_grad, state["alpha_opt"], state["log_alpha"])
-    log_alpha = optax.apply_updates(state["log_alpha"], alpha_step) if config.autotune_alpha else state["log_alpha"]
+    log_alpha, alpha_opt = temperature_step(config, state["log_alpha"], state["alpha_opt"], logp,
+                                            target_entropy(config, env))
     state = {"policy": policy, "policy_opt": policy_opt, "critic": critic_params, "critic_opt": critic_opt,
              "target_critic": polyak(critic_params, state["target_critic"], config.tau), "log_alpha": log_alpha,
              "alpha_opt": alpha_opt, "updates": state["updates"] + 1}
