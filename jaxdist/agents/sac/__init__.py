@@ -99,6 +99,8 @@ class OffPolicyConfig(AgentConfig):
                              f"replay_size ({self.replay_size})")
         if self.architecture == "anakin" and self.prioritized:
             raise ValueError("--architecture anakin keeps a uniform replay on the device: drop --prioritized")
+        if self.architecture == "anakin" and self.n_step > 1:
+            raise ValueError("--architecture anakin inserts one-step transitions into its device replay: drop --n-step")
 
     @property
     def batch_size(self) -> int:
@@ -151,7 +153,8 @@ class SACConfig(OffPolicyConfig):
 
 PRESETS: Presets = {
     # 64-unit layers reached -200 in as few env steps as 256-unit ones in tuning here, at ~6x the updates/s.
-    "Pendulum-v1": {"target_return": -200.0, "hidden": (64, 64), "learning_starts": 500, "eval_every_updates": 500},
+    "Pendulum-v1": {"target_return": -200.0, "hidden": (64, 64), "learning_starts": 500, "eval_every_updates": 500,
+                    "replay_size": 50_000},
     "HalfCheetah-v5": {"target_return": 5_000.0, "total_steps": 1_000_000, "learning_starts": 10_000,
                        "learning_rate": 3e-4, "eval_every_updates": 10_000, "eval_episodes": 5,
                        "checkpoint_every_updates": 20_000},

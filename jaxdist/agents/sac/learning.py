@@ -37,7 +37,7 @@ import optax
 
 from jaxdist.agents.actor_critic import torso
 from jaxdist.agents.apex.learning import importance_weights, n_step_returns
-from jaxdist.agents.sac import OffPolicyConfig, SACConfig
+from jaxdist.agents.sac import OffPolicyConfig, SACConfig, anakin
 from jaxdist.envs.spaces import ActionSpace, EnvInfo
 from jaxdist.learning.learner_logic import LearnerLogic
 from jaxdist.nodes.replay import ReplayClient
@@ -213,6 +213,11 @@ def logic(config: SACConfig, env: EnvInfo) -> LearnerLogic:
     """SAC's ``LearnerLogic`` for the generic ``jaxdist.nodes.learner.Learner``."""
     return LearnerLogic(init=functools.partial(init, config, env), update=functools.partial(update, config, env),
                         params=published)
+
+
+def anakin_logic(config: SACConfig, env: EnvInfo) -> LearnerLogic:
+    """SAC under ``--architecture anakin``: the same update, its replay on the device."""
+    return anakin.logic(config, env, logic(config, env))
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))

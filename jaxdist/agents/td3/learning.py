@@ -22,6 +22,7 @@ import optax
 
 from jaxdist.agents.sac.learning import (adam, critic, critic_step, explore_or_random, init_critics, mlp_torso, polyak,
                                          replay_batch, to_env, twin_target, with_priorities)
+from jaxdist.agents.sac import anakin
 from jaxdist.agents.td3 import TD3Config
 from jaxdist.envs.spaces import EnvInfo
 from jaxdist.learning.learner_logic import LearnerLogic
@@ -55,6 +56,11 @@ def logic(config: TD3Config, env: EnvInfo) -> LearnerLogic:
     """TD3's ``LearnerLogic`` for the generic ``jaxdist.nodes.learner.Learner``."""
     return LearnerLogic(init=functools.partial(init, config, env), update=functools.partial(update, config, env),
                         params=published)
+
+
+def anakin_logic(config: TD3Config, env: EnvInfo) -> LearnerLogic:
+    """TD3 under ``--architecture anakin``: the same update, its replay on the device."""
+    return anakin.logic(config, env, logic(config, env))
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
