@@ -18,16 +18,13 @@ round (this shared machine only ever slows a round down).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
-import io
 import os
 import platform
 import subprocess
-import tempfile
-import time
 
 import numpy as np
+from learner import replay_fed_updates_per_second  # this directory's: Ape-X's rows are measured the same way
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -41,66 +38,18 @@ def transitions(size: int, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def measure(args: argparse.Namespace) -> list[tuple[str, float, float]]:
-    import jax
-
     import jaxdist as jd
-    from jaxdist import courier
     from jaxdist.agents import sac
     from jaxdist.agents.experiment import with_preset
     from jaxdist.agents.sac import learning
     from jaxdist.envs.spaces import env_info
-    from jaxdist.nodes.learner import Learner, PublishOptions, ReplaySource
 
     config = with_preset(sac.SACConfig, "Pendulum-v1", sac.PRESETS, update_batch=args.batch)
-    logic = learning.logic(config, env_info("Pendulum-v1"))
     size = 20_000
-    program = jd.Program("bench-sac-replay")
-    program.add_node(jd.ReplayNode(jd.replay.Uniform(size, seed=0)), label="replay")
-    running = jd.launch(program, launcher="threads", run_dir=tempfile.mkdtemp(prefix="jaxdist-bench-sac-"), echo=False)
-    try:
-        replay = courier.Client(running.addresses["replay/0"], token=running.token)
-        jd.replay.ReplayClient(replay).insert_batch(transitions(size))
-        samples = [jd.replay.ReplayClient(replay).sample(config.update_batch)["data"] for _ in range(16)]
-        bare = jax.jit(logic.update, donate_argnums=0)
-        state = logic.init(jax.random.key(0))
-        key = jax.random.key(1)
-
-        def baseline(steps: int) -> float:
-            nonlocal state
-            began = time.perf_counter()
-            for i in range(steps):
-                state, _ = bare(state, samples[i % len(samples)], key)
-            jax.block_until_ready(state)
-            return steps / (time.perf_counter() - began)
-
-        learners = {k: Learner(logic, ReplaySource(replay, config.update_batch), steps_per_call=k, max_steps=k,
-                               prefetch=2, run_dir=tempfile.mkdtemp(prefix="jaxdist-bench-sac-learner-"),
-                               publishing=PublishOptions(every=config.publish_every_updates,
-                                                         log_every=config.log_every_updates), name="learner")
-                    for k in args.steps_per_call}
-
-        def jaxdist_run(learner: Learner, steps: int) -> float:
-            learner._max_steps += steps  # the benchmark's only reach inside: train `steps` more
-            began = time.perf_counter()
-            with contextlib.redirect_stdout(io.StringIO()):
-                learner.run()
-            jax.block_until_ready(learner._train)
-            return steps / (time.perf_counter() - began)
-
-        baseline(args.steps)  # warm-up: compiles each
-        for learner in learners.values():
-            with contextlib.redirect_stdout(io.StringIO()):
-                learner.run()
-        best = {"bare": 0.0, **{k: 0.0 for k in learners}}
-        for _ in range(args.rounds):
-            best["bare"] = max(best["bare"], baseline(args.steps))
-            for k, learner in learners.items():
-                best[k] = max(best[k], jaxdist_run(learner, args.steps))
-        for learner in learners.values():
-            learner.close()
-    finally:
-        running.stop()
-    return [(f"SAC updates/s, replay node, steps_per_call {k}", best["bare"], best[k]) for k in learners]
+    rows = replay_fed_updates_per_second(learning.logic(config, env_info("Pendulum-v1")),
+                                         jd.replay.Uniform(size, seed=0), transitions(size), config,
+                                         args.steps_per_call, args.steps, args.rounds)
+    return [(f"SAC updates/s, replay node, steps_per_call {k}", bare, ours) for k, bare, ours in rows]
 
 
 def main() -> None:
