@@ -209,10 +209,16 @@ def temperature_step(config: SACConfig, log_alpha: jax.Array, opt_state: PyTree,
     return (optax.apply_updates(log_alpha, step) if config.autotune_alpha else log_alpha), opt_state
 
 
-def logic(config: SACConfig, env: EnvInfo) -> LearnerLogic:
-    """SAC's ``LearnerLogic`` for the generic ``jaxdist.nodes.learner.Learner``."""
+def learner_logic(config: OffPolicyConfig, env: EnvInfo, init: Any, update: Any) -> LearnerLogic:
+    """An off-policy agent's ``LearnerLogic`` from its ``init(config, env, rng)`` and
+    ``update(config, env, state, batch, rng)``; both publish ``published``."""
     return LearnerLogic(init=functools.partial(init, config, env), update=functools.partial(update, config, env),
                         params=published)
+
+
+def logic(config: SACConfig, env: EnvInfo) -> LearnerLogic:
+    """SAC's ``LearnerLogic`` for the generic ``jaxdist.nodes.learner.Learner``."""
+    return learner_logic(config, env, init, update)
 
 
 def anakin_logic(config: SACConfig, env: EnvInfo) -> LearnerLogic:
@@ -230,8 +236,8 @@ def init(config: SACConfig, env: EnvInfo, rng: jax.Array) -> dict[str, PyTree]:
 
 
 def published(state: dict[str, PyTree]) -> dict[str, PyTree]:
-    """What actors, the evaluator and ``load_policy`` get: the policy, and whether the learner
-    has not updated yet (actors then act at random)."""
+    """What actors, the evaluator and ``load_policy`` get (SAC's and TD3's): the policy, and
+    whether the learner has not updated yet (actors then act at random)."""
     return {"policy": state["policy"], "warmup": state["updates"] == 0}
 
 

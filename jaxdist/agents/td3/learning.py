@@ -20,9 +20,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxdist.agents.sac.learning import (adam, critic, critic_step, explore_or_random, init_critics, mlp_torso, polyak,
-                                         replay_batch, to_env, twin_target, with_priorities)
 from jaxdist.agents.sac import anakin
+from jaxdist.agents.sac.learning import (adam, critic, critic_step, explore_or_random, init_critics, learner_logic,
+                                         mlp_torso, polyak, published, replay_batch, to_env, twin_target,
+                                         with_priorities)
 from jaxdist.agents.td3 import TD3Config
 from jaxdist.envs.spaces import EnvInfo
 from jaxdist.learning.learner_logic import LearnerLogic
@@ -54,8 +55,7 @@ def smoothed_target_action(action: jax.Array, key: jax.Array, noise: float, clip
 
 def logic(config: TD3Config, env: EnvInfo) -> LearnerLogic:
     """TD3's ``LearnerLogic`` for the generic ``jaxdist.nodes.learner.Learner``."""
-    return LearnerLogic(init=functools.partial(init, config, env), update=functools.partial(update, config, env),
-                        params=published)
+    return learner_logic(config, env, init, update)
 
 
 def anakin_logic(config: TD3Config, env: EnvInfo) -> LearnerLogic:
@@ -69,11 +69,6 @@ def init(config: TD3Config, env: EnvInfo, rng: jax.Array) -> dict[str, PyTree]:
     policy = deterministic_policy(config, env).init(policy_key, jnp.zeros((1, *env.obs_shape), jnp.float32))
     return {"policy": policy, "target_policy": policy, "policy_opt": adam(config).init(policy),
             **init_critics(config, env, critic_key), "updates": jnp.zeros((), jnp.int32)}
-
-
-def published(state: dict[str, PyTree]) -> dict[str, PyTree]:
-    """The policy, and whether the learner has not updated yet (actors then act at random)."""
-    return {"policy": state["policy"], "warmup": state["updates"] == 0}
 
 
 def update(config: TD3Config, env: EnvInfo, state: dict[str, PyTree], batch: dict[str, Any],
