@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 
@@ -172,74 +173,96 @@ def updates_per_second(args: argparse.Namespace) -> dict:
 
 def apex_updates_per_second(args: argparse.Namespace) -> list[tuple[str, float, float]]:
     """Paired rounds of the bare Ape-X update loop and the learner sampling a replay node."""
-    import jax
-
     import jaxdist as jd
-    from jaxdist import courier
     from jaxdist.agents.apex import ApexConfig, learning
-    from jaxdist.nodes.learner import Learner, PublishOptions, ReplaySource
-    from jaxdist.nodes.replay import PriorityWriter
     from jaxdist.envs.spaces import env_info
 
     config, env = ApexConfig(), env_info("CartPole-v1")
-    logic = learning.logic(config, env)
     rng = np.random.default_rng(0)
     size = 20_000
     transitions = {"obs": rng.normal(size=(size, 4)).astype(np.float32),
                    "action": rng.integers(0, 2, size).astype(np.int32),
                    "reward": rng.normal(size=size).astype(np.float32), "discount": np.full(size, 0.95, np.float32),
                    "next_obs": rng.normal(size=(size, 4)).astype(np.float32)}
+    rows = replay_fed_updates_per_second(
+        learning.logic(config, env), jd.replay.Prioritized(size, config.priority_exponent, seed=0), transitions,
+        config, args.apex_steps_per_call, args.apex_steps, args.rounds, priorities=rng.uniform(0.1, 2.0, size))
+    return [(f"Ape-X updates/s, replay, steps_per_call {k}", bare, ours) for k, bare, ours in rows]
+
+
+def replay_fed_updates_per_second(logic: Any, table: Any, transitions: dict[str, np.ndarray], config: Any,
+                                  steps_per_call: list[int], steps: int, rounds: int,
+                                  priorities: np.ndarray | None = None) -> list[tuple[int, float, float]]:
+    """``(steps_per_call, bare updates/s, learner updates/s)``: paired rounds of ``logic``'s bare
+    jitted update on samples drawn once (with ``priorities``, a prioritized table's: each
+    update's new priorities fetched to the host, as writing them back needs) and of the
+    learner whose source is a ``ReplayNode`` serving ``table`` (holding ``transitions``) as a
+    thread of this process, for each ``steps_per_call``; ``config`` gives the batch size
+    and the publishing and logging intervals."""
+    import jax
+
+    import jaxdist as jd
+    from jaxdist import courier
+    from jaxdist.nodes.learner import Learner, PublishOptions, ReplaySource
+    from jaxdist.nodes.replay import PriorityWriter
+
+    prioritized = priorities is not None
+    batch = config.batch_size
     program = jd.Program("bench-replay")
-    program.add_node(jd.ReplayNode(jd.replay.Prioritized(size, config.priority_exponent, seed=0)), label="replay")
-    running = jd.launch(program, launcher="threads", run_dir=tempfile.mkdtemp(prefix="jaxdist-bench-apex-"),
+    program.add_node(jd.ReplayNode(table), label="replay")
+    running = jd.launch(program, launcher="threads", run_dir=tempfile.mkdtemp(prefix="jaxdist-bench-replay-"),
                         echo=False)
     try:
         replay = courier.Client(running.addresses["replay/0"], token=running.token)
-        jd.replay.ReplayClient(replay).insert_batch(transitions, priorities=rng.uniform(0.1, 2.0, size))
-        samples = [jd.replay.ReplayClient(replay).sample(config.batch_size) for _ in range(16)]
+        jd.replay.ReplayClient(replay).insert_batch(transitions, priorities=priorities)
+        samples = [jd.replay.ReplayClient(replay).sample(batch) for _ in range(16)]
+        samples = samples if prioritized else [sample["data"] for sample in samples]
         bare = jax.jit(logic.update, donate_argnums=0)
         state = logic.init(jax.random.key(0))
         key = jax.random.key(1)
 
-        def baseline(steps: int) -> float:
+        def baseline(count: int) -> float:
             nonlocal state
             began = time.perf_counter()
-            for i in range(steps):
+            for i in range(count):
                 state, metrics = bare(state, samples[i % len(samples)], key)
-                np.asarray(metrics["priorities"])
-            return steps / (time.perf_counter() - began)
+                if prioritized:
+                    np.asarray(metrics["priorities"])
+            jax.block_until_ready(state)
+            return count / (time.perf_counter() - began)
 
         learners = {}
-        for k in args.apex_steps_per_call:
-            run_dir = tempfile.mkdtemp(prefix="jaxdist-bench-apex-learner-")
-            learners[k] = Learner(logic, ReplaySource(replay, config.batch_size, field=None), steps_per_call=k,
-                                  max_steps=k, after_update=PriorityWriter(replay), prefetch=2,
+        for k in steps_per_call:
+            run_dir = tempfile.mkdtemp(prefix="jaxdist-bench-replay-learner-")
+            learners[k] = Learner(logic, ReplaySource(replay, batch, field=None if prioritized else "data"),
+                                  steps_per_call=k, max_steps=k,
+                                  after_update=PriorityWriter(replay) if prioritized else None, prefetch=2,
                                   publishing=PublishOptions(every=config.publish_every_updates,
                                                             log_every=config.log_every_updates),
                                   run_dir=run_dir, name="learner")
 
-        def jaxdist_run(learner, steps: int) -> float:
-            learner._max_steps += steps  # the benchmark's only reach inside: train `steps` more
+        def jaxdist_run(learner: Any, count: int) -> float:
+            learner._max_steps += count  # the benchmark's only reach inside: train `count` more
             began = time.perf_counter()
             with contextlib.redirect_stdout(io.StringIO()):
                 learner.run()
             jax.block_until_ready(learner._train)
-            return steps / (time.perf_counter() - began)
+            return count / (time.perf_counter() - began)
 
-        baseline(args.apex_steps)  # warm-up: compiles each
+        baseline(steps)  # warm-up: compiles each
         for learner in learners.values():
             with contextlib.redirect_stdout(io.StringIO()):
                 learner.run()
         best = {"bare": 0.0, **{k: 0.0 for k in learners}}
-        for _ in range(args.rounds):
-            best["bare"] = max(best["bare"], baseline(args.apex_steps))
+        for _ in range(rounds):
+            best["bare"] = max(best["bare"], baseline(steps))
             for k, learner in learners.items():
-                best[k] = max(best[k], jaxdist_run(learner, args.apex_steps))
+                best[k] = max(best[k], jaxdist_run(learner, steps))
         for learner in learners.values():
             learner.close()
     finally:
         running.stop()
-    return [(f"Ape-X updates/s, replay, steps_per_call {k}", best["bare"], best[k]) for k in learners]
+    return [(k, best["bare"], best[k]) for k in learners]
 
 
 def checkpoint_throughput(args: argparse.Namespace) -> list[tuple[str, float, float]]:
