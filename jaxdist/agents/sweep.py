@@ -102,11 +102,12 @@ def _refuse_unsweepable(config: Any, field: str) -> None:
         raise ValueError(f"--sweep {field}: {type(config).__name__} has no field {field!r}; it sweeps {fields}")
     if field in sweepable(config):
         return
-    if field in _system_fields():
+    hint = typing.get_type_hints(type(config))[field]
+    sets_shapes = hint in (int, bool) or typing.get_origin(hint) is tuple
+    if field in _system_fields() and not sets_shapes:
         raise ValueError(f"--sweep {field}: {field} is a setting of the system, not a hyperparameter of the agent's "
                          f"learning; sweep {fields}, or launch one run per value (each its own --run-dir)")
-    hint = typing.get_type_hints(type(config))[field]
-    raise ValueError(f"--sweep {field}: {field} ({getattr(hint, '__name__', hint)}) sets shapes, loop lengths or "
+    raise ValueError(f"--sweep {field}: {field} ({hint.__name__ if isinstance(hint, type) else hint}) sets shapes, loop lengths or "
                      f"the program of the learner, so its values cannot share one compiled update; sweep {fields}, or "
                      f"launch one run per value of {field} (each its own --run-dir)")
 
