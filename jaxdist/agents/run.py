@@ -53,6 +53,7 @@ import jaxdist as jd
 from jaxdist import courier
 from jaxdist.agents import experiment, sweep
 from jaxdist.agents.experiment import AgentConfig, Presets, Topology, env_slug, qualified_name, resources
+from jaxdist.learning.layout import LINEAGE
 from jaxdist.nodes.evaluator import EVALUATIONS, recorded_evaluations
 from jaxdist.program import group_of
 from jaxdist.records.metrics import MetricsWriter, metrics_path, read_metrics
@@ -214,6 +215,10 @@ def main(make_agent: Callable[[Any], Any], config_type: type[AgentConfig], prese
         print(f"{len(configurations)} configurations x {config.num_seeds} seed(s), by their last evaluation's mean "
               f"over seeds (also {os.path.join(run_dir, sweep.SWEEP_FILE)}, {sweep.SWEEP_PLOT}):")
         print(sweep.format_table(sweep.summarize(run_dir, config), config.num_seeds))
+    if config.pbt and "host_index" not in summary:
+        copies = sweep.plot_lineage(run_dir)
+        print(f"PBT: {len(copies)} copies ({'; '.join(copies[-8:])}{' ...' if len(copies) > 8 else ''}); every "
+              f"member's hyperparameters by update in {metrics_path(run_dir, LINEAGE)}, lineage_<field>.png")
     return summary
 
 

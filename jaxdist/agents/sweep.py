@@ -268,3 +268,25 @@ def format_table(table: Sequence[Mapping[str, Any]], seeds: int) -> str:
 
 _SUMMARY_COLUMNS = {"rank", "config_index", "mean_return", "std_return", "min_return", "max_return",
                     "mean_best_return", "seeds_at_target"}
+
+
+def plot_lineage(run_dir: str) -> list[str]:
+    """A PBT run's ``lineage_<field>.png``, each member's value of the field by update, and one
+    line a copy (``step: member <- parent``), from ``lineage.csv``."""
+    from jaxdist.learning.layout import LINEAGE
+    from jaxdist.records.metrics import metrics_path, read_metrics
+    from jaxdist.records.plotting import line_plot
+
+    try:
+        rows = read_metrics(metrics_path(run_dir, LINEAGE))
+    except (OSError, ValueError):
+        return []
+    fields = [name for name in (rows[0] if rows else {}) if name not in ("step", "wall_time", "member", "parent")]
+    members = sorted({row["member"] for row in rows})
+    for field in fields:
+        series = {f"member {member}": ([row["step"] for row in rows if row["member"] == member],
+                                       [row[field] for row in rows if row["member"] == member]) for member in members}
+        line_plot(os.path.join(run_dir, f"lineage_{field}.png"), series, title=f"PBT: {field} of each member",
+                  xlabel="update", ylabel=field, log2_x=False)
+    return [f"{row['step']}: member {row['member']} <- {row['parent']}" for row in rows
+            if row["member"] != row["parent"]]

@@ -21,10 +21,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdist.learning.layout import LINEAGE
 from jaxdist.records.metrics import MetricsWriter, metrics_path
 
 PyTree = Any
-LINEAGE = "lineage"
 PERTURB_FACTORS = (0.8, 1.2)
 
 

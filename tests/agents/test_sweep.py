@@ -143,3 +143,34 @@ def test_the_script_sweeps_ranks_the_configurations_and_loads_each_ones_policy(t
     assert load_policy(str(tmp_path), config_index=3, run_seed=1, best=True).step in (4, 8)
     with pytest.raises(ValueError, match="trained 4 configuration.*config_index must be 0 to 3, got 4"):
         load_policy(str(tmp_path), config_index=4)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_script_trains_a_population_whose_worst_copy_its_best_and_records_the_lineage(tmp_path):
+    command = [sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--quiet", "--compilation-cache", "",
+               "--architecture", "anakin", "--run-dir", str(tmp_path), "--num-actors", "1", "--envs-per-actor", "8",
+               "--total-steps", str(8 * 32 * 12), "--eval-every-updates", "4", "--pbt", "4", "--pbt-interval", "4",
+               "--sweep", "learning_rate=1e-4:1e-2:log", "--sweep", "clip_eps=0.1,0.2,0.3"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = read_metrics(tmp_path / "lineage.csv")
+    assert sorted({row["step"] for row in rows}) == [1, 4, 8, 12] and len(rows) == 16
+    initial = {row["member"]: row for row in rows if row["step"] == 1}
+    drawn = sweep.configurations(dataclasses.replace(CONFIG, sweep=("learning_rate=1e-4:1e-2:log",
+                                                                     "clip_eps=0.1,0.2,0.3"), pbt=4))
+    np.testing.assert_allclose([initial[m]["learning_rate"] for m in range(4)],
+                               [c["learning_rate"] for c in drawn], rtol=1e-6)
+    copies = [row for row in rows if row["member"] != row["parent"]]
+    assert len(copies) == 3  # one member of four at each of the three exploit steps
+    evaluations = read_metrics(tmp_path / "evaluations.csv")
+    for copy in copies:  # the copier ranked last at that evaluation, its parent first
+        scores = [next(row for row in evaluations if row["step"] == copy["step"])[f"seed/{m}/mean_return"]
+                  for m in range(4)]
+        assert scores[copy["parent"]] == max(scores) and scores[copy["member"]] == min(scores)
+        parent = next(row for row in rows if row["step"] == copy["step"] and row["member"] == copy["parent"])
+        for field, (low, high) in {"learning_rate": (1e-4, 1e-2), "clip_eps": (0.1, 0.3)}.items():
+            explored = np.clip(parent[field] * np.array([0.8, 1.2]), low, high)  # perturbed inside its range
+            assert np.isclose(copy[field], explored, rtol=1e-5).any(), (field, copy, parent)
+    assert "PBT: 3 copies" in done.stdout and (tmp_path / "lineage_learning_rate.png").stat().st_size > 0
+    assert load_policy(str(tmp_path), config_index=3).step == 12
