@@ -202,15 +202,21 @@ def main(make_agent: Callable[[Any], Any], config_type: type[AgentConfig], prese
     launch_options = run.launch_options()
     if run.launcher == "ray":  # groups go to hosts as under multihost, a host being a Ray node
         launch_options = {**(launch_options or {}), "placement": built.topology().placement}
-    try:
-        summary = train(built, launcher=run.launcher, run_dir=run_dir, start_time=start_time,
-                        compilation_cache=os.path.expanduser(run.compilation_cache) or None, echo=not run.quiet,
-                        track=run.track, launch_options=launch_options)
-    except jd.LaunchError as refused:  # e.g. multihost without the hosts it needs
-        raise SystemExit(f"error: {refused}") from None
-    except jd.NodeFailedError as failure:
-        raise SystemExit(f"error: {failure_summary(failure, run_dir)}") from None
-    report(summary, run_dir)
+    # A sweep whose configurations cannot share a learner runs them one after another, each a
+    # program in a run directory of its own (one that is over is not launched again).
+    for agent, agent_dir in [(make_agent(child), child_dir) for child, child_dir in sweep.apart(config, run_dir)] or \
+            [(built, run_dir)]:
+        try:
+            summary = train(agent, launcher=run.launcher, run_dir=agent_dir, start_time=start_time,
+                            compilation_cache=os.path.expanduser(run.compilation_cache) or None, echo=not run.quiet,
+                            track=run.track, launch_options=launch_options)
+        except jd.LaunchError as refused:  # e.g. multihost without the hosts it needs
+            raise SystemExit(f"error: {refused}") from None
+        except jd.NodeFailedError as failure:
+            raise SystemExit(f"error: {failure_summary(failure, agent_dir)}") from None
+        report(summary, agent_dir)
+        if agent_dir != run_dir and finished_summary(agent_dir, agent.topology(), agent.config) is None:
+            return summary  # stopped before its end (Ctrl-C, SIGTERM): the same command resumes the sweep here
     if len(configurations := sweep.configurations(config)) > 1 and "host_index" not in summary:
         print(f"{len(configurations)} configurations x {config.num_seeds} seed(s), by their last evaluation's mean "
               f"over seeds (also {os.path.join(run_dir, sweep.SWEEP_FILE)}, {sweep.SWEEP_PLOT}):")

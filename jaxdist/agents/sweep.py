@@ -149,9 +149,8 @@ def check(config: Any) -> None:
     """Refuse a sweep the config cannot run, in one line (called by the config's own checks)."""
     if not (config.sweep or config.sweep_random or config.pbt):
         return
-    if config.architecture != "anakin":
-        raise ValueError("--sweep and --pbt train every configuration in one learner: they need --architecture "
-                         "anakin (or launch one run per configuration)")
+    if config.pbt and config.architecture != "anakin":
+        raise ValueError("--pbt trains its population in one learner: it needs --architecture anakin")
     if not config.sweep:
         raise ValueError("--sweep-random and --pbt draw their configurations from the --sweep FIELD=LOW:HIGH ranges "
                          "(or FIELD=V1,V2 lists): name at least one field")
@@ -174,6 +173,20 @@ def layout(config: Any) -> tuple[int, int]:
     if not getattr(config, "sweep", ()):
         return 1, getattr(config, "num_seeds", 1)
     return len(configurations(config)), config.num_seeds
+
+
+def apart(config: Any, run_dir: str) -> list[tuple[Any, str]]:
+    """The configurations that run as programs of their own, one after another, with their run
+    directories (``<run_dir>/config-<c>``): a sweep under Sebulba, whose every configuration has
+    its actors, learner and evaluator. None where they share one learner (Anakin)."""
+    if config.architecture == "anakin" or not config.sweep:
+        return []
+    return [(configured(config, values), config_dir(run_dir, index))
+            for index, values in enumerate(configurations(config))]
+
+
+def config_dir(run_dir: str, index: int) -> str:
+    return os.path.join(run_dir, f"config-{index}")
 
 
 def runs(config: Any) -> dict[str, list[float]]:
@@ -200,17 +213,12 @@ def summarize(run_dir: str, config: Any) -> list[dict[str, Any]]:
     evaluation return with the spread (std, min, max), the mean of their best, and how many
     reached ``target_return``. Written to ``<run_dir>/sweep.csv`` with ``sweep.png`` (each
     configuration's evaluation return, mean over seeds, by env steps)."""
-    from jaxdist.nodes.evaluator import recorded_evaluations
-
     configs, (_, seeds) = configurations(config), layout(config)
-    evaluations = recorded_evaluations(run_dir)
-    returns = np.array([[row.get(f"seed/{run}/mean_return", row["mean_return"] if len(configs) * seeds == 1
-                                 else np.nan) for run in range(len(configs) * seeds)] for row in evaluations])
-    returns = returns.reshape(len(evaluations), len(configs), seeds)
+    curves = _curves(run_dir, config, len(configs), seeds)
     target = config.target_return
     table = []
     for index, values in enumerate(configs):
-        mine = returns[:, index, :]
+        mine = curves[index][1]
         final = mine[-1] if len(mine) else np.full(seeds, np.nan)
         reached = int(np.sum(np.any(mine >= target, axis=0))) if target is not None and len(mine) else 0
         table.append({"config_index": index, **values, "mean_return": float(np.mean(final)),
@@ -222,8 +230,27 @@ def summarize(run_dir: str, config: Any) -> list[dict[str, Any]]:
     for rank, row in enumerate(table, start=1):
         row["rank"] = rank
     _write_table(os.path.join(run_dir, SWEEP_FILE), table)
-    _plot(run_dir, config, configs, evaluations, returns)
+    _plot(run_dir, config, configs, curves)
     return table
+
+
+def _curves(run_dir: str, config: Any, count: int, seeds: int) -> list[tuple[list[float], np.ndarray]]:
+    """Each configuration's evaluations: (env steps, or learner versions where a row has no env
+    steps; returns ``(evaluations, seeds)``), from its run's ``evaluations.csv`` (one per
+    configuration when they ran apart, else the learner's, a column a run)."""
+    from jaxdist.nodes.evaluator import recorded_evaluations
+
+    def at(row: Mapping[str, Any]) -> float:
+        return row.get("env_steps") or row["step"]
+
+    if apart(config, run_dir):
+        rows = [recorded_evaluations(config_dir(run_dir, index)) for index in range(count)]
+        return [([at(row) for row in mine], np.array([[row["mean_return"]] for row in mine]).reshape(-1, 1))
+                for mine in rows]
+    rows = recorded_evaluations(run_dir)
+    columns = [f"seed/{run}/mean_return" for run in range(count * seeds)] if count * seeds > 1 else ["mean_return"]
+    returns = np.array([[row.get(column, np.nan) for column in columns] for row in rows]).reshape(-1, count, seeds)
+    return [([at(row) for row in rows], returns[:, index, :]) for index in range(count)]
 
 
 def _write_table(path: str, table: Sequence[Mapping[str, Any]]) -> None:
@@ -235,18 +262,17 @@ def _write_table(path: str, table: Sequence[Mapping[str, Any]]) -> None:
                              for name in columns) + "\n")
 
 
-def _plot(run_dir: str, config: Any, configs: list[dict[str, float]], evaluations: list[dict[str, Any]],
-          returns: np.ndarray) -> None:
+def _plot(run_dir: str, config: Any, configs: list[dict[str, float]],
+          curves: list[tuple[list[float], np.ndarray]]) -> None:
     from jaxdist.records.plotting import line_plot
 
-    steps = [row.get("env_steps", row["step"]) for row in evaluations]
-    if len(steps) < 2:
+    series = {describe(values): (steps, list(np.mean(returns, axis=1)))
+              for values, (steps, returns) in zip(configs, curves) if len(steps) >= 2}
+    if not series:
         return
-    series = {describe(values) or "the config": (steps, list(np.mean(returns[:, index, :], axis=1)))
-              for index, values in enumerate(configs)}
     target = config.target_return
     line_plot(os.path.join(run_dir, SWEEP_PLOT), series, title=f"{len(configs)} configurations x {config.num_seeds} "
-              f"seed(s), {config.env_id}: evaluation return, mean over seeds", xlabel="env steps per run",
+              f"seed(s), {config.env_id}: evaluation return, mean over seeds", xlabel="env steps (or updates) per run",
               ylabel="episode return", log2_x=False, hlines={f"target {target:g}": target} if target is not None else None)
 
 

@@ -70,6 +70,9 @@ def load_policy(run_dir: str, step: int | None = None, seed: int = 0, run_seed: 
     if not 0 <= config_index < configurations:
         raise ValueError(f"{run_dir} trained {configurations} configuration(s) (--sweep, --pbt): config_index must be "
                          f"{_choices(configurations)}, got {config_index}")
+    for index, (_, config_dir) in enumerate(sweep.apart(agent.config, run_dir)):  # configurations run apart
+        if index == config_index:
+            return load_policy(config_dir, step, seed, run_seed, best, trust_run_dir)
     run = config_index * seeds + run_seed
     return TrainedPolicy(agent, topology.trained(run_dir, step, run, best), seed)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import subprocess
 import sys
 
@@ -54,7 +55,6 @@ def test_random_draws_stay_in_their_ranges_and_are_the_same_for_the_same_seed():
     ({"sweep": ("gamma=0.9,1.5",)}, r"the configuration gamma=1.5 is refused: gamma must be in \[0, 1\]"),
     ({"sweep": ("gamma=0.9", "gamma=0.8")}, r"--sweep gamma is given twice"),
     ({"sweep": ("gamma",)}, r"--sweep takes FIELD=V1,V2,... or FIELD=LOW:HIGH\[:log\]"),
-    ({"sweep": ("gamma=0.9,0.99",), "architecture": "sebulba"}, r"need --architecture anakin"),
     ({"sweep_random": 4}, r"name at least one field"),
     ({"sweep": ("gamma=0.9:0.99",), "pbt": 4, "num_seeds": 2}, r"--pbt's members are each a seed of their own"),
 ])
@@ -62,6 +62,17 @@ def test_a_sweep_the_learner_cannot_share_is_refused_in_one_line(fields, message
     with pytest.raises(ValueError, match=message) as refused:
         dataclasses.replace(CONFIG, **fields)
     assert "\n" not in str(refused.value)
+
+
+def test_under_sebulba_each_configuration_is_a_run_of_its_own_and_under_anakin_none_is(tmp_path):
+    config = dataclasses.replace(CONFIG, architecture="sebulba", sweep=("learning_rate=1e-3,3e-3", "gamma=0.9,0.99"))
+    apart = sweep.apart(config, str(tmp_path))
+    assert [directory for _, directory in apart] == [str(tmp_path / f"config-{index}") for index in range(4)]
+    assert [(child.learning_rate, child.gamma, child.sweep) for child, _ in apart] == [
+        (1e-3, 0.9, ()), (1e-3, 0.99, ()), (3e-3, 0.9, ()), (3e-3, 0.99, ())]
+    assert sweep.apart(dataclasses.replace(config, architecture="anakin"), str(tmp_path)) == []
+    with pytest.raises(ValueError, match="--pbt trains its population in one learner: it needs --architecture anakin"):
+        dataclasses.replace(config, sweep=("gamma=0.9:0.99",), pbt=4)
 
 
 def test_the_command_line_takes_sweep_again_and_again_and_refuses_a_shape_in_one_line(capsys):
@@ -174,3 +185,30 @@ def test_the_script_trains_a_population_whose_worst_copy_its_best_and_records_th
             assert np.isclose(copy[field], explored, rtol=1e-5).any(), (field, copy, parent)
     assert "PBT: 3 copies" in done.stdout and (tmp_path / "lineage_learning_rate.png").stat().st_size > 0
     assert load_policy(str(tmp_path), config_index=3).step == 12
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_sweep_under_sebulba_runs_each_configuration_after_the_other_and_resumes_after_sigterm(tmp_path):
+    """SIGTERM during the first configuration stops the sweep there; the same command resumes
+    it, then runs the second, and ranks both."""
+    command = [sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--compilation-cache", "",
+               "--run-dir", str(tmp_path), "--num-actors", "1", "--envs-per-actor", "8", "--total-steps",
+               str(8 * 32 * 30), "--eval-every-updates", "10", "--checkpoint-every-updates", "5",
+               "--sweep", "learning_rate=1e-3,3e-3"]
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    checkpoints = tmp_path / "config-0" / "checkpoints" / "learner" / "0"
+    for line in first.stdout:  # the nodes' output, echoed: stop once the first learner has saved
+        if checkpoints.is_dir() and any(name.isdigit() for name in os.listdir(checkpoints)):
+            first.send_signal(signal.SIGTERM)
+            break
+    output = first.communicate(timeout=120)[0]
+    assert first.returncode == 0, output
+    assert not (tmp_path / "config-1").exists()  # the sweep stopped with the configuration it was in
+    done = subprocess.run(command + ["--quiet"], capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "resuming from the learner's checkpoint" in done.stdout, done.stdout
+    assert "2 configurations x 1 seed(s)" in done.stdout
+    ranked = read_metrics(tmp_path / sweep.SWEEP_FILE)
+    assert sorted(row["config_index"] for row in ranked) == [0, 1]
+    assert load_policy(str(tmp_path), config_index=1).step == 30
