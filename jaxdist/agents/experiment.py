@@ -758,7 +758,8 @@ def swept(agent: Agent) -> Any:
     population = None
     if config.pbt:
         ranges = {spec.field: pbt.Range(spec.low, spec.high, spec.log) if spec.is_range
-                  else pbt.Range(min(spec.values), max(spec.values), values=spec.values) for spec in sweep.specs(config)}
+                  else pbt.Range(min(spec.values), max(spec.values), values=spec.values)
+                  for spec in sweep.specs(config)}
         population = anakin.PBT(config.pbt_interval, config.pbt_fraction, config.pbt_explore, ranges,
                                 exploit=config.pbt_exploit != "none")
     return anakin.Swept(sweep.runs(config),

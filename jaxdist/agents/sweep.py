@@ -92,7 +92,8 @@ def sweepable(config: Any) -> list[str]:
     """The fields a sweep may name: the ``float`` fields of the agent's config that are not the
     system's (:class:`~jaxdist.agents.experiment.AgentConfig`'s)."""
     system, hints = _system_fields(), typing.get_type_hints(type(config))
-    return [field.name for field in dataclasses.fields(config) if field.name not in system and hints[field.name] is float]
+    return [field.name for field in dataclasses.fields(config)
+            if field.name not in system and hints[field.name] is float]
 
 
 def _refuse_unsweepable(config: Any, field: str) -> None:
@@ -107,9 +108,10 @@ def _refuse_unsweepable(config: Any, field: str) -> None:
     if field in _system_fields() and not sets_shapes:
         raise ValueError(f"--sweep {field}: {field} is a setting of the system, not a hyperparameter of the agent's "
                          f"learning; sweep {fields}, or launch one run per value (each its own --run-dir)")
-    raise ValueError(f"--sweep {field}: {field} ({hint.__name__ if isinstance(hint, type) else hint}) sets shapes, loop lengths or "
-                     f"the program of the learner, so its values cannot share one compiled update; sweep {fields}, or "
-                     f"launch one run per value of {field} (each its own --run-dir)")
+    kind = hint.__name__ if isinstance(hint, type) else hint
+    raise ValueError(f"--sweep {field}: {field} ({kind}) sets shapes, loop lengths or the program of the learner, "
+                     f"so its values cannot share one compiled update; sweep {fields}, or launch one run per value "
+                     f"of {field} (each its own --run-dir)")
 
 
 def specs(config: Any) -> list[Spec]:
@@ -273,7 +275,8 @@ def _plot(run_dir: str, config: Any, configs: list[dict[str, float]],
     target = config.target_return
     line_plot(os.path.join(run_dir, SWEEP_PLOT), series, title=f"{len(configs)} configurations x {config.num_seeds} "
               f"seed(s), {config.env_id}: evaluation return, mean over seeds", xlabel="env steps (or updates) per run",
-              ylabel="episode return", log2_x=False, hlines={f"target {target:g}": target} if target is not None else None)
+              ylabel="episode return", log2_x=False,
+              hlines={f"target {target:g}": target} if target is not None else None)
 
 
 def describe(values: Mapping[str, float]) -> str:

@@ -35,7 +35,8 @@ def test_perturbing_multiplies_by_0_8_or_1_2_inside_the_range_and_resampling_dra
 def test_a_step_copies_the_parents_state_and_hyperparameters_and_explores_only_the_copies():
     scores = jnp.asarray([1.0, 4.0, 2.0, 3.0])
     state = {"params": jnp.arange(4.0)[:, None] * jnp.ones((4, 3)), "opt_state": jnp.arange(4)}
-    hyperparams = {"learning_rate": jnp.asarray([1e-3, 2e-3, 3e-3, 4e-3]), "gamma": jnp.asarray([0.9, 0.91, 0.92, 0.93])}
+    hyperparams = {"learning_rate": jnp.asarray([1e-3, 2e-3, 3e-3, 4e-3]),
+                   "gamma": jnp.asarray([0.9, 0.91, 0.92, 0.93])}
     ranges = {"learning_rate": pbt.Range(1e-4, 1e-2, log=True), "gamma": pbt.Range(0.8, 0.999)}
     step = jax.jit(lambda key, s, h: pbt.exploit_and_explore(key, scores, s, h, fraction=0.25, rule="perturb",
                                                              ranges=ranges))
