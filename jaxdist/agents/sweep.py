@@ -82,16 +82,17 @@ def parse_spec(text: str) -> Spec:
         raise ValueError(str(error) if str(error).startswith("--sweep") else how) from None
 
 
-def _system_fields() -> set[str]:
-    from jaxdist.agents.experiment import AgentConfig  # which imports this module
-
-    return {field.name for field in dataclasses.fields(AgentConfig)}
+def _system_fields(config: Any) -> set[str]:
+    """The fields of the config base that declares ``sweep`` (``AgentConfig``, which checks its
+    sweeps here, so this module does not import it)."""
+    base = next(cls for cls in type(config).__mro__ if "sweep" in vars(cls).get("__annotations__", {}))
+    return {field.name for field in dataclasses.fields(base)}
 
 
 def sweepable(config: Any) -> list[str]:
     """The fields a sweep may name: the ``float`` fields of the agent's config that are not the
     system's (:class:`~jaxdist.agents.experiment.AgentConfig`'s)."""
-    system, hints = _system_fields(), typing.get_type_hints(type(config))
+    system, hints = _system_fields(config), typing.get_type_hints(type(config))
     return [field.name for field in dataclasses.fields(config)
             if field.name not in system and hints[field.name] is float]
 
@@ -105,7 +106,7 @@ def _refuse_unsweepable(config: Any, field: str) -> None:
         return
     hint = typing.get_type_hints(type(config))[field]
     sets_shapes = hint in (int, bool) or typing.get_origin(hint) is tuple
-    if field in _system_fields() and not sets_shapes:
+    if field in _system_fields(config) and not sets_shapes:
         raise ValueError(f"--sweep {field}: {field} is a setting of the system, not a hyperparameter of the agent's "
                          f"learning; sweep {fields}, or launch one run per value (each its own --run-dir)")
     kind = hint.__name__ if isinstance(hint, type) else hint
