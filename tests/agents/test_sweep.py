@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -137,22 +138,25 @@ def test_a_configuration_trains_among_others_exactly_as_it_trains_alone_with_the
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_the_script_sweeps_ranks_the_configurations_and_loads_each_ones_policy(tmp_path):
+def test_the_script_sweeps_resumes_after_sigterm_ranks_the_configurations_and_loads_each_ones_policy(tmp_path):
     command = [sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--quiet", "--compilation-cache", "",
                "--architecture", "anakin", "--run-dir", str(tmp_path), "--num-actors", "1", "--envs-per-actor", "8",
-               "--total-steps", str(8 * 32 * 8), "--eval-every-updates", "4", "--num-seeds", "2",
-               "--sweep", "learning_rate=1e-3,5e-3", "--sweep", "ent_coef=0,0.01"]
+               "--total-steps", str(8 * 32 * 60), "--eval-every-updates", "4", "--num-seeds", "2",
+               "--checkpoint-every-updates", "4", "--sweep", "learning_rate=1e-3,5e-3", "--sweep", "ent_coef=0,0.01"]
+    stopped = sigterm_after_a_checkpoint(command, tmp_path / "checkpoints" / "learner" / "0", tmp_path / "first.log")
+    assert "4 configurations" not in stopped  # no summary of a sweep that did not end
     done = subprocess.run(command, capture_output=True, text=True, timeout=500)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "resuming from the learner's checkpoint" in done.stdout, done.stdout
     assert "4 configurations x 2 seed(s)" in done.stdout and "learning_rate=0.005 ent_coef=0.01" in done.stdout
     ranked = read_metrics(tmp_path / sweep.SWEEP_FILE)
     assert sorted(row["config_index"] for row in ranked) == [0, 1, 2, 3]
     assert [row["mean_return"] for row in ranked] == sorted((row["mean_return"] for row in ranked), reverse=True)
     observations = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
     policies = {(c, s): load_policy(str(tmp_path), config_index=c, run_seed=s) for c in (0, 3) for s in (0, 1)}
-    assert {policy.step for policy in policies.values()} == {8}
+    assert {policy.step for policy in policies.values()} == {60}
     assert not np.array_equal(policies[0, 0].act(observations), policies[3, 0].act(observations))
-    assert load_policy(str(tmp_path), config_index=3, run_seed=1, best=True).step in (4, 8)
+    assert load_policy(str(tmp_path), config_index=3, run_seed=1, best=True).step % 4 == 0
     with pytest.raises(ValueError, match="trained 4 configuration.*config_index must be 0 to 3, got 4"):
         load_policy(str(tmp_path), config_index=4)
 
@@ -197,14 +201,8 @@ def test_a_sweep_under_sebulba_runs_each_configuration_after_the_other_and_resum
                "--run-dir", str(tmp_path), "--num-actors", "1", "--envs-per-actor", "8", "--total-steps",
                str(8 * 32 * 30), "--eval-every-updates", "10", "--checkpoint-every-updates", "5",
                "--sweep", "learning_rate=1e-3,3e-3"]
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    checkpoints = tmp_path / "config-0" / "checkpoints" / "learner" / "0"
-    for line in first.stdout:  # the nodes' output, echoed: stop once the first learner has saved
-        if checkpoints.is_dir() and any(name.isdigit() for name in os.listdir(checkpoints)):
-            first.send_signal(signal.SIGTERM)
-            break
-    output = first.communicate(timeout=120)[0]
-    assert first.returncode == 0, output
+    learner = tmp_path / "config-0" / "checkpoints" / "learner" / "0" / "1"  # node learner/0/1, beside its replay
+    sigterm_after_a_checkpoint(command, learner, tmp_path / "first.log")
     assert not (tmp_path / "config-1").exists()  # the sweep stopped with the configuration it was in
     done = subprocess.run(command + ["--quiet"], capture_output=True, text=True, timeout=500)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -213,3 +211,17 @@ def test_a_sweep_under_sebulba_runs_each_configuration_after_the_other_and_resum
     ranked = read_metrics(tmp_path / sweep.SWEEP_FILE)
     assert sorted(row["config_index"] for row in ranked) == [0, 1]
     assert load_policy(str(tmp_path), config_index=1).step == 30
+
+
+def sigterm_after_a_checkpoint(command: list[str], checkpoints, log) -> str:
+    """Run ``command`` until its learner has saved an update in ``checkpoints``, SIGTERM it, and
+    return its output once it has exited 0."""
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        while process.poll() is None:
+            if checkpoints.is_dir() and any(name.isdigit() and int(name) > 0 for name in os.listdir(checkpoints)):
+                process.send_signal(signal.SIGTERM)
+                break
+            time.sleep(0.05)
+        assert process.wait(timeout=120) == 0, open(log).read()
+    return open(log).read()
