@@ -190,10 +190,11 @@ class AgentConfig:
     """Save the replay's contents this often and at a stop (None: not saved)."""
     log_every_updates: int = 5
 
-    # Many configurations in one run (jaxdist.agents.sweep; architecture anakin).
+    # Many configurations in one run (jaxdist.agents.sweep).
     sweep: tuple[str, ...] = ()
     """FIELD=V1,V2,... (repeatable: a grid) or FIELD=LOW:HIGH[:log] (drawn by --sweep-random or --pbt) over the
-    agent's float hyperparameters, every configuration x num_seeds trained in one learner."""
+    agent's float hyperparameters: anakin trains every configuration x num_seeds in one learner, sebulba one
+    configuration after another (<run-dir>/config-<c>)."""
     sweep_random: int = 0
     """Draw this many configurations from the --sweep ranges instead of the grid."""
     pbt: int = 0
@@ -719,10 +720,9 @@ def anakin_learner(agent: Agent) -> Any:
     import jax
 
     from jaxdist.learning import anakin
+    from jaxdist.learning.pbt import Lineage
     from jaxdist.nodes.evaluator import EvaluationRecorder
     from jaxdist.nodes.learner import Learner
-
-    from jaxdist.learning.pbt import Lineage
 
     config, parts = agent.config, _learner_parts(agent)
     multihost = config.learner_hosts > 1

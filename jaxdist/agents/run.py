@@ -204,8 +204,8 @@ def main(make_agent: Callable[[Any], Any], config_type: type[AgentConfig], prese
         launch_options = {**(launch_options or {}), "placement": built.topology().placement}
     # A sweep whose configurations cannot share a learner runs them one after another, each a
     # program in a run directory of its own (one that is over is not launched again).
-    for agent, agent_dir in [(make_agent(child), child_dir) for child, child_dir in sweep.apart(config, run_dir)] or \
-            [(built, run_dir)]:
+    runs = [(make_agent(child), child_dir) for child, child_dir in sweep.apart(config, run_dir)] or [(built, run_dir)]
+    for agent, agent_dir in runs:
         try:
             summary = train(agent, launcher=run.launcher, run_dir=agent_dir, start_time=start_time,
                             compilation_cache=os.path.expanduser(run.compilation_cache) or None, echo=not run.quiet,
@@ -215,8 +215,8 @@ def main(make_agent: Callable[[Any], Any], config_type: type[AgentConfig], prese
         except jd.NodeFailedError as failure:
             raise SystemExit(f"error: {failure_summary(failure, agent_dir)}") from None
         report(summary, agent_dir)
-        if agent_dir != run_dir and finished_summary(agent_dir, agent.topology(), agent.config) is None:
-            return summary  # stopped before its end (Ctrl-C, SIGTERM): the same command resumes the sweep here
+        if finished_summary(agent_dir, agent.topology(), agent.config) is None:
+            return summary  # stopped before its end (Ctrl-C, SIGTERM): the same command resumes it here
     if len(configurations := sweep.configurations(config)) > 1 and "host_index" not in summary:
         print(f"{len(configurations)} configurations x {config.num_seeds} seed(s), by their last evaluation's mean "
               f"over seeds (also {os.path.join(run_dir, sweep.SWEEP_FILE)}, {sweep.SWEEP_PLOT}):")

@@ -8,15 +8,18 @@ field drawn on its own; a list is drawn from uniformly) and by ``--pbt N`` (a po
 whose members' fields PBT then explores). Draws are seeded by ``--seed``, so every host and every
 relaunch expands the same configurations.
 
-**Runs.** Configuration ``c`` of ``num_seeds`` seeds is run ``c x num_seeds + s``; a seed's
-runs share their initial parameters and keys across configurations (common random numbers, and
-configuration ``c`` trains as it would alone with the same seed). PBT's members are each a
-configuration of one seed, with keys of their own.
+**Runs.** Under Anakin configuration ``c``'s seed ``s`` is run ``c x num_seeds + s`` of one
+learner; a seed's runs share their initial parameters and keys across configurations (common
+random numbers, and configuration ``c`` trains as it would alone with the same seed and
+``num_seeds``). PBT's members are each a configuration of one seed, with keys of their own.
+Under Sebulba each configuration is a program of its own, run after the previous one in
+``<run_dir>/config-<c>`` (:func:`apart`).
 
 **Fields.** Only the agent's own ``float`` hyperparameters (learning rate, discount, GAE lambda,
 clip range, loss coefficients, ...): under Anakin they are traced values of the learner's state,
-so every configuration shares one compiled update; an ``int``, ``bool``, ``str`` or tuple field
-sets shapes, loop lengths or the program itself, and is refused.
+so every configuration shares one compiled update (the optimizer is rebuilt in the update from
+the traced rate, as optax's ``inject_hyperparams`` would hold it); an ``int``, ``bool``, ``str``
+or tuple field sets shapes, loop lengths or the program itself, and is refused.
 
 Nothing here imports JAX: the launching process expands and checks sweeps.
 """
