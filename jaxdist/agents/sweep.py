@@ -184,8 +184,9 @@ def layout(config: Any) -> tuple[int, int]:
 def apart(config: Any, run_dir: str) -> list[tuple[Any, str]]:
     """The configurations that run as programs of their own, one after another, with their run
     directories (``<run_dir>/config-<c>``): a sweep under Sebulba, whose every configuration has
-    its actors, learner and evaluator. None where they share one learner (Anakin)."""
-    if config.architecture == "anakin" or not config.sweep:
+    its actors, learner and evaluator. None where they share one learner (Anakin), and for a
+    config without the fields (ES's)."""
+    if not getattr(config, "sweep", ()) or config.architecture == "anakin":
         return []
     return [(configured(config, values), config_dir(run_dir, index))
             for index, values in enumerate(configurations(config))]
