@@ -193,6 +193,7 @@ def apart(config: Any, run_dir: str) -> list[tuple[Any, str]]:
 
 
 def config_dir(run_dir: str, index: int) -> str:
+    """Where configuration ``index`` of a sweep run apart has its run."""
     return os.path.join(run_dir, f"config-{index}")
 
 
@@ -285,6 +286,7 @@ def _plot(run_dir: str, config: Any, configs: list[dict[str, float]],
 
 
 def describe(values: Mapping[str, float]) -> str:
+    """``learning_rate=0.001 gamma=0.99``: a configuration as the table and the plot name it."""
     return " ".join(f"{name}={value:.4g}" for name, value in values.items())
 
 
