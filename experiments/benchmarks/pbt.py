@@ -7,7 +7,8 @@ same ranges with the same seed (so the same initial hyperparameters and paramete
 twice: with PBT (truncation, perturb, every ``--interval`` updates) and with ``--pbt-exploit
 none``. The figure is env steps per member to an evaluation return of ``--target``: PBT's when
 its best member first reaches it, the baseline's the median member's (a member that never does
-counts as never). Repetitions use seeds 0, 1, ...
+counts as never); beside them PBT's median member and the baseline's best. Repetitions use seeds
+0, 1, ...
 """
 
 from __future__ import annotations
@@ -59,14 +60,16 @@ def main() -> None:
                       run_dir=run_dir, echo=False, out=open(os.devnull, "w"))
             found[exploit] = steps_to(run_dir, args.population, args.target)
         pbt, baseline = min(found["truncation"]), float(np.median(found["none"]))
-        lines.append(f"| {seed} | {pbt:,.0f} | {baseline:,.0f} | {baseline / pbt:.2f} |")
+        lines.append(f"| {seed} | {pbt:,.0f} | {baseline:,.0f} | {baseline / pbt:.2f} | "
+                     f"{np.median(found['truncation']):,.0f} | {min(found['none']):,.0f} |")
     commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     print(f"Measured by `experiments/benchmarks/pbt.py --population {args.population} --total-steps "
           f"{args.total_steps} --interval {args.interval} --repetitions {args.repetitions}` at commit `{commit}` on "
           f"{datetime.date.today()} ({os.cpu_count()} cores)\n")
-    print(f"| seed | PBT: env steps per member to {args.target:g} | no exploitation: the median member's | ratio |")
-    print("| --- | ---: | ---: | ---: |")
+    print(f"| seed | PBT: env steps per member to {args.target:g} | no exploitation: the median member's | ratio | "
+          f"PBT's median member | no exploitation's best member |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     print("\n".join(lines))
 
 
