@@ -4,20 +4,28 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+CORE := $(VENV)/.installed-core
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo examples test test-fast test-slow bench docs clean
+.PHONY: demo examples test test-fast test-slow bench docs docs-check clean
 
-$(INSTALLED): pyproject.toml
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $(INSTALLED)
 
-demo: $(INSTALLED)
+# The demo and the examples need jaxdist's core alone; the tests and the docs need every extra.
+$(CORE): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e .
+	touch $(CORE)
+
+$(INSTALLED): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(CORE) $(INSTALLED)
+
+demo: $(CORE)
 	$(PY) experiments/ppo.py --fresh --stop-at-target
 
-examples: $(INSTALLED)
+examples: $(CORE)
 	$(PY) experiments/producer_consumer.py --launcher processes
 	$(PY) experiments/mapreduce_wordcount.py --launcher processes
 	$(PY) experiments/es_futures.py --launcher processes
@@ -37,8 +45,14 @@ test-slow: $(INSTALLED)
 docs: $(INSTALLED)
 	$(PY) -m mkdocs build --strict
 
+# The site built, then every page opened in headless Chromium (Debian's package, else
+# Playwright's): a broken link, a missing image or a console error fails it; screenshots land in
+# site-check/.
+docs-check: $(INSTALLED)
+	$(PY) tools/docs_check.py --screenshots site-check
+
 bench: $(INSTALLED)
 	$(PY) experiments/benchmarks/courier.py
 
 clean:
-	rm -rf $(VENV) runs site .pytest_cache .hypothesis
+	rm -rf $(VENV) runs site site-check .pytest_cache .hypothesis

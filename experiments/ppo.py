@@ -6,7 +6,7 @@ to the queue; an evaluator plays the deterministic policy on fresh episodes ever
 Every field of ``PPOConfig`` is a flag (``--help``); ``--env-id`` picks the env's preset of
 tuned defaults first (CartPole-v1, Pendulum-v1, HalfCheetah-v5).
 
-    python experiments/ppo.py                                   # CartPole-v1, 2 actors x 8 envs
+    python experiments/ppo.py                                   # CartPole-v1, 1 actor x 16 envs
     python experiments/ppo.py --stop-at-target                  # stop once the evaluation hits 475
     python experiments/ppo.py --env-id Pendulum-v1              # continuous actions
     python experiments/ppo.py --env-id my_envs:Maze-v0 --network my_nets:torso   # your own

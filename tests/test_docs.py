@@ -1,4 +1,4 @@
-"""The documentation: every Python block of the guides runs, as a script of its own in a fresh
+"""The documentation: every Python block of the guides and of the README runs, as a script of its own in a fresh
 process (its assertions are the guide's claims); every public name has a docstring; and the
 site builds with mkdocs in strict mode (a broken reference or page fails it)."""
 
@@ -15,14 +15,16 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GUIDES = os.path.join(REPO, "docs", "guides")
+README = os.path.join(REPO, "README.md")
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 SLOW_GUIDES = {"own-env-and-network.md"}  # trains an agent for a while
 
 
 def python_blocks() -> list:
     cases = []
-    for name in sorted(os.listdir(GUIDES)):
-        with open(os.path.join(GUIDES, name)) as f:
+    for path in [README, *(os.path.join(GUIDES, name) for name in sorted(os.listdir(GUIDES)))]:
+        name = os.path.basename(path)
+        with open(path) as f:
             for index, block in enumerate(BLOCK.findall(f.read())):
                 marks = [pytest.mark.slow] if name in SLOW_GUIDES else []
                 cases.append(pytest.param(name, block, id=f"{name}#{index}", marks=marks))

@@ -1,16 +1,19 @@
-"""Launchpad's smallest program, as a Launchpad user writes it; only the import names jaxdist.
+"""The smallest program: one node that greets and returns. Written as a Launchpad user writes
+it; only the import names jaxdist.
 
-    python experiments/launchpad/hello_world.py [local_mt|local_mp]
+    python experiments/launchpad/hello_world.py [--lp_launch_type=local_mt|local_mp]
 """
 
-import sys
+from absl import app
 
 import jaxdist.compat.launchpad as lp
 
 
 class Greeter:
+    """Prints a greeting from its node, then returns: the program is over."""
+
     def run(self) -> None:
-        print("hello from a launchpad node", flush=True)
+        print("hello from a launchpad node")
 
 
 def make_program() -> lp.Program:
@@ -19,5 +22,11 @@ def make_program() -> lp.Program:
     return program
 
 
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError("Too many command-line arguments.")
+    lp.launch(make_program())
+
+
 if __name__ == "__main__":
-    lp.launch(make_program(), launch_type=sys.argv[1] if len(sys.argv) > 1 else "local_mt")
+    app.run(main)

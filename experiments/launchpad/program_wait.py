@@ -1,38 +1,51 @@
-"""Nodes that wait for the stop in each of Launchpad's ways, a node that stops the program, and
-the launcher waiting for it to end, three times over.
+"""Nodes that wait for the program's stop in each of Launchpad's ways, a node that stops the
+program, and the launcher waiting for it to be over. Written as a Launchpad user writes it; only
+the import names jaxdist.
 
-    python experiments/launchpad/program_wait.py [local_mt|local_mp]
+    python experiments/launchpad/program_wait.py [--launches=2] [--lp_launch_type=local_mp]
 """
 
-import sys
-import time
+import threading
+
+from absl import app
+from absl import flags
+from absl import logging
 
 import jaxdist.compat.launchpad as lp
+
+_LAUNCHES = flags.DEFINE_integer("launches", 1, "How many times to launch the program, one after another.")
 
 
 def polls_for_stop() -> None:
     while not lp.wait_for_stop(0.2):
-        pass
-    print("polls_for_stop: clean exit", flush=True)
+        logging.info("polls_for_stop: not yet")
+    logging.info("polls_for_stop: clean exit")
 
 
 def waits_for_stop() -> None:
     lp.wait_for_stop()
-    print("waits_for_stop: clean exit", flush=True)
+    logging.info("waits_for_stop: clean exit")
 
 
 def waits_on_event() -> None:
     lp.stop_event().wait()
-    print("waits_on_event: clean exit", flush=True)
+    logging.info("waits_on_event: clean exit")
 
 
 def has_stop_handler() -> None:
-    lp.register_stop_handler(lambda: print("stop handler called", flush=True))
-    lp.wait_for_stop()
+    stopping = threading.Event()
+
+    def handler() -> None:
+        logging.info("stop handler called")
+        stopping.set()
+
+    lp.register_stop_handler(handler)
+    stopping.wait()
+    logging.info("has_stop_handler: clean exit")
 
 
 def stops_program() -> None:
-    time.sleep(1.0)
+    lp.wait_for_stop(1.0)
     lp.stop()
 
 
@@ -43,8 +56,14 @@ def make_program() -> lp.Program:
     return program
 
 
-if __name__ == "__main__":
-    for attempt in range(3):
-        controller = lp.launch(make_program(), launch_type=sys.argv[1] if len(sys.argv) > 1 else "local_mt")
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError("Too many command-line arguments.")
+    for attempt in range(_LAUNCHES.value):
+        controller = lp.launch(make_program())
         controller.wait()
-        print(f"program finished {attempt}", flush=True)
+        logging.info("program finished %d", attempt)
+
+
+if __name__ == "__main__":
+    app.run(main)

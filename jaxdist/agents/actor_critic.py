@@ -3,7 +3,8 @@ batch meets it: the torso a config names, the action distribution, observation a
 normalisation, the actor-critic network, the policy actors act with, and the learner's state.
 
 **Torsos.** A torso maps observations to features. ``network`` names it: ``"mlp"`` (vector
-observations, widths ``hidden``), ``"cnn"`` (the Nature-DQN torso for images) or
+observations, widths ``hidden``), ``"cnn"`` (images: the Nature-DQN torso, or MinAtar's for
+grids too small for it) or
 ``"package.module:function"``; in Python any callable. A named function is imported and called
 with no arguments wherever the network is built (learner, actors, evaluator), so it must return a
 fresh flax module each time. Custom torsos get observations as they come (uint8 images stay
@@ -57,7 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxdist.agents.experiment import check_network_name
+from jaxdist.agents.experiment import CNN_MIN_SIZE, check_network_name
 from jaxdist.envs.spaces import ActionSpace, EnvInfo
 from jaxdist.learning import parallel
 
@@ -82,11 +83,12 @@ class MLP(nn.Module):
         return x
 
 
-class NatureCNN(nn.Module):
-    """The Nature-DQN torso (Mnih et al., 2015): conv 32 8x8 stride 4, 64 4x4 stride 2, 64 3x3
-    stride 1 (VALID, ReLU), flatten, Dense 512 ReLU. Images ``(..., H, W, C)``, at least
-    36 pixels a side (``config.CNN_MIN_SIZE``); uint8 is scaled
-    by 1/255 here, so actors can send frames as bytes; floats are taken as already scaled."""
+class CNN(nn.Module):
+    """The image torso, sized by the image. From ``CNN_MIN_SIZE`` pixels a side, the Nature-DQN
+    torso (Mnih et al., 2015): conv 32 8x8 stride 4, 64 4x4 stride 2, 64 3x3 stride 1 (VALID,
+    ReLU), flatten, Dense 512 ReLU. Below, MinAtar's (Young and Tian, 2019), for its 10x10 grids:
+    conv 16 3x3 stride 1 (SAME, ReLU), flatten, Dense 128 ReLU. Images ``(..., H, W, C)``; uint8
+    is scaled by 1/255 here, so actors can send frames as bytes; floats are taken as scaled."""
 
     kernel_init: Initializer = nn.initializers.orthogonal(np.sqrt(2))
 
@@ -97,11 +99,14 @@ class NatureCNN(nn.Module):
             x = x / 255.0
         batch = x.shape[:-3]
         x = x.reshape((-1, *x.shape[-3:]))
-        for features, size, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
-            x = nn.relu(nn.Conv(features, (size, size), (stride, stride), padding="VALID",
+        small = min(x.shape[1:3]) < CNN_MIN_SIZE
+        convolutions = ((16, 3, 1, "SAME"),) if small else ((32, 8, 4, "VALID"), (64, 4, 2, "VALID"),
+                                                              (64, 3, 1, "VALID"))
+        for features, size, stride, padding in convolutions:
+            x = nn.relu(nn.Conv(features, (size, size), (stride, stride), padding=padding,
                                 kernel_init=self.kernel_init)(x))
         x = x.reshape((*batch, -1))
-        return nn.relu(nn.Dense(512, kernel_init=self.kernel_init)(x))
+        return nn.relu(nn.Dense(128 if small else 512, kernel_init=self.kernel_init)(x))
 
 
 def torso(network: Network, hidden: Sequence[int], *,
@@ -112,7 +117,7 @@ def torso(network: Network, hidden: Sequence[int], *,
     if network == "mlp":
         return MLP(tuple(hidden), activation, kernel_init)
     if network == "cnn":
-        return NatureCNN(kernel_init)
+        return CNN(kernel_init)
     if isinstance(network, str):
         factory = _import_factory(network)
     elif callable(network):

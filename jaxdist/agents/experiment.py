@@ -105,7 +105,7 @@ def check_choices(config: Any) -> None:
             raise ValueError(f"{name} must be one of {', '.join(map(repr, typing.get_args(hint)))}, got {value!r}")
 
 
-CNN_MIN_SIZE = 36  # the Nature-DQN torso's VALID convolutions take 36 -> 8 -> 3 -> 1 pixels
+CNN_MIN_SIZE = 36  # the Nature-DQN torso's VALID convolutions take 36 -> 8 -> 3 -> 1 pixels; smaller: MinAtar's
 _FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
@@ -117,11 +117,13 @@ def check_network_name(network: Any) -> None:
 
 
 def check_network_input(network: Any, env_id: str, obs_shape: tuple[int, ...]) -> None:
-    """Refuse the Nature-DQN torso for observations it cannot take, before a learner fails on them."""
-    if network == "cnn" and (len(obs_shape) != 3 or min(obs_shape[:2]) < CNN_MIN_SIZE):
-        raise ValueError(f"network 'cnn' (the Nature-DQN torso) takes images (height, width, channels) of at least "
-                         f"{CNN_MIN_SIZE} pixels a side; {env_id}'s observations are {obs_shape}: use --network mlp "
-                         f"or a torso of your own")
+    """Refuse a built-in torso for observations it cannot take, before a learner fails on them."""
+    if network == "cnn" and len(obs_shape) != 3:
+        raise ValueError(f"network 'cnn' takes images (height, width, channels); {env_id}'s observations are "
+                         f"{obs_shape}: use --network mlp or a torso of your own")
+    if network == "mlp" and len(obs_shape) != 1:
+        raise ValueError(f"network 'mlp' takes flat observations; {env_id}'s are {obs_shape}: use --network cnn for "
+                         f"images or a torso of your own")
 
 
 def _number(value: float) -> str:
@@ -185,6 +187,10 @@ class AgentConfig:
     """Trajectory sends an actor may have pending."""
     max_send_wait: float = 5.0
     """Seconds an actor waits for a send slot before dropping a trajectory."""
+    inference: Literal["actor", "central"] = "actor"
+    """Where the actors' policy runs: actor, in each actor; central, in one inference node on the
+    learner's host that answers every actor's observations with one batched policy call (SEED RL),
+    a round trip per step for the actors, which then only step envs (sebulba, gymnasium backends)."""
     checkpoint_every_updates: int = 200
     replay_checkpoint_seconds: float | None = None
     """Save the replay's contents this often and at a stop (None: not saved)."""
@@ -236,6 +242,10 @@ class AgentConfig:
                              f"--num-actors {self.learner_hosts}")
         if self.batch_size % self.learner_hosts:
             raise ValueError(f"learner_hosts ({self.learner_hosts}) must divide the batch ({self.batch_size})")
+        if self.inference == "central" and (self.architecture != "sebulba" or self.env_backend == "jax"):
+            raise ValueError("--inference central answers actors that step gymnasium's envs; under --architecture "
+                             "anakin or --env-backend jax the policy plays inside the envs' jitted scan: drop "
+                             "--inference central")
         if self.stop_at_target and self.target_return is None:
             raise ValueError(f"stop_at_target needs a target_return: {self.env_id} has no preset one")
         sweep.check(self)
@@ -511,11 +521,16 @@ class Sebulba:
                 parts.append(jd.CourierNode(evaluator, agent, learners[0]))
             self.program.add_node(jd.ColocationNode(parts, mode="threads"), label="learner")
         self.learner = learners[0]
-        self.acting = self.program.add_group("actor", functools.partial(actor_node, agent, learners[0], replays),
-                                             config.num_actors)
         # A learner process (with its replay) on each of the first learner_hosts hosts, actors
         # round-robin over the hosts (actor i beside the replay it feeds when every host has a learner).
         self.placement = {"learner": jd.per_host() if hosts > 1 else jd.on_host(0), "actor": jd.spread()}
+        policy_source = learners[0]
+        if config.inference == "central":
+            server = jd.CourierNode(inference_server, agent, learners[0]).with_options(restart=ACTOR_RESTART)
+            policy_source = self.program.add_node(server, label="inference")
+            self.placement["inference"] = jd.on_host(0)
+        self.acting = self.program.add_group("actor", functools.partial(actor_node, agent, policy_source, replays),
+                                             config.num_actors)
         if hosts > 1:
             self.program.add_node(jd.CourierNode(evaluator, agent, learners[0]), label="evaluator")
             self.placement["evaluator"] = jd.on_host(0)
@@ -643,10 +658,14 @@ def actor_seed(seed: int, index: int) -> int:
     return seed * 1_000_003 + index * 10_007
 
 
-def env_spec(config: AgentConfig, num_envs: int) -> EnvSpec:
+def env_spec(config: AgentConfig, num_envs: int, evaluation: bool = False) -> EnvSpec:
     """The actors' envs, or the evaluator's (one episode per env): with the JAX backend it plays
-    all its episodes in one jitted call, on the port that is checked against gymnasium's env."""
-    return EnvSpec(config.env_id, num_envs, config.env_backend)
+    all its episodes in one jitted call, on the port that is checked against gymnasium's env. An
+    Atari game is evaluated on whole games with the game's scores (``jaxdist.envs.atari``)."""
+    from jaxdist.envs import atari
+
+    kwargs = atari.EVALUATION if evaluation and atari.is_atari(config.env_id) else {}
+    return EnvSpec(config.env_id, num_envs, config.env_backend, kwargs)
 
 
 def saves_every(config: AgentConfig) -> str:
@@ -766,23 +785,37 @@ def swept(agent: Agent) -> Any:
                         lambda values: agent.part("learner_logic", sweep.traced(config, values), agent.env), population)
 
 
-def actor_node(agent: Agent, params: jd.Handle, replays: list[jd.Handle], index: int) -> jd.CourierNode:
+def actor_node(agent: Agent, policy_source: jd.Handle, replays: list[jd.Handle], index: int) -> jd.CourierNode:
     """Actor ``index``, feeding the replay of learner host ``index % hosts``: the actor group's
     factory, for the actors at launch and for those ``running.scale("actor", n)`` adds."""
-    return jd.CourierNode(actor, agent, index, params, replays[index % len(replays)]).with_options(
+    return jd.CourierNode(actor, agent, index, policy_source, replays[index % len(replays)]).with_options(
         restart=ACTOR_RESTART)
 
 
-def actor(agent: Agent, index: int, params: Any, replay: Any) -> Any:
+def actor(agent: Agent, index: int, policy_source: Any, replay: Any) -> Any:
+    """Actor ``index``, acting with its policy on the parameters of ``policy_source`` (the
+    learner), or, under ``inference="central"``, through ``policy_source``, the inference node."""
     from jaxdist.nodes.actor import Actor
 
     config = agent.config
+    central = config.inference == "central"
     sink = replay if agent.sink is None else agent.part("sink", config, replay)
-    return Actor(agent.part("policy", config, agent.env, index), env_spec(config, config.envs_per_actor), params,
+    return Actor(None if central else agent.part("policy", config, agent.env, index),
+                 env_spec(config, config.envs_per_actor), None if central else policy_source,
                  sink, trajectory_length=config.trajectory_length, seed=actor_seed(config.seed, index),
                  refresh_every_seconds=config.param_refresh_seconds, max_in_flight=config.max_in_flight,
-                 max_send_wait=config.max_send_wait,
+                 max_send_wait=config.max_send_wait, inference=policy_source if central else None,
                  params_like=functools.partial(published_shapes, agent) if config.env_backend == "jax" else None)
+
+
+def inference_server(agent: Agent, params: Any) -> Any:
+    """The inference node of ``inference="central"``: actor 0's policy for every actor."""
+    from jaxdist.nodes.inference import InferenceServer
+
+    config = agent.config
+    return InferenceServer(agent.part("policy", config, agent.env, 0), params, max_callers=config.num_actors,
+                           seed=actor_seed(config.seed, config.num_actors + 2),
+                           refresh_every_seconds=config.param_refresh_seconds)
 
 
 def published_shapes(agent: Agent) -> Any:
@@ -797,7 +830,8 @@ def evaluator(agent: Agent, params: Any) -> Any:
     from jaxdist.nodes.evaluator import Evaluator
 
     config = agent.config
-    return Evaluator(agent.part("policy", config, agent.env, None), env_spec(config, config.eval_episodes), params,
+    return Evaluator(agent.part("policy", config, agent.env, None),
+                     env_spec(config, config.eval_episodes, evaluation=True), params,
                      every_updates=config.eval_every_updates, seed=actor_seed(config.seed, config.num_actors + 1),
                      target_return=config.target_return, stop_at_target=config.stop_at_target,
                      final_version=config.total_updates,

@@ -66,9 +66,10 @@ class RunOptions:
     """How to run, not what: none of these is saved with the config."""
 
     launcher: Literal["threads", "processes", "multihost", "ray"] = "processes"
-    """multihost: run this same command on every host (see the README's runbook); ray: on a Ray cluster."""
+    """multihost: run this same command on every host (docs: the several-hosts guide); ray: on a Ray cluster."""
     run_dir: str | None = None
-    """Default: runs/<agent>-<env>-seed<seed>, e.g. runs/ppo-cartpole-seed0."""
+    """Default: runs/<agent>-<env>-seed<seed>, e.g. runs/ppo-cartpole-seed0, with a non-default
+    architecture or env backend named before the seed: runs/ppo-cartpole-anakin-seed0."""
     fresh: bool = False
     """Delete the run directory first and start over (default: resume from its checkpoints); not
     under multihost, whose hosts share the directory: delete it once before launching."""
@@ -424,8 +425,13 @@ def saved_update(checkpoints: str) -> int | None:
 
 
 def default_run_dir(agent: Trainable) -> str:
-    """``runs/<agent>-<env>-seed<seed>``, e.g. ``runs/ppo-cartpole-seed0``."""
-    return os.path.join("runs", f"{agent.name}-{env_slug(agent.config.env_id)}-seed{agent.config.seed}")
+    """``runs/<agent>-<env>-seed<seed>``, e.g. ``runs/ppo-cartpole-seed0``, with an architecture or
+    env backend that is not the default named before the seed (``runs/ppo-cartpole-anakin-seed0``),
+    so that variants of one command do not collide in one directory."""
+    config = agent.config
+    variant = [value for field, default in (("architecture", "sebulba"), ("env_backend", "auto"))
+               if (value := getattr(config, field, default)) != default]
+    return os.path.join("runs", "-".join([agent.name, env_slug(config.env_id), *variant, f"seed{config.seed}"]))
 
 
 class Trainable(Protocol):

@@ -132,6 +132,12 @@ class Client:
     def __repr__(self) -> str:
         return f"courier.Client({self.address!r})"
 
+    def __reduce__(self) -> NoReturn:
+        raise TypeError(
+            f"{self!r} holds a live connection and its launch's token, so it does not pickle (the token would "
+            f"travel with the pickle): pass the node's handle, which becomes a client where it is used, or make "
+            f"courier.Client(address, token=...) in the process that calls")
+
     def _with(self, options: "_CallOptions") -> "Client":
         clone = object.__new__(Client)
         clone.address, clone._options, clone._connection = self.address, options, self._connection

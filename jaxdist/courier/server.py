@@ -294,8 +294,8 @@ class Server:
     def _resolve(self, name: str, context: grpc.ServicerContext) -> Callable[..., Any]:
         """The method, once the object is attached (waiting for it within the deadline)."""
         if not self._attached.is_set():
-            remaining = context.time_remaining()
-            wait = _NOT_ATTACHED_WAIT if remaining is None else max(0.0, remaining)
+            remaining = context.time_remaining()  # a call without a deadline has a vast one here
+            wait = _NOT_ATTACHED_WAIT if remaining is None else min(max(0.0, remaining), threading.TIMEOUT_MAX)
             if not self._attached.wait(wait):
                 context.abort(grpc.StatusCode.UNAVAILABLE, "the node is still being constructed")
         method = self._methods.get(name)

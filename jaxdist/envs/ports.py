@@ -8,13 +8,19 @@ import importlib.util
 JAX_PORTS = ("CartPole-v1", "Pendulum-v1")
 """The ids ``jaxdist.envs.jax_envs`` ports itself, checked step for step against gymnasium's envs."""
 
-GYMNAX_IDS = ("Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0")
+GYMNAX_IDS = ("Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Breakout-MinAtar",
+              "SpaceInvaders-MinAtar", "Asterix-MinAtar", "Freeway-MinAtar")
 """gymnax's envs that gymnasium also knows by the same id (the agents read an env's spaces from
-gymnasium's): with ``jaxdist[jaxenv]`` these have a JAX version too."""
+gymnasium's; the MinAtar games are registered by ``jaxdist.envs.gymnax_as_gym``): with
+``jaxdist[jaxenv]`` these have a JAX version too."""
 
 
 def gymnax_installed() -> bool:
     return importlib.util.find_spec("gymnax") is not None
+
+
+def envpool_installed() -> bool:
+    return importlib.util.find_spec("envpool") is not None
 
 
 def jax_version_missing(env_id: str) -> str | None:

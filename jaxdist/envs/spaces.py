@@ -18,6 +18,8 @@ from typing import Any
 import gymnasium
 import numpy as np
 
+from jaxdist.envs import atari, gymnax_as_gym
+
 _SUPPORTED = "Discrete (starting at 0) and float Box"
 
 
@@ -83,11 +85,14 @@ def env_info(env_id: str) -> EnvInfo:
     ``"module:EnvId"`` ids work as in ``gymnasium.make``: the module is imported first, so it can
     register the env; that is how an env of your own reaches actors in other processes.
     """
-    env = _make(env_id)
-    try:
-        obs, action = env.observation_space, env.action_space
-    finally:
-        env.close()
+    if atari.is_atari(env_id):
+        obs, action = atari.spaces(env_id)
+    else:
+        env = _make(env_id)
+        try:
+            obs, action = env.observation_space, env.action_space
+        finally:
+            env.close()
     if not isinstance(obs, gymnasium.spaces.Box):
         raise ValueError(f"{env_id}: observation space {obs} is not supported; observations must "
                          "be one array (a Box); flatten others with gymnasium's wrappers")
@@ -96,6 +101,7 @@ def env_info(env_id: str) -> EnvInfo:
 
 
 def _make(env_id: str) -> Any:
+    gymnax_as_gym.register()
     if ":" in env_id:
         module = env_id.split(":")[0]
         try:

@@ -10,8 +10,9 @@ Backends: ``"vector"`` (the env's own vectorized implementation, ``make_vec(...,
 vectorization_mode="vector_entry_point")``: no Python per env; CartPole has one),
 ``"sync"`` (``SyncVectorEnv``), ``"async"`` (``AsyncVectorEnv`` with shared memory, workers
 from a ``forkserver`` so that none is forked from a process that already runs JAX or gRPC
-threads), ``"envpool"`` (when EnvPool is installed), and ``"auto"``: vector when the env has a
-vector entry point, else EnvPool when installed, else sync. ``"jax"`` is not gymnasium's: the
+threads), ``"envpool"`` (when EnvPool is installed), and ``"auto"``: EnvPool for its Atari games
+(``jaxdist.envs.atari``), vector when the env has a vector entry point, else sync; never a choice
+that depends on what else is installed, so one command plays the same envs on every machine. ``"jax"`` is not gymnasium's: the
 env's JAX version (``jaxdist.envs.jax_envs``) played with the actor's policy a whole trajectory per
 jitted dispatch (``jaxdist.envs.jax_rollout.JaxVectorEnv``, made by the same ``make(seed)``).
 
@@ -33,6 +34,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+
+from jaxdist.envs.ports import envpool_installed
 
 if TYPE_CHECKING:
     from jaxdist.envs.jax_rollout import JaxVectorEnv
@@ -79,11 +82,7 @@ class EnvSpec:
 
             return JaxVectorEnv(jax_env(registered_id(self.env_id)), self.num_envs, seed)
         backend = resolve_backend(self.env_id, self.backend)
-        return VectorEnv(_make_raw(self, backend), backend, seed)
-
-
-def envpool_installed() -> bool:
-    return importlib.util.find_spec("envpool") is not None
+        return VectorEnv(_make_raw(self, backend, seed), backend, seed)
 
 
 def backend_unavailable(backend: str) -> str | None:
@@ -98,25 +97,32 @@ def resolve_backend(env_id: str, backend: str = "auto") -> str:
     missing = backend_unavailable(backend)
     if missing:
         raise ImportError(missing)
+    from jaxdist.envs import atari
+
+    if atari.is_atari(env_id):
+        if backend not in ("auto", "envpool"):
+            raise ValueError(f"{env_id} is EnvPool's Atari game: use env backend 'envpool' (or 'auto')")
+        return "envpool"
     if backend != "auto":
         return backend
     import gymnasium as gym
 
-    if gym.spec(registered_id(env_id)).vector_entry_point is not None:
-        return "vector"
-    return "envpool" if envpool_installed() else "sync"
+    return "vector" if gym.spec(registered_id(env_id)).vector_entry_point is not None else "sync"
 
 
 def registered_id(env_id: str) -> str:
     """The id under which gymnasium knows ``env_id``: for ``module:EnvId``, ``EnvId`` once the
     module (which registers it on import) is imported in this process."""
+    from jaxdist.envs import gymnax_as_gym
+
+    gymnax_as_gym.register()
     module, _, name = env_id.rpartition(":")
     if module:
         importlib.import_module(module)
     return name
 
 
-def _make_raw(spec: EnvSpec, backend: str) -> Any:
+def _make_raw(spec: EnvSpec, backend: str, seed: int) -> Any:
     import gymnasium as gym
     from gymnasium.vector import AutoresetMode
 
@@ -125,6 +131,12 @@ def _make_raw(spec: EnvSpec, backend: str) -> Any:
     if backend == "envpool":
         import envpool
 
+        from jaxdist.envs import atari
+
+        kwargs = {"seed": seed, **kwargs}  # EnvPool seeds its envs where it makes them, not at reset
+        if atari.is_atari(spec.env_id):
+            env = envpool.make_gymnasium(spec.env_id, num_envs=spec.num_envs, **{**atari.TRAINING, **kwargs})
+            return atari.ChannelsLast(env, spec.env_id)
         return envpool.make_gymnasium(spec.env_id, num_envs=spec.num_envs, **kwargs)
     if backend == "vector":
         env = gym.make_vec(spec.env_id, spec.num_envs, vectorization_mode="vector_entry_point", **kwargs)

@@ -59,8 +59,8 @@ def launch(program: Program, launcher: str = "processes", **options: Any) -> Run
         (learners, replay, parameter servers and cachers come back; plain nodes do not).
         start_timeout: seconds to wait for the nodes to bind and be built (300).
 
-    ``"multihost"``: the same script on every host; each host starts its share (see the README's
-    "Running on several hosts"). Everything of ``"processes"``, and:
+    ``"multihost"``: the same script on every host; each host starts its share (see the docs' guide
+    "Several hosts"). Everything of ``"processes"``, and:
         hosts, host_index: the host list and this host's place in it (default: from SLURM or
         TPU-VM variables). placement: per group, ``jd.on_host(i)``, ``jd.per_host()`` or
         ``jd.spread()``. base_port (47000), ports_per_host: the port ranges. coordinator:

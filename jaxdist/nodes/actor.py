@@ -96,7 +96,7 @@ class Actor:
                  table: str = "default", max_steps: int | None = None, episode_window: int = 20,
                  keep_episodes: int = 10_000, log_every_seconds: float | None = None,
                  rng_impl: str | None = "unsafe_rbg", params_like: Callable[[], Any] | None = None,
-                 name: str | None = None) -> None:
+                 inference: Any = None, name: str | None = None) -> None:
         if trajectory_length < 1:
             raise ValueError(f"trajectory_length must be >= 1, got {trajectory_length}")
         if max_in_flight < 1:
@@ -109,14 +109,24 @@ class Actor:
         self._max_steps = max_steps
         self._in_program = node is not None
         self._env = env.make(seed)
+        if (inference is None) == (policy is None):
+            raise ValueError("an actor runs its own policy (policy and params) or asks an inference node "
+                             "(inference=, with policy and params None): give one of them")
+        if inference is not None and self._env.backend == "jax":
+            raise ValueError("a JAX-backend actor plays its policy inside each trajectory's jitted scan, so it cannot "
+                             "ask an inference node: use a gymnasium backend, or per-actor inference")
         # Raw key data in and out of the jitted step: a typed key would be rewrapped in Python
         # on every return (~25 us a step here).
         self._key = jax.random.key_data(jax.random.key(seed, impl=rng_impl))
-        self._step_fn = jitted_step(policy, rng_impl)
         self._owns_variables = not isinstance(params, VariableClient)
-        self._variables = params if not self._owns_variables else VariableClient(
-            params, refresh_every_seconds=refresh_every_seconds, first_fetch_timeout=first_fetch_timeout)
-        self._device_params: tuple[int, Any] = (-2, None)
+        if inference is not None:
+            self._variables: Any = InferenceClient(inference, send_retry_for, first_fetch_timeout)
+            self._choose = self._choose_remotely
+        else:
+            self._step_fn = jitted_step(policy, rng_impl)
+            self._variables = params if not self._owns_variables else VariableClient(
+                params, refresh_every_seconds=refresh_every_seconds, first_fetch_timeout=first_fetch_timeout)
+            self._choose = self._choose_here
         send, room = _make_send(sink, table, insert_timeout)
         self._sender = _Sender(send, max_in_flight, max_send_wait, self.name, room=room,
                               retry_for=send_retry_for, stopping=self._should_stop)
@@ -192,13 +202,12 @@ class Actor:
         """A gymnasium vector env: a policy call and an env step per step, rows written into
         the trajectory's buffers."""
         env, T, num_envs = self._env, self._T, self._env.num_envs
-        step_fn = self._step_fn
+        choose = self._choose
         key = self._key
         timestep = self._first_timestep
         rows, extras, versions, t = None, [], [], 0
         while not self._should_stop():
-            version, params = self._params()
-            key, action, extra = step_fn(params, timestep.obs, key)
+            key, action, extra, version = choose(timestep.obs, key)
             action = np.asarray(action)
             if rows is None:
                 rows = _new_rows(timestep, action, T + 1)
@@ -232,7 +241,7 @@ class Actor:
         while not self._should_stop():
             self._sender.wait_for_room(items=env.num_envs)
             self._variables.refresh(timeout=PARAMS_BEFORE_PLAY_TIMEOUT)
-            previous, (version, params) = version, self._params()
+            previous, (version, params) = version, self._variables.latest_on_device()
             columns = env.trajectory(params)
             columns["version"] = np.full(columns["reward"].shape, version, np.int32)  # (envs, T + 1)
             columns["version"][:, 0] = previous
@@ -269,29 +278,30 @@ class Actor:
             if self._env.backend == "jax":  # reset and first actions need the parameters
                 if self._params_like is not None:  # compile while the parameters' source starts
                     self._env.compile(self._policy, self._params_like(), self._T, self._rng_impl)
-                version, params = self._params()
+                version, params = self._variables.latest_on_device()
                 fetched = time.monotonic()
                 self._env.start(self._policy, params, self._T, self._rng_impl)  # compiles the trajectory
                 self._start_version = version
             else:
                 self._first_timestep = self._env.reset()
-                version, params = self._params()  # waits for the first parameters
+                version = self._variables.latest()[0]  # waits for the first parameters (or an inference node)
                 fetched = time.monotonic()
-                _block(self._step_fn(params, self._first_timestep.obs, self._key))  # compiles; result unused
+                _block(self._choose(self._first_timestep.obs, self._key))  # compiles; result unused
             if self._in_program:  # a line for the node's log
                 print(f"{self.name}: {self._env!r}; parameters v{version} after {fetched - start:.2f} s, policy "
                       f"compiled in {time.monotonic() - fetched:.2f} s", flush=True)
         except BaseException as exc:  # noqa: BLE001 - re-raised by run()
             self._warm_up_error = exc
 
-    def _params(self) -> tuple[int, Any]:
-        """The newest parameters, on device (moved there once per version)."""
-        version, params = self._variables.latest()
-        if version != self._device_params[0]:
-            import jax
+    def _choose_here(self, obs: Any, key: Any) -> tuple[Any, Any, dict, int]:
+        """``(key, action, extras, version)``: the policy's choice with the newest parameters held."""
+        version, params = self._variables.latest_on_device()
+        return (*self._step_fn(params, obs, key), version)
 
-            self._device_params = (version, jax.device_put(params))
-        return self._device_params
+    def _choose_remotely(self, obs: Any, key: Any) -> tuple[Any, Any, dict, int]:
+        """The inference node's choice, in one round trip (the key stays unused: the node samples)."""
+        action, extras, version = self._variables.act(obs)
+        return key, action, extras, version
 
     def _send(self, rows: dict[str, np.ndarray], extras: list, versions: list) -> None:
         """Hand a complete trajectory to the sender. The policy's extras are device arrays: they
@@ -555,4 +565,51 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-__all__ = ["Actor", "Policy", "jitted_step"]
+class InferenceClient:
+    """An actor's side of an inference node (``jaxdist.nodes.inference``), in the place of its
+    ``VariableClient``: ``act`` retried with jittered backoff (0.05 s doubling to 1 s) while the
+    node is away (starting, or restarted by the launcher), for up to ``retry_for`` seconds;
+    ``version`` and ``stats`` (``errors``: calls that found it away) as a ``VariableClient`` has them."""
+
+    def __init__(self, server: Any, retry_for: float = 60.0, first_fetch_timeout: float = 300.0) -> None:
+        self._server, self._retry_for, self._first_fetch_timeout = server, retry_for, first_fetch_timeout
+        self.version = -1
+        self.stats = {"errors": 0}
+
+    def latest(self) -> tuple[int, None]:
+        """Wait until the node holds parameters: ``(version, None)`` (the parameters stay there)."""
+        give_up_at = time.monotonic() + self._first_fetch_timeout
+        while True:
+            version = self._call(self._server.stats, give_up_at)["version"]
+            if version >= 0:
+                self.version = version
+                return version, None
+            if time.monotonic() > give_up_at:
+                raise TimeoutError(f"the inference node held no parameters within {self._first_fetch_timeout} s; "
+                                   f"is the learner publishing?")
+            time.sleep(0.05)
+
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray], int]:
+        """``(action, extras, version)`` for ``obs``, the observations of one actor's envs."""
+        action, extras, version = self._call(lambda: self._server.act(obs), time.monotonic() + self._retry_for)
+        self.version = int(version)
+        return action, extras, self.version
+
+    def _call(self, call: Any, give_up_at: float) -> Any:
+        delay = 0.05
+        while True:
+            try:
+                return call()
+            except (ConnectionError, TimeoutError, futures.CancelledError):  # away: starting or restarting
+                self.stats["errors"] += 1
+                wait = delay * (0.5 + random.random())
+                if time.monotonic() + wait > give_up_at:
+                    raise
+                time.sleep(wait)
+                delay = min(2 * delay, 1.0)
+
+    def close(self) -> None:
+        """Nothing to release: the calls are the actor's own."""
+
+
+__all__ = ["Actor", "InferenceClient", "Policy", "jitted_step"]

@@ -75,6 +75,11 @@ class CourierNode(Node):
     def stops_first(self) -> bool:
         return self._stops_first
 
+    def serve(self, server: courier.Server, obj: Any) -> None:
+        """Serve the constructed object on the node's bound server (a subclass may hand the
+        server to the object instead, as Launchpad's `set_courier_server` protocol does)."""
+        server.attach(obj)
+
     def executable(self, context: NodeContext) -> Executable:
         return _CourierExecutable(self, context)
 
@@ -101,7 +106,7 @@ class _CourierExecutable(Executable):
         kwargs = replace_handles(node.kwargs, make_client)
         with node_context(self._context):
             self._object = node.cls(*args, **kwargs)
-        self._server.attach(self._object)
+        node.serve(self._server, self._object)
         self.has_run = node.run_enabled and callable(getattr(self._object, "run", None))  # a factory's product decides
 
     def run(self) -> None:

@@ -199,6 +199,7 @@ class VariableClient:
         self._on_update = on_update
         self._first_fetch_timeout = first_fetch_timeout
         self._held: tuple[int, Any] = (-1, None)  # swapped as one tuple: version and params agree
+        self._on_device: tuple[int, Any] = (-2, None)
         self._calls = 0
         self._due = threading.Event()
         self._closed = threading.Event()
@@ -222,6 +223,16 @@ class VariableClient:
     def version(self) -> int:
         """The version of `params` (-1 before the first fetch)."""
         return self._held[0]
+
+    def latest_on_device(self) -> tuple[int, Any]:
+        """``latest()`` with the params moved to the default device once per version (what a
+        jitted policy takes on every step)."""
+        version, params = self.latest()
+        if version != self._on_device[0]:
+            import jax
+
+            self._on_device = (version, jax.device_put(params))
+        return self._on_device
 
     def latest(self) -> tuple[int, Any]:
         """(version, params) read together; blocks like `params` before the first fetch."""

@@ -96,7 +96,7 @@ def test_an_env_without_a_jax_version_is_refused_before_launching_where_one_is_n
     with pytest.raises(ValueError, match="--env-backend jax plays .* no JAX version of 'Corridor-v0'"):
         impala.IMPALAConfig(env_id="my_envs:Corridor-v0", env_backend="jax")
     monkeypatch.setattr(ports, "gymnax_installed", lambda: False)
-    with pytest.raises(ValueError, match=r"gymnax's Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0 with "
+    with pytest.raises(ValueError, match=r"gymnax's Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0, Breakout-MinAtar, .*, Freeway-MinAtar with "
                                          r"pip install 'jaxdist\[jaxenv\]'"):
         ppo.PPOConfig(env_id="Acrobot-v1", env_backend="jax")
     assert ppo.PPOConfig(env_id="Pendulum-v1", env_backend="jax", architecture="anakin").env_id == "Pendulum-v1"
@@ -131,9 +131,12 @@ def test_a_network_is_refused_by_its_name_or_by_the_observations_it_cannot_take(
     with pytest.raises(ValueError, match="network must be 'mlp', 'cnn' or 'package.module:function'; got 'bogus'"):
         ppo.PPOConfig(network="bogus")
     assert ppo.PPOConfig(network="my_package.nets:torso").network == "my_package.nets:torso"
-    with pytest.raises(ValueError, match=r"takes images \(height, width, channels\) of at least 36 pixels a side; "
+    with pytest.raises(ValueError, match=r"takes images \(height, width, channels\); "
                                          r"CartPole-v1's observations are \(4,\)"):
         ppo.agent(ppo.PPOConfig(network="cnn"))
+    with pytest.raises(ValueError, match=r"network 'mlp' takes flat observations; pixel_envs:PixelChase-v0's are "
+                                         r"\(36, 36, 1\): use --network cnn"):
+        ppo.agent(ppo.PPOConfig(env_id="pixel_envs:PixelChase-v0"))
     with pytest.raises(ValueError, match="network 'cnn'"):
         apex.agent(apex.ApexConfig(network="cnn"))
     assert ppo.agent(ppo.PPOConfig(env_id="pixel_envs:PixelChase-v0", network="cnn")).env.obs_shape == (36, 36, 1)

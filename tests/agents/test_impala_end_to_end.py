@@ -23,7 +23,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_script_solves_cartpole_across_processes(tmp_path):
-    # Seed 3: the README's table has it at the target in 34k env steps; seed 0 (the default) once
+    # Seed 3: the benchmarks page's table had it at the target in 34k env steps; seed 0 (the default) once
     # plateaued at returns of 200-280 for 2M env steps.
     done = subprocess.run([sys.executable, os.path.join(REPO, "experiments", "impala.py"), "--run-dir", str(tmp_path),
                            "--stop-at-target", "--quiet", "--compilation-cache", "", "--seed", "3"],

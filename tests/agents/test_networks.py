@@ -23,6 +23,7 @@ VARIANTS = {  # name: (action space, network, observation shape, observation dty
     "continuous_mlp": (BOX, "mlp", (4,), np.float32),
     "discrete_cnn": (DISCRETE, "cnn", FRAME, np.uint8),
     "continuous_cnn": (BOX, "cnn", FRAME, np.uint8),
+    "discrete_minatar_cnn": (DISCRETE, "cnn", (10, 10, 4), np.float32),
     "custom_by_name": (DISCRETE, "pixel_envs:small_cnn", FRAME, np.uint8),
     "custom_callable": (BOX, pixel_envs.small_cnn, FRAME, np.uint8),
 }
@@ -111,6 +112,14 @@ def test_nature_torso_has_the_papers_layers():
     kernels = [params[f"Conv_{i}"]["kernel"].shape for i in range(3)]
     assert kernels == [(8, 8, 1, 32), (4, 4, 32, 64), (3, 3, 64, 64)]
     assert params["Dense_0"]["kernel"].shape == (64, 512)  # 36 -> 8 -> 3 -> 1, 64 channels
+
+
+def test_cnn_takes_grids_too_small_for_the_nature_torso_with_minatars_layers():
+    """The Nature-DQN torso's VALID convolutions cannot take MinAtar's 10x10 grids."""
+    params = torso("cnn", ()).init(jax.random.key(0), jnp.zeros((1, 10, 10, 4)))["params"]
+    assert set(params) == {"Conv_0", "Dense_0"}
+    assert params["Conv_0"]["kernel"].shape == (3, 3, 4, 16)
+    assert params["Dense_0"]["kernel"].shape == (10 * 10 * 16, 128)  # SAME padding keeps the grid
 
 
 def test_a_missing_network_module_is_named():

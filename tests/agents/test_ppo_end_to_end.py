@@ -19,6 +19,7 @@ import pytest
 import jaxdist as jd
 from jaxdist import courier
 from jaxdist.agents import experiment, load_policy, ppo
+from jaxdist.agents.experiment import with_preset
 from jaxdist.agents.run import parse
 from jaxdist.agents.run import default_run_dir, train
 from jaxdist.records.metrics import read_metrics
@@ -59,6 +60,27 @@ def test_python_and_the_command_line_default_to_one_run_directory():
     a resume from the other entry point started over."""
     config, run = parse(ppo.PPOConfig, ppo.PRESETS, None, args=["--env-id", "Pendulum-v1", "--seed", "3"])
     assert run.run_dir is None and default_run_dir(ppo.agent(config)) == os.path.join("runs", "ppo-pendulum-seed3")
+
+
+def test_the_default_run_directory_names_a_variant_of_the_demo():
+    """Before, ``--architecture anakin`` or ``--env-backend jax`` after the demo met the demo's run
+    directory and was refused as another config until ``--run-dir`` was given."""
+    def run_dir(*flags):
+        config, _ = parse(ppo.PPOConfig, ppo.PRESETS, None, args=list(flags))
+        return default_run_dir(ppo.agent(config))
+
+    assert run_dir() == os.path.join("runs", "ppo-cartpole-seed0")
+    assert run_dir("--architecture", "anakin") == os.path.join("runs", "ppo-cartpole-anakin-seed0")
+    assert run_dir("--env-backend", "jax") == os.path.join("runs", "ppo-cartpole-jax-seed0")
+
+
+def test_the_scripts_usage_names_the_demos_actors_and_envs():
+    """The demo script's usage said 2 actors x 8 envs where the CartPole preset plays 1 x 16."""
+    config = with_preset(ppo.PPOConfig, "CartPole-v1", ppo.PRESETS)
+    with open(os.path.join(REPO, "experiments", "ppo.py")) as f:
+        usage = f.read()
+    actors = "actor" if config.num_actors == 1 else "actors"
+    assert f"CartPole-v1, {config.num_actors} {actors} x {config.envs_per_actor} envs" in usage
 
 
 def test_the_program_ends_itself_once_the_final_policy_is_evaluated(tmp_path):

@@ -308,10 +308,11 @@ def test_health_service_reports_serving(server):
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def test_calls_before_attach_wait_for_the_object():
+@pytest.mark.parametrize("timeout", [20, None])  # None: no deadline, waited for without an overflowed wait
+def test_calls_before_attach_wait_for_the_object(timeout):
     server = courier.Server(None).start()
     try:
-        client = courier.Client(server.address, timeout=20)
+        client = courier.Client(server.address, timeout=timeout)
         pending = client.futures.add(1)
         time.sleep(0.5)
         assert not pending.done()

@@ -8,13 +8,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdist.envs import jax_envs, ports
+from jaxdist.envs import gymnax_as_gym, jax_envs, ports
 from jaxdist.envs.jax_envs import State, jax_env
 
 
 def test_an_env_without_a_jax_version_is_named_with_those_that_have_one_and_what_to_install(monkeypatch):
     with pytest.raises(ValueError, match="no JAX version of 'Ant-v5': jaxdist.envs.jax_envs ports CartPole-v1, Pendulum-v1; "
-                                         "gymnax's Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0$"):
+                                         "gymnax's Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0, Breakout-MinAtar, "
+                                         "SpaceInvaders-MinAtar, Asterix-MinAtar, Freeway-MinAtar$"):
         jax_env("Ant-v5")
     for module in (jax_envs, ports):
         monkeypatch.setattr(module, "gymnax_installed", lambda: False)
@@ -27,6 +28,7 @@ def test_the_ids_the_configs_check_without_jax_are_those_that_have_a_jax_version
     they must name jaxdist's ports and gymnax's envs that gymnasium knows by the same id."""
     import gymnax
 
+    gymnax_as_gym.register()
     assert tuple(jax_envs.ENVS) == ports.JAX_PORTS
     assert set(ports.GYMNAX_IDS) <= set(gymnax.registered_envs)
     assert set(ports.GYMNAX_IDS) == {env_id for env_id in gymnax.registered_envs if env_id in gym.registry} - set(

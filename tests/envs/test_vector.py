@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jaxdist.envs.vector import EnvSpec, VectorEnv, envpool_installed, resolve_backend
+from jaxdist.envs import vector
+from jaxdist.envs.vector import EnvSpec, VectorEnv, resolve_backend
 
 BACKENDS = ["vector", "sync"]
-ENVPOOL = pytest.mark.skipif(not envpool_installed(), reason="EnvPool is not installed: the dev extra leaves it out "
-                             "(with its assets it adds ~900 MB); pip install envpool to step it here")
 
 
 def rollout(env, steps: int, seed: int = 0) -> list:
@@ -20,7 +19,7 @@ def rollout(env, steps: int, seed: int = 0) -> list:
     return rows
 
 
-@pytest.mark.parametrize("backend", [*BACKENDS, pytest.param("envpool", marks=ENVPOOL)])
+@pytest.mark.parametrize("backend", [*BACKENDS, "envpool"])
 def test_the_step_after_an_episode_ends_is_flagged_first_and_earns_nothing(backend):
     with EnvSpec("CartPole-v1", 4, backend).make(seed=0) as env:
         rows = rollout(env, 300)
@@ -106,18 +105,18 @@ def test_a_mujoco_env_steps_with_continuous_actions_and_its_seed_fixes_the_traje
     assert not np.allclose(first[-1], observations(0, actions_seed=1)[-1], atol=0.1)  # the actions drive it
 
 
-def test_backend_choice_and_bad_input():
+def test_backend_choice_and_bad_input(monkeypatch):
     assert resolve_backend("CartPole-v1") == "vector"  # CartPole has a vector entry point
-    assert resolve_backend("Acrobot-v1") in ("sync", "envpool")
+    assert resolve_backend("Acrobot-v1") == "sync"  # whether EnvPool is installed or not: one command, one env
     with pytest.raises(ValueError, match="unknown env backend 'gpu'"):
         EnvSpec(backend="gpu")
     with pytest.raises(ValueError, match="num_envs must be an int >= 1"):
         EnvSpec(num_envs=0)
-    if not envpool_installed():
-        with pytest.raises(ImportError, match="pip install envpool"):
-            EnvSpec(backend="envpool").make(0)
     with pytest.raises(RuntimeError, match="reset"):
         EnvSpec(num_envs=1).make(0).step(np.zeros(1, np.int64))
+    monkeypatch.setattr(vector, "envpool_installed", lambda: False)  # a machine without EnvPool
+    with pytest.raises(ImportError, match="pip install envpool"):
+        EnvSpec(backend="envpool").make(0)
 
 
 def test_episode_statistics_do_not_depend_on_when_they_are_read(monkeypatch):
@@ -139,3 +138,14 @@ def test_episode_statistics_do_not_depend_on_when_they_are_read(monkeypatch):
     assert episodes(pop_every=7, backlog=10_000) == once
     assert episodes(pop_every=10_000, backlog=3) == once
     assert episodes(pop_every=1, backlog=1) == once
+
+
+def test_envpool_envs_made_with_another_seed_start_elsewhere():
+    """EnvPool seeds its envs where it makes them and ignores reset's seed: every actor's envs
+    once started from the same states whatever their seed."""
+    def first_observations(seed: int) -> np.ndarray:
+        with EnvSpec("CartPole-v1", 2, "envpool").make(seed=seed) as env:
+            return env.reset().obs
+
+    np.testing.assert_array_equal(first_observations(3), first_observations(3))
+    assert not np.array_equal(first_observations(3), first_observations(4))

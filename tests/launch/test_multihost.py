@@ -195,6 +195,15 @@ def test_an_empty_token_is_no_token_for_a_multi_host_launch(tmp_path, monkeypatc
         jd.launch(rl_program(), launcher="multihost", hosts=["a", "b"], host_index=0, run_dir=str(tmp_path))
 
 
+def test_a_tls_dir_without_this_hosts_certificate_is_refused_saying_how_to_make_it(tmp_path, monkeypatch):
+    """Before, the missing file came out of launch() as a FileNotFoundError, and the agents'
+    scripts printed its traceback instead of one line."""
+    monkeypatch.setenv(multihost.TOKEN_ENV, "shared-secret")
+    with pytest.raises(jd.LaunchError, match="jaxdist.tools.certs .* --hosts 127.0.0.1"):
+        jd.launch(rl_program(), launcher="multihost", hosts=["127.0.0.1"], host_index=0, run_dir=str(tmp_path / "run"),
+                  tls_dir=str(tmp_path / "no-certs"))
+
+
 def test_only_the_per_host_group_gets_the_distributed_environment(tmp_path, capfd):
     program = jd.Program("distributed-env")
     with program.group("learner"):

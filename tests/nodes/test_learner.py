@@ -266,6 +266,20 @@ def test_a_replay_source_samples_every_scanned_steps_batch_in_one_request(tmp_pa
         running.stop()
 
 
+def test_a_replay_source_refuses_a_batch_of_items_of_different_structures(tmp_path):
+    program = jd.Program("mixed")
+    handle = program.add_node(jd.ReplayNode(jd.replay.Fifo(max_size=8)), label="replay")
+    running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False)
+    try:
+        replay = jd.replay.ReplayClient(running.client(handle))
+        replay.insert({"x": np.zeros(2)})
+        replay.insert({"y": np.zeros(3)})
+        with pytest.raises(ValueError, match="different structures.*give the table a signature"):
+            ReplaySource(running.client(handle), batch_size=2)()
+    finally:
+        running.stop()
+
+
 def test_steps_per_call_counts_sgd_steps_and_intervals_fire_when_crossed(tmp_path):
     learner = Learner(ln.LOGIC, ln.RegressionBatches(), steps_per_call=3, max_steps=9,
                       publishing=PublishOptions(every=5, log_every=2),

@@ -90,6 +90,9 @@ class ApexConfig(AgentConfig):
         if self.architecture != "sebulba":
             raise ValueError(f"architecture {self.architecture!r} learns on-policy from the envs it plays; Ape-X "
                              f"learns from a replay of transitions: use --architecture sebulba")
+        if self.inference == "central":
+            raise ValueError("Ape-X's actors explore each with its own epsilon, and an inference node plays one "
+                             "policy for all: use --inference actor")
         check_bounds(self, {
             **dict.fromkeys(("n_step", "batch_size", "target_update_period"), AT_LEAST_ONE),
             **dict.fromkeys(("learning_rate", "adam_eps", "max_grad_norm", "huber_delta", "samples_per_insert"),

@@ -77,8 +77,15 @@ class IMPALAConfig(AgentConfig):
         return self.batch_trajectories * self.trajectory_length
 
 
+ATARI = {"network": "cnn", "env_backend": "envpool", "num_actors": 2, "envs_per_actor": 16, "learning_rate": 6e-4,
+         "gamma": 0.99, "ent_coef": 0.01, "max_grad_norm": 40.0, "total_steps": 12_500_000, "eval_episodes": 4,
+         "eval_every_updates": 500, "checkpoint_every_updates": 1_000}
+"""Atari through EnvPool (``jaxdist.envs.atari``): Cleanba's IMPALA settings, 50M frames; not tuned here."""
+
 PRESETS: Presets = {
     "CartPole-v1": {"target_return": 475.0},
+    "Pong-v5": {**ATARI, "target_return": 18.0},
+    "Breakout-v5": {**ATARI, "target_return": 400.0},
     "Acrobot-v1": {"target_return": -100.0},
     "Pendulum-v1": {"target_return": -250.0, "normalize_observations": True, "scale_rewards": True,
                     "gamma": 0.9, "learning_rate": 1e-3, "ent_coef": 0.0, "total_steps": 1_000_000},

@@ -75,6 +75,10 @@ class PPOConfig(AgentConfig):
         return self.batch_size * self.trajectory_length
 
 
+MINATAR = {"network": "cnn", "num_actors": 1, "envs_per_actor": 64, "trajectory_length": 128, "epochs": 4,
+           "minibatches": 8, "learning_rate": 5e-4, "gamma": 0.99, "gae_lambda": 0.95, "ent_coef": 0.01,
+           "total_steps": 10_000_000, "eval_every_updates": 20, "checkpoint_every_updates": 100}
+
 PRESETS: Presets = {
     # On two cores one actor of 16 envs beats two of 8 (a second process costs a start-up and a
     # policy call per 8 steps), and an evaluation every 5 updates finds the target ~0.5 s sooner.
@@ -88,6 +92,11 @@ PRESETS: Presets = {
                        "epochs": 10, "minibatches": 32, "ent_coef": 0.0, "normalize_observations": True,
                        "scale_rewards": True, "max_policy_lag": 2, "eval_every_updates": 10,
                        "eval_episodes": 5, "checkpoint_every_updates": 50},
+    # MinAtar (gymnax): PureJaxRL's MinAtar settings with MinAtar's CNN; the targets are
+    # gymnax-blines' PPO returns at 10M env steps.
+    **{env_id: {**MINATAR, "target_return": target} for env_id, target in (
+        ("Breakout-MinAtar", 28.0), ("SpaceInvaders-MinAtar", 131.0), ("Asterix-MinAtar", 15.0),
+        ("Freeway-MinAtar", 58.0))},
     # A JAX-backend actor plays a trajectory per dispatch, so more envs cost it little: 64, and
     # fewer SGD steps an update (16 of 512), took the run to ~100k env steps/s and 475 as soon as
     # 16 envs did (2026-11-27, 15 seeds: 2.9-4.4 s against 3.3-4.4 s at 27-46k env steps/s).

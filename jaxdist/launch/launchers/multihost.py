@@ -139,7 +139,10 @@ def _use_tls(directory: str | None, hosts: Sequence[str], host_index: int) -> No
     without it, one line when courier traffic leaves this machine in cleartext."""
     if directory:
         directory = os.path.abspath(directory)
-        tls.TLS.load(directory, hosts[host_index])  # a missing file fails here, saying how to make it
+        try:
+            tls.TLS.load(directory, hosts[host_index])
+        except FileNotFoundError as missing:  # a launch option's mistake: launch() says it in one line
+            raise ValueError(str(missing)) from None
         os.environ.update({tls.TLS_DIR_ENV: directory, tls.TLS_NAME_ENV: hosts[host_index]})
     elif any(host not in LOOPBACK for host in hosts):
         print(f"[launcher] courier runs without TLS between hosts {', '.join(dict.fromkeys(hosts))}: calls' keys "

@@ -57,7 +57,8 @@ class ReplaySource:
     ``end_on_stop=False``: all its processes must step on to the step they agreed to stop at,
     and launchers keep its actors running until it has. ``field`` picks one entry of the sample
     (``"data"``); ``None`` returns the whole ``{"keys", "data", "probabilities"}``, for losses
-    that need the probabilities (prioritized replay) or the keys.
+    that need the probabilities (prioritized replay) or the keys. A batch mixing item structures
+    (the sample's ``"stacked"`` False) is refused.
     """
 
     clients: Any
@@ -78,6 +79,10 @@ class ReplaySource:
                 if self.end_on_stop and context.stop_requested():
                     raise StopIteration from None
                 continue
+            if not sample.pop("stacked", True):
+                raise ValueError(f"table '{self.table}' gave a batch of items of different structures, which a learner "
+                                 f"cannot train on: give the table a signature (jd.replay.Uniform(..., signature=...)) "
+                                 f"so every item matches it")
             if self.steps > 1:
                 sample = jax.tree.map(self._split_steps, sample)
             return sample if self.field is None else sample[self.field]

@@ -12,7 +12,7 @@ A node shutting down (its tables closed) is, to these calls, a node away: ``Conn
 
     replay = ReplayClient(queue)                  # inside a node; `queue` was a handle
     replay.insert_many(chunks, timeout=60)        # blocks while the Fifo is full
-    batch = replay.sample(32)                     # {"keys", "data", "probabilities"}
+    batch = replay.sample(32)                     # {"keys", "data", "probabilities", "stacked"}
     future = replay.futures.insert(chunk)         # the same retries, off the caller's thread
 
 ``sample_many(clients, n)`` splits a batch over several replay nodes (all asked at once) and
@@ -26,7 +26,7 @@ import re
 import threading
 import time
 from concurrent import futures
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 
@@ -163,8 +163,10 @@ class ReplayClient:
 
     def sample(self, batch_size: int, table: str = DEFAULT_TABLE, timeout: float | None = None,
                info: bool = False) -> dict[str, Any]:
-        """``{"keys": int64 (batch_size,), "data": stacked pytree, "probabilities": array or None}``,
-        with ``info`` also ``"info": {"priorities", "times_sampled", "table_size"}``."""
+        """``{"keys": int64 (batch_size,), "data", "probabilities": array or None, "stacked": bool}``:
+        ``data`` is the items' pytree, every leaf stacked, when ``stacked``; else (the items'
+        signatures differ) a list of the items. With ``info`` also ``"info": {"priorities",
+        "times_sampled", "table_size"}``."""
         return self._retrying("sample", (batch_size,), {"table": table, "info": info}, timeout)
 
     def update_priorities(self, keys: Any, priorities: Any, table: str = DEFAULT_TABLE) -> None:
@@ -211,6 +213,11 @@ class ReplayClient:
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return self.courier_client.call(method, *args, **kwargs)
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError(f"{self!r} holds a live connection to its replay node, so it does not pickle: pass the "
+                        f"replay node's handle (it becomes a courier client where it is used) and wrap that in "
+                        f"ReplayClient there")
 
     def _retrying(self, method: str, args: tuple, kwargs: dict, timeout: float | None) -> Any:
         deadline, backoff = _Deadline(timeout), _Backoff()
@@ -300,7 +307,9 @@ def sample_many(clients: Sequence[Any], batch_size: int, table: str = DEFAULT_TA
 
     Returns ``{"keys": int64 (batch_size, 2) rows of [node index, key], "data": the shares
     concatenated in node order, "probabilities": each draw's chance under the whole batch (its
-    node's share of the batch times its chance within the node), or None for Fifo tables}``.
+    node's share of the batch times its chance within the node), or None for Fifo tables,
+    "stacked": as ``ReplayClient.sample`` says}`` (a list of the items when a share was one, or
+    the shares' items differ).
     On failure raises the first node's error (a `SampleTimeoutError` when time ran out) after
     every call has ended, with ``error.partial`` set to what the other nodes delivered.
     """
@@ -391,16 +400,33 @@ def _concatenate(parts: dict[int, dict[str, Any]], shares: list[int], batch_size
     else:
         probabilities = np.concatenate([np.asarray(parts[i]["probabilities"]) * (shares[i] / batch_size)
                                         for i in order])
-    return {"keys": keys, "data": _concat_trees([parts[i]["data"] for i in order]), "probabilities": probabilities}
+    stacked = all(parts[i].get("stacked", True) for i in order) and len(
+        {repr(_zip_trees([parts[i]["data"]], _leaf_signature)) for i in order}) == 1
+    if stacked:
+        data = _zip_trees([parts[i]["data"] for i in order], np.concatenate)
+    else:
+        data = [item for i in order for item in (_items_of(parts[i]) if parts[i].get("stacked", True)
+                                                 else parts[i]["data"])]
+    return {"keys": keys, "data": data, "probabilities": probabilities, "stacked": stacked}
 
 
-def _concat_trees(trees: list[Any]) -> Any:
+def _leaf_signature(leaves: list[np.ndarray]) -> tuple:
+    return leaves[0].shape[1:], leaves[0].dtype.str
+
+
+def _items_of(part: dict[str, Any]) -> list[Any]:
+    """A stacked share as a list of its items."""
+    return [_zip_trees([part["data"]], lambda leaves, j=j: leaves[0][j]) for j in range(len(part["keys"]))]
+
+
+def _zip_trees(trees: list[Any], combine: Callable[[list[np.ndarray]], np.ndarray]) -> Any:
+    """The trees' common structure, each leaf ``combine`` of the trees' leaves there."""
     first = trees[0]
     if isinstance(first, dict):
-        return {key: _concat_trees([tree[key] for tree in trees]) for key in first}
+        return {key: _zip_trees([tree[key] for tree in trees], combine) for key in first}
     if isinstance(first, (list, tuple)):
-        children = [_concat_trees([tree[i] for tree in trees]) for i in range(len(first))]
+        children = [_zip_trees([tree[i] for tree in trees], combine) for i in range(len(first))]
         if isinstance(first, list):
             return children
         return type(first)(*children) if hasattr(first, "_fields") else tuple(children)
-    return np.concatenate([np.asarray(tree) for tree in trees])
+    return combine([np.asarray(tree) for tree in trees])

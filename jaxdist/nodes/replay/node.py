@@ -7,8 +7,10 @@
 Served methods: ``insert(item, priority=None, table="default", timeout=None) -> key``,
 ``insert_many(items, priorities=None, table=..., timeout=None) -> keys`` (one call, atomic),
 ``insert_batch(batch, ...)`` (the same, items stacked along a leading axis),
-``sample(batch_size, table=..., timeout=None, info=False) -> {"keys", "data", "probabilities"}``
-(with ``info``, also ``"info": {"priorities", "times_sampled", "table_size"}``),
+``sample(batch_size, table=..., timeout=None, info=False) -> {"keys", "data", "probabilities",
+"stacked"}`` (``stacked``: whether ``data`` is one pytree of stacked leaves, or a list of the items
+when their signatures differ; with ``info``, also ``"info": {"priorities", "times_sampled",
+"table_size"}``),
 ``update_priorities(keys, priorities, table=...)``, ``delete(keys, table=...) -> count``,
 ``reset(table=...)``, ``can_sample(n, table=...)``, ``can_insert(n, table=..., wait=..., hold=...)``,
 ``info(table=...)``, ``size(table=...)``, ``stats()`` (per table) and ``checkpoint() -> step``.
@@ -231,12 +233,13 @@ class _ReplayService:
 
     def sample(self, batch_size: int, table: str = DEFAULT_TABLE, timeout: float | None = None,
                info: bool = False) -> dict[str, Any]:
-        """``{"keys", "data", "probabilities"}``, and with ``info`` Reverb's sample info: ``"info":
+        """``{"keys", "data", "probabilities", "stacked"}``, and with ``info`` Reverb's sample info: ``"info":
         {"priorities", "times_sampled", "table_size"}`` (off by default: most learners need none of
         it, it costs 12 bytes a draw on the wire, and ranking repeated draws costs the table time)."""
         target = self._table(table)
         sample = self._bounded(table, lambda wait: target.sample(batch_size, wait, info), timeout)
-        answer = {"keys": sample.keys, "data": sample.data, "probabilities": sample.probabilities}
+        answer = {"keys": sample.keys, "data": sample.data, "probabilities": sample.probabilities,
+                  "stacked": sample.stacked}
         if info:
             answer["info"] = sample.info._asdict()
         return answer

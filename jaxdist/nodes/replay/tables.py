@@ -16,7 +16,9 @@ rows are written). Items may differ from one another unless the table was given 
 ``signature``, which they must then match; without one, a table holds items of at most
 ``MAX_SIGNATURES`` signatures at once (each costs columns of its own, at least a page per leaf),
 and an insert of one more is refused. Sampling is one fancy index per leaf when the drawn
-items share a signature; a batch mixing signatures comes back as a list of items.
+items share a signature; a batch mixing signatures comes back as a list of items, and
+``Sample.stacked`` says which of the two a sample is (a stacked batch of list-shaped items is a
+list too).
 
 Keys: an item lives in a slot, and its key is ``generation * max_size + slot``; a key is never
 given twice, so a stale key (of an item removed since) is recognised and skipped. While nothing
@@ -74,9 +76,10 @@ class SampleInfo(NamedTuple):
 
 class Sample(NamedTuple):
     keys: np.ndarray  # int64, (batch_size,): pass back to update_priorities or delete
-    data: Any  # the items' pytree, every leaf stacked along a new leading axis (a list if signatures differ)
+    data: Any  # stacked: the items' pytree, every leaf stacked along a new leading axis; else a list of the items
     probabilities: np.ndarray | None  # each draw's chance, for importance weights; None for ordered selectors
     info: SampleInfo | None  # with sample(..., info=True)
+    stacked: bool = True  # False when the drawn items' signatures differ and `data` lists them one by one
 
 
 MAX_SAMPLE_ITEMS = 1 << 20
@@ -274,17 +277,18 @@ class _Items:
             del self._ids[self.groups.pop(gid).signature]
         self._kept_empty.clear()
 
-    def read(self, slots: np.ndarray) -> Any:
-        """Stacked when the slots share a signature, else a list of single items."""
+    def read(self, slots: np.ndarray) -> tuple[Any, bool]:
+        """The items and whether they are stacked: stacked when the slots share a signature, else
+        a list of single items."""
         if not slots.size:
-            return None
+            return None, True
         if len(self.groups) == 1:
-            return next(iter(self.groups.values())).read(slots)
+            return next(iter(self.groups.values())).read(slots), True
         gids = self.group_of_slot[slots]
         if gids.min() == gids.max():
-            return self.groups[int(gids[0])].read(slots)
+            return self.groups[int(gids[0])].read(slots), True
         return [_unflatten(self.groups[g].treedef, (a[s] for a in self.groups[g].arrays))
-                for g, s in zip(gids.tolist(), slots.tolist())]
+                for g, s in zip(gids.tolist(), slots.tolist())], False
 
     def row_bytes(self) -> int:
         """Bytes of the largest stored item (0 before any)."""
@@ -524,7 +528,8 @@ class _Table:
         self._slot_key = np.arange(-self.max_size, 0, dtype=np.int64)  # the last key each slot held
         self._counts = dict(inserts=0, samples=0, evictions=0, deletes=0, expirations=0, insert_waits=0,
                             sample_waits=0, room_waits=0, timeouts=0, stale_priority_updates=0)
-        self._since_reset = dict(inserts=0, samples=0)  # the counts the rate limiter sees
+        # The counts the rate limiter sees, and Reverb's num_unique_samples: items sampled at least once.
+        self._since_reset = dict(inserts=0, samples=0, unique_samples=0)
         self._reserved = 0  # samples taken from the limiter by oversized samplers not yet drawn
         self._held = HeldRoom()
         self._empty()
@@ -681,13 +686,13 @@ class _Table:
                 expired = np.concatenate([expired, gone])
             slots, probabilities, times = (None if part[0] is None else np.concatenate(part) for part in zip(*parts))
         keys = self._slot_key[slots]
-        data = self._items.read(slots)
+        data, stacked = self._items.read(slots)
         self._items.release(expired)  # after the read: no insert can reuse their slots while the lock is held
         described = SampleInfo(self._priorities[slots], times.astype(np.int32), size) if info else None
         self._counts["samples"] += n
         self._since_reset["samples"] += n
         self._cond.notify_all()
-        return Sample(keys, data, probabilities, described)
+        return Sample(keys, data, probabilities, described, stacked)
 
     def _draw_round(self, n: int, info: bool) -> tuple[np.ndarray, np.ndarray | None, Any, np.ndarray]:
         """Up to n draws (fewer only when a random draw passes an item's ``max_times_sampled``): the
@@ -695,9 +700,11 @@ class _Table:
         and the slots that expired (their rows still to be released)."""
         slots, probabilities = self._select(n)
         if not info and not self.max_times_sampled:  # counting alone needs no ranks
+            self._since_reset["unique_samples"] += len(np.unique(slots[self._times[slots] == 0]))
             np.add.at(self._times, slots, 1)
             return slots, probabilities, None, np.empty(0, np.int64)
         rank, distinct, counts = _occurrences(slots)
+        self._since_reset["unique_samples"] += int(np.count_nonzero(self._times[distinct] == 0))
         times = self._times[slots] + rank + 1
         limit = self.max_times_sampled
         if limit and times.max() > limit:
@@ -736,7 +743,7 @@ class _Table:
             self._counts["deletes"] += len(slots)
             self._empty()
             self._on_reset()
-            self._since_reset = dict(inserts=0, samples=0)
+            self._since_reset = dict(inserts=0, samples=0, unique_samples=0)
             self._held.clear()
             self._cond.notify_all()
 
@@ -828,7 +835,7 @@ class _Table:
             return dict(kind=type(self).__name__, max_size=self.max_size, current_size=self._size,
                         max_times_sampled=self.max_times_sampled, rate_limiter=repr(self.rate_limiter),
                         limiter_inserts=counts["inserts"], limiter_samples=counts["samples"],
-                        held_room=self._held.total(),
+                        held_room=self._held.total(), num_unique_samples=self._since_reset["unique_samples"],
                         signature=None if self.signature is None else _describe(self._items.fixed[0]),
                         **self._counts)
 
@@ -894,7 +901,7 @@ class _Table:
             if self.max_times_sampled:
                 self._draws_left = int((self.max_times_sampled - self._times[slots]).sum())
             self._counts = {name: int(state["counters"].get(name, 0)) for name in self._counts}
-            self._since_reset = {name: int(state["since_reset"][name]) for name in self._since_reset}
+            self._since_reset = {name: int(state["since_reset"].get(name, 0)) for name in self._since_reset}
             self._rng = _rng_from_state(state["rng"])
             self._on_insert(slots, np.empty(0, np.int64))
             self._load_extra_state(state, slots)

@@ -1,0 +1,99 @@
+"""Atari frames/s through EnvPool: the jaxdist actor (IMPALA's CNN policy, trajectories made and
+dropped) against EnvPool's bare loop and the same loop with the policy, in the same run.
+
+    python experiments/benchmarks/atari.py [--env-id Pong-v5] [--envs 8] [--steps 400]
+
+* envpool bare: EnvPool's own loop, random actions, nothing else (what EnvPool's figures count);
+* envpool + policy: the bare loop choosing each step's actions with the jitted CNN policy;
+* jaxdist actor: the actor node on the same envs and policy (rows recorded, trajectories made).
+
+Frames are env steps x 4 (EnvPool's frame skip), counted as the literature counts them. Per core:
+frames per second of this process's CPU time (EnvPool's threads included), the figure that
+decides how many actor cores a run needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import time
+
+import jax
+import numpy as np
+
+from jaxdist.agents import impala
+from jaxdist.agents.actor_critic import ActorCriticPolicy
+from jaxdist.agents.experiment import with_preset
+from jaxdist.envs.atari import FRAME_SKIP
+from jaxdist.envs.vector import EnvSpec
+from jaxdist.nodes.actor import Actor, jitted_step
+from jaxdist.nodes.parameter_server import ParameterServer
+from results import commit, machine
+
+
+def timed(loop) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    loop()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--env-id", default="Pong-v5")
+    ap.add_argument("--envs", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=400, help="steps of every env per measurement")
+    args = ap.parse_args()
+    config = with_preset(impala.IMPALAConfig, args.env_id, impala.PRESETS)
+    agent = impala.agent(config)
+    logic = agent.part("learner_logic", config, agent.env)
+    params = jax.tree.map(np.asarray, logic.params(logic.init(jax.random.key(0))))
+    policy = ActorCriticPolicy(agent.env, config.network, tuple(config.hidden))
+    env = EnvSpec(args.env_id, args.envs, "envpool").make(seed=0)
+    step = jitted_step(policy, "unsafe_rbg")
+    device_params = jax.device_put(params)
+
+    def bare() -> None:
+        actions = np.random.default_rng(0).integers(0, agent.env.action.num_actions, (args.steps, args.envs))
+        for action in actions:
+            env.step(action)
+
+    def with_policy() -> None:
+        key, obs = jax.random.key_data(jax.random.key(0, impl="unsafe_rbg")), env.reset().obs
+        for _ in range(args.steps):
+            key, action, _ = step(device_params, obs, key)
+            obs = env.step(np.asarray(action)).obs
+
+    def actor() -> None:
+        node = Actor(policy, _Prebuilt(env), ParameterServer(params, version=0), None,
+                     trajectory_length=config.trajectory_length, max_steps=args.steps * args.envs)
+        try:
+            node.run()
+        finally:
+            node.close()
+
+    env.reset()
+    with_policy()  # compiles the policy, warms EnvPool's threads
+    frames = args.steps * args.envs * FRAME_SKIP
+    rows = {name: timed(loop) for name, loop in (("envpool bare", bare), ("envpool + policy", with_policy),
+                                                 ("jaxdist actor", actor))}
+    base_wall, base_cpu = rows["envpool bare"]
+    print(f"experiments/benchmarks/atari.py --env-id {args.env_id} --envs {args.envs} --steps {args.steps} at commit "
+          f"`{commit()}` on {datetime.date.today()} ({machine()})\n")
+    print("| loop | frames/s | frames per CPU second | ratio to envpool bare (per CPU second) |")
+    print("| --- | ---: | ---: | ---: |")
+    for name, (wall, cpu) in rows.items():
+        print(f"| {name} | {frames / wall:,.0f} | {frames / cpu:,.0f} | {base_cpu / cpu:.2f}x |")
+
+
+class _Prebuilt:
+    """An env spec that hands out the already-built env (the loops and the actor share it)."""
+
+    def __init__(self, env) -> None:
+        self.env = env
+
+    def make(self, seed: int):
+        return self.env
+
+
+if __name__ == "__main__":
+    main()

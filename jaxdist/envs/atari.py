@@ -1,0 +1,72 @@
+"""Atari through EnvPool (its C++ ALE, stepped on threads of its own): the ids EnvPool knows
+(``Pong-v5``, ``Breakout-v5``, ...), their standard preprocessing, and observations
+channels-last, ``(84, 84, 4)`` uint8, as the agents' CNN takes images.
+
+EnvPool's preprocessing (Machado et al. 2018's protocol as Cleanba and CleanRL train): 84x84
+grayscale frames, 4 stacked, a frame skip of 4 (an env step is 4 frames: ``FRAME_SKIP``), up to
+30 no-ops at reset, fire at reset, 27,000-step (108k-frame) episodes, no sticky actions. Actors
+train with ``TRAINING`` on top (a lost life ends an episode, rewards clipped to their sign); the
+evaluator plays whole games with the game's own scores.
+
+Nothing here imports EnvPool until an id has to be looked up in its registry (it takes seconds).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from jaxdist.envs.ports import envpool_installed
+
+FRAME_SKIP = 4
+"""Frames per env step: the literature counts frames, the agents count env steps."""
+
+TRAINING = {"episodic_life": True, "reward_clip": True}
+EVALUATION = {"episodic_life": False, "reward_clip": False}
+
+
+def is_atari(env_id: str) -> bool:
+    """Whether ``env_id`` is one of EnvPool's Atari games (False where EnvPool is missing)."""
+    if ":" in env_id or not env_id.endswith("-v5") or not envpool_installed():
+        return False
+    return env_id in _atari_ids()
+
+
+@functools.lru_cache(maxsize=1)
+def _atari_ids() -> frozenset[str]:
+    from envpool.registration import registry
+
+    return frozenset(env_id for env_id, (module, *_) in registry.specs.items() if module == "envpool.atari")
+
+
+def spaces(env_id: str) -> tuple[Any, Any]:
+    """(observation space, action space) of one env of the game, channels-last."""
+    import envpool
+    import gymnasium
+
+    spec = envpool.make_spec(env_id)
+    obs, action = spec.observation_space, spec.action_space
+    channels, height, width = obs.shape
+    return (gymnasium.spaces.Box(0, 255, (height, width, channels), np.uint8),
+            gymnasium.spaces.Discrete(int(action.n)))
+
+
+class ChannelsLast:
+    """An EnvPool Atari vector env whose observations come ``(envs, H, W, stacked frames)``."""
+
+    def __init__(self, env: Any, env_id: str) -> None:
+        self._env, self.num_envs = env, env.config["num_envs"]
+        self.single_observation_space, self.single_action_space = spaces(env_id)
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
+        obs, info = self._env.reset(**kwargs)
+        return obs.transpose(0, 2, 3, 1), info
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, Any, Any, Any, dict]:
+        obs, reward, terminated, truncated, info = self._env.step(actions)
+        return obs.transpose(0, 2, 3, 1), reward, terminated, truncated, info
+
+    def close(self) -> None:
+        self._env.close()

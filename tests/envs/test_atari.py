@@ -1,0 +1,54 @@
+"""Atari through EnvPool: its games' spaces channels-last, EnvPool's preprocessing for training
+and whole games for evaluation, and real Atari envs stepped through an actor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jaxdist.agents import impala
+from jaxdist.agents.actor_critic import ActorCriticPolicy
+from jaxdist.agents.experiment import env_spec, with_preset
+from jaxdist.envs import atari
+from jaxdist.envs.spaces import env_info
+from jaxdist.envs.vector import EnvSpec, resolve_backend
+from jaxdist.nodes.actor import Actor
+from jaxdist.nodes.parameter_server import ParameterServer
+
+
+def test_a_game_is_known_by_envpools_id_with_stacked_grayscale_frames_channels_last():
+    assert atari.is_atari("Pong-v5") and not atari.is_atari("CartPole-v1") and not atari.is_atari("HalfCheetah-v5")
+    info = env_info("Breakout-v5")
+    assert info.obs_shape == (84, 84, 4) and info.obs_dtype == "uint8" and info.action.num_actions == 4
+    assert resolve_backend("Pong-v5") == "envpool"
+    with pytest.raises(ValueError, match="Pong-v5 is EnvPool's Atari game: use env backend 'envpool'"):
+        resolve_backend("Pong-v5", "sync")
+
+
+def test_actors_train_on_lives_and_clipped_rewards_and_the_evaluator_plays_whole_games():
+    config = with_preset(impala.IMPALAConfig, "Pong-v5", impala.PRESETS)
+    assert config.network == "cnn" and config.env_backend == "envpool"
+    assert env_spec(config, 4).kwargs == {}  # TRAINING, added where EnvPool makes the envs
+    assert env_spec(config, 4, evaluation=True).kwargs == atari.EVALUATION
+    assert env_spec(impala.IMPALAConfig(), 4, evaluation=True).kwargs == {}
+
+
+def test_an_actor_steps_real_atari_envs_into_trajectories_of_frames():
+    config = with_preset(impala.IMPALAConfig, "Pong-v5", impala.PRESETS)
+    agent = impala.agent(config)
+    import jax
+
+    logic = agent.part("learner_logic", config, agent.env)
+    params = jax.tree.map(np.asarray, logic.params(logic.init(jax.random.key(0))))
+    sent: list = []
+    actor = Actor(ActorCriticPolicy(agent.env, "cnn", (64, 64)), EnvSpec("Pong-v5", 2, "envpool"),
+                  ParameterServer(params, version=1), sent.append, trajectory_length=16, max_steps=2 * 33)
+    try:
+        actor.run()
+    finally:
+        actor.close()
+    assert len(sent) == 2 and len(sent[0]) == 2  # two trajectories of two envs
+    item = sent[0][0]
+    assert item["obs"].shape == (17, 84, 84, 4) and item["obs"].dtype == np.uint8
+    assert item["obs"].max() > 0 and set(np.unique(item["reward"])) <= {-1.0, 0.0, 1.0}
+    assert item["action"].shape == (17,) and 0 <= item["action"].min() and item["action"].max() < 6
