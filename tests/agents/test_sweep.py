@@ -225,3 +225,27 @@ def sigterm_after_a_checkpoint(command: list[str], checkpoints, log) -> str:
             time.sleep(0.05)
         assert process.wait(timeout=120) == 0, open(log).read()
     return open(log).read()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_population_stopped_by_sigterm_resumes_with_the_hyperparameters_it_had_explored(tmp_path):
+    command = [sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--quiet", "--compilation-cache", "",
+               "--architecture", "anakin", "--run-dir", str(tmp_path), "--num-actors", "1", "--envs-per-actor", "8",
+               "--total-steps", str(8 * 32 * 80), "--eval-every-updates", "4", "--pbt", "4", "--pbt-interval", "4",
+               "--checkpoint-every-updates", "8", "--sweep", "learning_rate=1e-4:1e-2:log"]
+    sigterm_after_a_checkpoint(command, tmp_path / "checkpoints" / "learner" / "0", tmp_path / "first.log")
+    stopped = read_metrics(tmp_path / "lineage.csv")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "resuming from the learner's checkpoint" in done.stdout, done.stdout
+    rows = read_metrics(tmp_path / "lineage.csv")
+    resumed_at = min(row["step"] for row in rows[len(stopped):])  # the resumed segment's first row
+    saved = max(row["step"] for row in stopped if row["step"] < resumed_at and row["step"] % 4 == 0)
+    before = {row["member"]: row["learning_rate"] for row in stopped if row["step"] == saved}
+    kept = [row for row in rows[len(stopped):] if row["step"] == resumed_at and row["parent"] == row["member"]]
+    assert kept and all(row["learning_rate"] == before[row["member"]] for row in kept)  # as the checkpoint held them
+    drawn = [c["learning_rate"] for c in sweep.configurations(dataclasses.replace(
+        CONFIG, sweep=("learning_rate=1e-4:1e-2:log",), pbt=4))]
+    assert before != dict(enumerate(np.float32(drawn).tolist()))  # explored since the initial draws
+    assert max(row["step"] for row in rows) == 80
