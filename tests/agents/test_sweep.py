@@ -163,37 +163,6 @@ def test_the_script_sweeps_resumes_after_sigterm_ranks_the_configurations_and_lo
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_the_script_trains_a_population_whose_worst_copy_its_best_and_records_the_lineage(tmp_path):
-    command = [sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--quiet", "--compilation-cache", "",
-               "--architecture", "anakin", "--run-dir", str(tmp_path), "--num-actors", "1", "--envs-per-actor", "8",
-               "--total-steps", str(8 * 32 * 12), "--eval-every-updates", "4", "--pbt", "4", "--pbt-interval", "4",
-               "--sweep", "learning_rate=1e-4:1e-2:log", "--sweep", "clip_eps=0.1,0.2,0.3"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=500)
-    assert done.returncode == 0, done.stdout + done.stderr
-    rows = read_metrics(tmp_path / "lineage.csv")
-    assert sorted({row["step"] for row in rows}) == [1, 4, 8, 12] and len(rows) == 16
-    initial = {row["member"]: row for row in rows if row["step"] == 1}
-    drawn = sweep.configurations(dataclasses.replace(CONFIG, sweep=("learning_rate=1e-4:1e-2:log",
-                                                                     "clip_eps=0.1,0.2,0.3"), pbt=4))
-    np.testing.assert_allclose([initial[m]["learning_rate"] for m in range(4)],
-                               [c["learning_rate"] for c in drawn], rtol=1e-6)
-    copies = [row for row in rows if row["member"] != row["parent"]]
-    assert len(copies) == 3  # one member of four at each of the three exploit steps
-    evaluations = read_metrics(tmp_path / "evaluations.csv")
-    for copy in copies:  # the copier ranked last at that evaluation, its parent first
-        scores = [next(row for row in evaluations if row["step"] == copy["step"])[f"seed/{m}/mean_return"]
-                  for m in range(4)]
-        assert scores[copy["parent"]] == max(scores) and scores[copy["member"]] == min(scores)
-        parent = next(row for row in rows if row["step"] == copy["step"] and row["member"] == copy["parent"])
-        for field, (low, high) in {"learning_rate": (1e-4, 1e-2), "clip_eps": (0.1, 0.3)}.items():
-            explored = np.clip(parent[field] * np.array([0.8, 1.2]), low, high)  # perturbed inside its range
-            assert np.isclose(copy[field], explored, rtol=1e-5).any(), (field, copy, parent)
-    assert "PBT: 3 copies" in done.stdout and (tmp_path / "lineage_learning_rate.png").stat().st_size > 0
-    assert load_policy(str(tmp_path), config_index=3).step == 12
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
 def test_a_sweep_under_sebulba_runs_each_configuration_after_the_other_and_resumes_after_sigterm(tmp_path):
     """SIGTERM during the first configuration stops the sweep there; the same command resumes
     it, then runs the second, and ranks both."""
@@ -213,6 +182,46 @@ def test_a_sweep_under_sebulba_runs_each_configuration_after_the_other_and_resum
     assert load_policy(str(tmp_path), config_index=1).step == 30
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_script_trains_a_population_resumes_it_after_sigterm_and_records_its_lineage(tmp_path):
+    """The worst member copies the best at each exploit step and perturbs what it copied; the
+    lineage starts from the drawn population; a SIGTERM'd population resumes with the
+    hyperparameters it had explored."""
+    ranges = ("learning_rate=1e-4:1e-2:log", "clip_eps=0.1,0.2,0.3")
+    command = [sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--quiet", "--compilation-cache", "",
+               "--architecture", "anakin", "--run-dir", str(tmp_path), "--num-actors", "1", "--envs-per-actor", "8",
+               "--total-steps", str(8 * 32 * 80), "--eval-every-updates", "4", "--pbt", "4", "--pbt-interval", "4",
+               "--checkpoint-every-updates", "8", *(arg for spec in ranges for arg in ("--sweep", spec))]
+    sigterm_after_a_checkpoint(command, tmp_path / "checkpoints" / "learner" / "0", tmp_path / "first.log")
+    stopped = read_metrics(tmp_path / "lineage.csv")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "resuming from the learner's checkpoint" in done.stdout, done.stdout
+    rows = read_metrics(tmp_path / "lineage.csv")
+    drawn = sweep.configurations(dataclasses.replace(CONFIG, sweep=ranges, pbt=4))
+    for row in rows[:4]:  # the first update's: the drawn population
+        assert row["step"] == 1 and np.isclose(row["learning_rate"], drawn[row["member"]]["learning_rate"], rtol=1e-6)
+    resumed_at = min(row["step"] for row in rows[len(stopped):])  # the resumed segment's first row
+    saved = max(row["step"] for row in stopped if row["step"] < resumed_at and row["step"] % 4 == 0)
+    before = {row["member"]: row["learning_rate"] for row in stopped if row["step"] == saved}
+    kept = [row for row in rows[len(stopped):] if row["step"] == resumed_at and row["parent"] == row["member"]]
+    assert kept and all(row["learning_rate"] == before[row["member"]] for row in kept)  # as the checkpoint held them
+    evaluations = read_metrics(tmp_path / "evaluations.csv")
+    copies = [row for row in rows if row["member"] != row["parent"]]
+    assert {row["step"] for row in copies} == set(range(4, 81, 4))  # one member of four at each exploit step
+    for copy in copies:  # the copier ranked last at that evaluation, its parent first
+        scores = [next(row for row in evaluations if row["step"] == copy["step"])[f"seed/{m}/mean_return"]
+                  for m in range(4)]
+        assert scores[copy["parent"]] == max(scores) and scores[copy["member"]] == min(scores)
+        parent = next(row for row in rows if row["step"] == copy["step"] and row["member"] == copy["parent"])
+        for field, (low, high) in {"learning_rate": (1e-4, 1e-2), "clip_eps": (0.1, 0.3)}.items():
+            explored = np.clip(parent[field] * np.array([0.8, 1.2]), low, high)  # perturbed inside its range
+            assert np.isclose(copy[field], explored, rtol=1e-5).any(), (field, copy, parent)
+    assert f"PBT: {len(copies)} copies" in done.stdout and (tmp_path / "lineage_learning_rate.png").stat().st_size > 0
+    assert load_policy(str(tmp_path), config_index=3).step == 80
+
+
 def sigterm_after_a_checkpoint(command: list[str], checkpoints, log) -> str:
     """Run ``command`` until its learner has saved an update in ``checkpoints``, SIGTERM it, and
     return its output once it has exited 0."""
@@ -225,27 +234,3 @@ def sigterm_after_a_checkpoint(command: list[str], checkpoints, log) -> str:
             time.sleep(0.05)
         assert process.wait(timeout=120) == 0, open(log).read()
     return open(log).read()
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_a_population_stopped_by_sigterm_resumes_with_the_hyperparameters_it_had_explored(tmp_path):
-    command = [sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--quiet", "--compilation-cache", "",
-               "--architecture", "anakin", "--run-dir", str(tmp_path), "--num-actors", "1", "--envs-per-actor", "8",
-               "--total-steps", str(8 * 32 * 80), "--eval-every-updates", "4", "--pbt", "4", "--pbt-interval", "4",
-               "--checkpoint-every-updates", "8", "--sweep", "learning_rate=1e-4:1e-2:log"]
-    sigterm_after_a_checkpoint(command, tmp_path / "checkpoints" / "learner" / "0", tmp_path / "first.log")
-    stopped = read_metrics(tmp_path / "lineage.csv")
-    done = subprocess.run(command, capture_output=True, text=True, timeout=500)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "resuming from the learner's checkpoint" in done.stdout, done.stdout
-    rows = read_metrics(tmp_path / "lineage.csv")
-    resumed_at = min(row["step"] for row in rows[len(stopped):])  # the resumed segment's first row
-    saved = max(row["step"] for row in stopped if row["step"] < resumed_at and row["step"] % 4 == 0)
-    before = {row["member"]: row["learning_rate"] for row in stopped if row["step"] == saved}
-    kept = [row for row in rows[len(stopped):] if row["step"] == resumed_at and row["parent"] == row["member"]]
-    assert kept and all(row["learning_rate"] == before[row["member"]] for row in kept)  # as the checkpoint held them
-    drawn = [c["learning_rate"] for c in sweep.configurations(dataclasses.replace(
-        CONFIG, sweep=("learning_rate=1e-4:1e-2:log",), pbt=4))]
-    assert before != dict(enumerate(np.float32(drawn).tolist()))  # explored since the initial draws
-    assert max(row["step"] for row in rows) == 80
