@@ -47,6 +47,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
 import jaxdist as jd
+from jaxdist.agents import sweep
 from jaxdist.envs.ports import jax_version_missing
 from jaxdist.envs.spaces import EnvInfo, env_info
 from jaxdist.envs.vector import EnvSpec, backend_unavailable
@@ -195,6 +196,23 @@ class AgentConfig:
     """Save the replay's contents this often and at a stop (None: not saved)."""
     log_every_updates: int = 5
 
+    # Many configurations in one run (jaxdist.agents.sweep).
+    sweep: tuple[str, ...] = ()
+    """FIELD=V1,V2,... (repeatable: a grid) or FIELD=LOW:HIGH[:log] (drawn by --sweep-random or --pbt) over the
+    agent's float hyperparameters: anakin trains every configuration x num_seeds in one learner, sebulba one
+    configuration after another (<run-dir>/config-<c>)."""
+    sweep_random: int = 0
+    """Draw this many configurations from the --sweep ranges instead of the grid."""
+    pbt: int = 0
+    """Population-based training of this many members drawn from the --sweep ranges (0: none)."""
+    pbt_interval: int = 20
+    """Updates between PBT's exploit-and-explore steps (each after an evaluation of every member)."""
+    pbt_exploit: Literal["truncation", "none"] = "truncation"
+    """truncation: the bottom pbt_fraction copy a member of the top pbt_fraction; none: no exploitation (a baseline)."""
+    pbt_fraction: float = 0.25
+    pbt_explore: Literal["perturb", "resample"] = "perturb"
+    """perturb: multiply each copied field by 0.8 or 1.2 (kept in its --sweep range); resample: draw it anew."""
+
     def __post_init__(self) -> None:
         check_choices(self)
         if self.num_seeds > 1 and self.architecture != "anakin":
@@ -204,7 +222,8 @@ class AgentConfig:
             **dict.fromkeys(("num_seeds", "num_actors", "envs_per_actor", "trajectory_length", "total_steps",
                              "eval_every_updates", "eval_episodes", "learner_hosts", "learner_steps_per_call",
                              "publish_every_updates", "max_in_flight", "checkpoint_every_updates",
-                             "log_every_updates", "hidden"), AT_LEAST_ONE),
+                             "log_every_updates", "hidden", "pbt_interval"), AT_LEAST_ONE),
+            **dict.fromkeys(("sweep_random", "pbt"), NON_NEGATIVE), "pbt_fraction": Bound(0, 0.5, low_open=True),
             **dict.fromkeys(("learner_prefetch", "param_refresh_seconds", "max_send_wait"), NON_NEGATIVE),
             "seed": SEED, "replay_checkpoint_seconds": POSITIVE})
         check_network_name(self.network)
@@ -229,6 +248,7 @@ class AgentConfig:
                              "--inference central")
         if self.stop_at_target and self.target_return is None:
             raise ValueError(f"stop_at_target needs a target_return: {self.env_id} has no preset one")
+        sweep.check(self)
 
     @property
     def batch_size(self) -> int:
@@ -564,7 +584,8 @@ class Anakin:
                 stops_first=True, restart=LEARNER_RESTART)) for _ in range(config.learner_hosts)]
         self.learner, self.acting = learners[0], learners[:1]
         self.placement = {"learner": jd.per_host() if config.learner_hosts > 1 else jd.on_host(0)}
-        self.last_update, self.seeds = config.total_updates, config.num_seeds
+        configurations, seeds = sweep.layout(config)
+        self.last_update, self.seeds = config.total_updates, configurations * seeds
 
     def checkpoints(self, run_dir: str) -> str:
         return learner_checkpoints(run_dir, self.learner)
@@ -718,6 +739,7 @@ def anakin_learner(agent: Agent) -> Any:
     import jax
 
     from jaxdist.learning import anakin
+    from jaxdist.learning.pbt import Lineage
     from jaxdist.nodes.evaluator import EvaluationRecorder
     from jaxdist.nodes.learner import Learner
 
@@ -726,6 +748,8 @@ def anakin_learner(agent: Agent) -> Any:
     # One host: every local device plays its own envs (a multihost learner says its mode).
     mode = config.learner_mode if multihost else "pmap" if jax.local_device_count() > 1 else "jit"
     recorder = EvaluationRecorder(jd.current_node().run_dir, config.target_return, config.stop_at_target)
+    if config.pbt:
+        recorder = Lineage(jd.current_node().run_dir, config.pbt_interval, recorder)
     return Learner(anakin_logic(agent), anakin.no_batch, mode=mode, after_update=recorder, end_program=True,
                    block_every=1 if multihost else None, **parts)
 
@@ -738,8 +762,27 @@ def anakin_logic(agent: Agent) -> Any:
     return anakin.logic(agent.part("learner_logic", config, env), agent.part("policy", config, env, 0),
                         agent.part("policy", config, env, None), config.env_id,
                         config.batch_size // config.learner_hosts, config.trajectory_length,
-                        num_seeds=config.num_seeds, eval_every=config.eval_every_updates,
-                        eval_episodes=config.eval_episodes, final_version=config.total_updates)
+                        num_seeds=config.pbt or config.num_seeds, eval_every=config.eval_every_updates,
+                        eval_episodes=config.eval_episodes, final_version=config.total_updates,
+                        swept=swept(agent))
+
+
+def swept(agent: Agent) -> Any:
+    """What differs between an Anakin run's runs (``jaxdist.agents.sweep``), or None."""
+    from jaxdist.learning import anakin, pbt
+
+    config = agent.config
+    if not (config.sweep or config.sweep_random or config.pbt):
+        return None
+    population = None
+    if config.pbt:
+        ranges = {spec.field: pbt.Range(spec.low, spec.high, spec.log) if spec.is_range
+                  else pbt.Range(min(spec.values), max(spec.values), values=spec.values)
+                  for spec in sweep.specs(config)}
+        population = anakin.PBT(config.pbt_interval, config.pbt_fraction, config.pbt_explore, ranges,
+                                exploit=config.pbt_exploit != "none")
+    return anakin.Swept(sweep.runs(config),
+                        lambda values: agent.part("learner_logic", sweep.traced(config, values), agent.env), population)
 
 
 def actor_node(agent: Agent, policy_source: jd.Handle, replays: list[jd.Handle], index: int) -> jd.CourierNode:

@@ -51,8 +51,9 @@ import numpy as np
 
 import jaxdist as jd
 from jaxdist import courier
-from jaxdist.agents import experiment
+from jaxdist.agents import experiment, sweep
 from jaxdist.agents.experiment import AgentConfig, Presets, Topology, env_slug, qualified_name, resources
+from jaxdist.learning.layout import LINEAGE
 from jaxdist.nodes.evaluator import EVALUATIONS, recorded_evaluations
 from jaxdist.program import group_of
 from jaxdist.records.metrics import MetricsWriter, metrics_path, read_metrics
@@ -126,7 +127,7 @@ _LAUNCHER_OPTIONS = {  # flag -> (the launchers that take it, its name among jd.
 def parse(config_type: type[AgentConfig], presets: Presets, description: str | None,
           args: Sequence[str] | None = None) -> tuple[AgentConfig, RunOptions]:
     """(config, run options) from the command line, over the preset of its ``--env-id``."""
-    args = list(sys.argv[1:] if args is None else args)
+    args = _gather_repeated(list(sys.argv[1:] if args is None else args), "--sweep")
     try:
         env_id = _flag_value(args, "--env-id") or config_type().env_id
         backend = _flag_value(args, "--env-backend")
@@ -202,15 +203,29 @@ def main(make_agent: Callable[[Any], Any], config_type: type[AgentConfig], prese
     launch_options = run.launch_options()
     if run.launcher == "ray":  # groups go to hosts as under multihost, a host being a Ray node
         launch_options = {**(launch_options or {}), "placement": built.topology().placement}
-    try:
-        summary = train(built, launcher=run.launcher, run_dir=run_dir, start_time=start_time,
-                        compilation_cache=os.path.expanduser(run.compilation_cache) or None, echo=not run.quiet,
-                        track=run.track, launch_options=launch_options)
-    except jd.LaunchError as refused:  # e.g. multihost without the hosts it needs
-        raise SystemExit(f"error: {refused}") from None
-    except jd.NodeFailedError as failure:
-        raise SystemExit(f"error: {failure_summary(failure, run_dir)}") from None
-    report(summary, run_dir)
+    # A sweep whose configurations cannot share a learner runs them one after another, each a
+    # program in a run directory of its own (one that is over is not launched again).
+    runs = [(make_agent(child), child_dir) for child, child_dir in sweep.apart(config, run_dir)] or [(built, run_dir)]
+    for agent, agent_dir in runs:
+        try:
+            summary = train(agent, launcher=run.launcher, run_dir=agent_dir, start_time=start_time,
+                            compilation_cache=os.path.expanduser(run.compilation_cache) or None, echo=not run.quiet,
+                            track=run.track, launch_options=launch_options)
+        except jd.LaunchError as refused:  # e.g. multihost without the hosts it needs
+            raise SystemExit(f"error: {refused}") from None
+        except jd.NodeFailedError as failure:
+            raise SystemExit(f"error: {failure_summary(failure, agent_dir)}") from None
+        report(summary, agent_dir)
+        if finished_summary(agent_dir, agent.topology(), agent.config) is None:
+            return summary  # stopped before its end (Ctrl-C, SIGTERM): the same command resumes it here
+    if len(configurations := sweep.configurations(config)) > 1 and "host_index" not in summary:
+        print(f"{len(configurations)} configurations x {config.num_seeds} seed(s), by their last evaluation's mean "
+              f"over seeds (also {os.path.join(run_dir, sweep.SWEEP_FILE)}, {sweep.SWEEP_PLOT}):")
+        print(sweep.format_table(sweep.summarize(run_dir, config), config.num_seeds))
+    if config.pbt and "host_index" not in summary:
+        copies = sweep.plot_lineage(run_dir)
+        print(f"PBT: {len(copies)} copies ({'; '.join(copies[-8:])}{' ...' if len(copies) > 8 else ''}); every "
+              f"member's hyperparameters by update in {metrics_path(run_dir, LINEAGE)}, lineage_<field>.png")
     return summary
 
 
@@ -256,6 +271,25 @@ def last_evaluation(summary: dict[str, Any]) -> str:
     version, last = summary["final_return_version"], summary["learner_version"]
     which = "the final policy" if version >= last else f"the learner went on to version {last}"
     return f"last evaluation return {summary['final_return']:.1f}, of learner version {version} ({which})"
+
+
+def _gather_repeated(args: list[str], flag: str) -> list[str]:
+    """``--sweep A --sweep B`` as ``--sweep A B``: a repeatable flag, where tyro's tuple flag
+    takes its values after one occurrence."""
+    values, rest, i = [], [], 0
+    while i < len(args):
+        if args[i] == flag:
+            i += 1
+            while i < len(args) and not args[i].startswith("--"):
+                values.append(args[i])
+                i += 1
+        elif args[i].startswith(flag + "="):
+            values.append(args[i].split("=", 1)[1])
+            i += 1
+        else:
+            rest.append(args[i])
+            i += 1
+    return [*rest, flag, *values] if values else rest
 
 
 def _flag_value(args: list[str], flag: str) -> str | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxdist.agents import experiment
+from jaxdist.agents import experiment, sweep
 
 
 class TrainedPolicy:
@@ -46,9 +46,11 @@ class TrainedPolicy:
 
 
 def load_policy(run_dir: str, step: int | None = None, seed: int = 0, run_seed: int = 0,
-                best: bool = False, trust_run_dir: bool = False) -> TrainedPolicy:
+                best: bool = False, trust_run_dir: bool = False, config_index: int = 0) -> TrainedPolicy:
     """The policy of the run in ``run_dir``: its saved config, its learner's latest checkpoint
-    (or ``step``); of a run of several seeds at once (``num_seeds``), seed ``run_seed``'s; with
+    (or ``step``); of a run of several seeds at once (``num_seeds``), seed ``run_seed``'s; of a
+    sweep's (``--sweep``), configuration ``config_index``'s (its row of ``sweep.csv``; PBT's
+    member ``config_index``); with
     ``best``, that of the run's best evaluation (saved by the evaluator node of actor-learner
     runs; kept for each seed in an Anakin run's checkpoints).
     ``seed`` seeds the sampling of ``act(..., deterministic=False)``.
@@ -61,7 +63,19 @@ def load_policy(run_dir: str, step: int | None = None, seed: int = 0, run_seed: 
         experiment.refuse_code_in(run_dir, saved)
     agent = saved.agent()
     topology = agent.topology()
-    if not 0 <= run_seed < topology.seeds:
-        raise ValueError(f"{run_dir} trained {topology.seeds} seed(s) at once (num_seeds): run_seed must be "
-                         f"{'0' if topology.seeds == 1 else f'0 to {topology.seeds - 1}'}, got {run_seed}")
-    return TrainedPolicy(agent, topology.trained(run_dir, step, run_seed, best), seed)
+    configurations, seeds = sweep.layout(agent.config)
+    if not 0 <= run_seed < seeds:
+        raise ValueError(f"{run_dir} trained {seeds} seed(s) at once (num_seeds): run_seed must be "
+                         f"{_choices(seeds)}, got {run_seed}")
+    if not 0 <= config_index < configurations:
+        raise ValueError(f"{run_dir} trained {configurations} configuration(s) (--sweep, --pbt): config_index must be "
+                         f"{_choices(configurations)}, got {config_index}")
+    for index, (_, config_dir) in enumerate(sweep.apart(agent.config, run_dir)):  # configurations run apart
+        if index == config_index:
+            return load_policy(config_dir, step, seed, run_seed, best, trust_run_dir)
+    run = config_index * seeds + run_seed
+    return TrainedPolicy(agent, topology.trained(run_dir, step, run, best), seed)
+
+
+def _choices(count: int) -> str:
+    return "0" if count == 1 else f"0 to {count - 1}"

@@ -1,6 +1,6 @@
 """Where a node's checkpoints live in a run directory, in a module free of JAX and Orbax: the
 launching process finds a run's saved state with it (is the run over, where is its best
-policy) without importing either."""
+policy) without importing either; and PBT's lineage, which it plots."""
 
 from __future__ import annotations
 
@@ -10,3 +10,7 @@ import os
 def checkpoint_dir(run_dir: str | os.PathLike, node_name: str) -> str:
     """``<run_dir>/checkpoints/<node_name>`` as an absolute path (Orbax wants one)."""
     return os.path.abspath(os.path.join(run_dir, "checkpoints", node_name))
+
+
+LINEAGE = "lineage"
+"""``<run_dir>/lineage.csv``: a PBT learner's members, their parents and hyperparameters by update."""
