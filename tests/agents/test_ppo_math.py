@@ -294,3 +294,50 @@ def test_eight_devices_jit_and_pmap_agree_with_one(tmp_path):
     assert 0 < float(got["jit/uneven/['metrics']['stale_fraction']"]) < 1
     names = assert_pmap_equals_jit(got, "uneven")
     assert any("obs_norm" in name for name in names) and len(names) > 20
+
+
+# Resume ----------------------------------------------------------------------------------------
+
+
+class BanditBatches:
+    """Batch ``i`` is the bandit batch of seed ``i``, acted on by version ``i`` (no lag); a
+    restored learner seeks it to its step, so a resumed run meets the batches an uninterrupted
+    one does."""
+
+    def __init__(self) -> None:
+        self._index = 0
+
+    def seek(self, step: int) -> None:
+        self._index = step
+
+    def __call__(self) -> dict:
+        self._index += 1
+        return bandit_batch(np.random.default_rng(self._index - 1), version=self._index - 1)
+
+
+@pytest.mark.slow  # three learners, each compiling the update: ~16 s of CPU
+def test_a_restored_ppo_learner_goes_on_exactly_as_one_that_never_stopped(tmp_path):
+    """Its checkpoint is its whole state: parameters, the optimizer's moments and its schedule's
+    count, the version, the observation and return statistics, and the step that the update's
+    keys are folded from. Anything a restore left out (started afresh) would make the resumed
+    learner's next updates differ from an uninterrupted one's."""
+    from jaxdist.nodes.learner import CheckpointOptions, Learner, PublishOptions
+
+    logic = learning.logic(SHARDED_CONFIG, ENV)  # normalises observations and scales rewards
+
+    def train(run_dir, max_steps: int):
+        learner = Learner(logic, BanditBatches(), max_steps=max_steps, name="learner/0", run_dir=str(run_dir),
+                          publishing=PublishOptions(every=None, log_every=None, metrics=None),
+                          checkpointing=CheckpointOptions(save_every_steps=100, async_save=False))
+        learner.run()  # saves its last step
+        restored, state = learner.restored_step, jax.device_get(learner._train)
+        learner.close()
+        return restored, state
+
+    assert train(tmp_path / "stopped", 3)[0] is None
+    restored, resumed = train(tmp_path / "stopped", 6)
+    fresh, whole = train(tmp_path / "whole", 6)
+    assert (restored, fresh) == (3, None)
+    assert int(resumed["step"]) == int(resumed["state"]["version"]) == 6
+    assert float(resumed["state"]["obs_norm"].count) > 6 * 8 * 16  # the statistics of every batch seen
+    chex.assert_trees_all_equal(resumed, whole)
