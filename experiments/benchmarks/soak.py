@@ -15,9 +15,10 @@ Every ``--sample-every`` seconds (offset by half a period from the kills) it sam
 file descriptors and threads; and the run's shared-memory segments in ``/dev/shm`` (made by any
 process of the run, living or dead) and the run directory's size. At the end it prints, per
 series, the value at the end of the warm-up (the baseline, ``--warmup`` minutes in) and at the
-end, their ratio, and the least-squares slope per minute over the samples after the warm-up. A
-killed node's series spans its lives: what survives a restart (a segment, a file) counts, and
-what grows within a life shows as its sawtooth's rise.
+end, their ratio, and two least-squares slopes per minute: over the samples after the warm-up,
+spanning a killed node's lives (what survives a restart, a segment or a file, counts), and the
+steepest within one life, from ``--warmup`` minutes after its first sample (growth that the
+restarts would hide).
 
 It fails (exit 1) on a slope above its bound -- resident memory 1 MiB/min, descriptors and
 threads 0.2/min per process, segments 0.1/min, the run directory 2 MiB/min (its logs and
@@ -59,20 +60,38 @@ SEGMENT = re.compile(rf"{re.escape(shared_memory.PREFIX)}\d+-(\d+)-")
 
 @dataclasses.dataclass
 class Series:
-    """One sampled quantity: (minutes since the start, value) pairs."""
+    """One sampled quantity: (minutes since the start, value) pairs, and the same split by the
+    life (process id) of the node they were read from."""
 
     points: list[tuple[float, float]] = dataclasses.field(default_factory=list)
+    lives: dict[int, list[tuple[float, float]]] = dataclasses.field(default_factory=dict)
+
+    def add(self, minute: float, value: float, life: int = 0) -> None:
+        self.points.append((minute, value))
+        self.lives.setdefault(life, []).append((minute, value))
 
     def after(self, warmup: float) -> list[tuple[float, float]]:
         return [point for point in self.points if point[0] >= warmup]
 
     def slope(self, warmup: float) -> float | None:
         """Least-squares slope per minute over the samples after the warm-up."""
-        points = self.after(warmup)
-        if len(points) < 3:
-            return None
-        minutes, values = np.array(points).T
-        return float(np.polyfit(minutes, values, 1)[0])
+        return fit(self.after(warmup))
+
+    def life_slope(self, warmup: float) -> float | None:
+        """The steepest slope within one life, over its samples from `warmup` minutes after its
+        first (a restarted process compiles and fills its caches again): growth that a node's
+        restarts would hide from the slope across lives."""
+        slopes = [fit([point for point in points if point[0] >= points[0][0] + warmup])
+                  for points in self.lives.values()]
+        return max((slope for slope in slopes if slope is not None), default=None)
+
+
+def fit(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope per minute; None under 4 samples."""
+    if len(points) < 4:
+        return None
+    minutes, values = np.array(points).T
+    return float(np.polyfit(minutes, values, 1)[0])
 
 
 def node_processes(running: jd.Running) -> dict[str, list[psutil.Process]]:
@@ -164,7 +183,7 @@ class Soak:
             self.pids.update(process.pid for process in processes)
             reading = measure(processes)
             for metric, value in (reading or {}).items():
-                self.series.setdefault((name, metric), Series()).points.append((now, value))
+                self.series.setdefault((name, metric), Series()).add(now, value, processes[0].pid)
         inside = {process.pid for processes in tree.values() for process in processes}
         launched = {child.pid for child in psutil.Process().children(recursive=True)}
         strays = {process.pid: describe(process) for process in marked(self.marker)
@@ -173,9 +192,9 @@ class Soak:
         self.orphans.update({pid: command for pid, command in strays.items() if pid in self.strays})
         self.strays = strays
         segments = len(run_segments(self.pids))
-        self.series.setdefault(("run", "segments"), Series()).points.append((now, segments))
+        self.series.setdefault(("run", "segments"), Series()).add(now, segments)
         size = directory_mib(self.run_dir)
-        self.series.setdefault(("run", "run_dir_mib"), Series()).points.append((now, size))
+        self.series.setdefault(("run", "run_dir_mib"), Series()).add(now, size)
         rss = {name: self.series[(name, "rss_mib")].points[-1][1] for name in tree if (name, "rss_mib") in self.series}
         print(f"[soak] {now:5.1f} min: kills {self.kills}, scalings {self.scalings}; segments {segments}; "
               f"run dir {size:.1f} MiB; RSS MiB " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(rss.items())),
@@ -263,20 +282,21 @@ class Soak:
               f"{psutil.virtual_memory().total / (1 << 30):.0f} GiB); {self.kills['actor']} actor kills, "
               f"{self.kills['learner']} learner kills, {self.scalings} scalings up and down. Baseline: the "
               f"sample at the end of the {args.warmup:g} min warm-up.\n")
-        print("| process | quantity | at warm-up | at end | ratio | slope per minute | bound | |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        print("| process | quantity | at warm-up | at end | ratio | slope per minute | within a life | bound | |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for (name, metric), series in sorted(self.series.items()):
             points = series.after(args.warmup)
             if not points:
                 continue
-            first, last, slope = points[0][1], points[-1][1], series.slope(args.warmup)
-            ok = slope is None or slope <= BOUNDS[metric]
-            if not ok:
-                failures.append(f"{name} {metric} grows {slope:.3g}/min (bound {BOUNDS[metric]:g})")
+            first, last = points[0][1], points[-1][1]
+            slopes = {"across lives": series.slope(args.warmup), "within a life": series.life_slope(args.warmup)}
+            grows = [f"{name} {metric} grows {slope:.3g}/min {how} (bound {BOUNDS[metric]:g})"
+                     for how, slope in slopes.items() if slope is not None and slope > BOUNDS[metric]]
+            failures += grows
             ratio = f"{last / first:.2f}" if first else "-"
-            shown = "-" if slope is None else f"{slope:+.3f}"
-            print(f"| {name} | {metric} | {first:.1f} | {last:.1f} | {ratio} | {shown} | {BOUNDS[metric]:g} | "
-                  f"{'ok' if ok else 'GROWS'} |")
+            shown = ["-" if slope is None else f"{slope:+.3f}" for slope in slopes.values()]
+            print(f"| {name} | {metric} | {first:.1f} | {last:.1f} | {ratio} | {' | '.join(shown)} | "
+                  f"{BOUNDS[metric]:g} | {'GROWS' if grows else 'ok'} |")
         print(f"\norphaned processes: {len(self.orphans)}; segments left in {shared_memory.DIRECTORY}: {len(leftover)}")
         failures += [f"orphaned process {pid}: {command}" for pid, command in self.orphans.items()]
         failures += [f"segment left: {name}" for name in leftover]

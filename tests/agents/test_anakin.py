@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,7 +22,8 @@ from jaxdist.learning import anakin
 from jaxdist.agents.experiment import with_preset
 from jaxdist.records.metrics import read_metrics
 from jaxdist.nodes.evaluator import EvaluationRecorder
-from jaxdist.nodes.learner import CheckpointOptions, Learner, PublishOptions
+from jaxdist.nodes.learner import Learner, PublishOptions
+from resume_checks import assert_resumes_exactly
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CARTPOLE = jax_envs.jax_env("CartPole-v1")
@@ -63,24 +63,9 @@ def test_ppo_improves_on_the_learner_alone_with_a_lag_on_the_shared_row_only_and
 def test_a_restored_anakin_learner_goes_on_exactly_as_one_that_never_stopped(tmp_path):
     """Its checkpoint is its whole state: parameters, the optimizer's moments, the version, every
     env's state and running episode, the best evaluated policy and the step that the update's
-    keys are folded from. Anything a restore left out (started afresh) would make
-    the resumed learner's next updates differ from an uninterrupted one's."""
-    logic = cartpole_logic(num_envs=4, eval_every=2)  # one compile serves the three learners
-
-    def train(run_dir, max_steps: int):
-        learner = Learner(logic, anakin.no_batch, max_steps=max_steps, publishing=UNPUBLISHED, name="learner/0",
-                          run_dir=str(run_dir), checkpointing=CheckpointOptions(save_every_steps=100, async_save=False))
-        learner.run()  # saves its last step
-        restored, state = learner.restored_step, jax.device_get(learner._train)
-        learner.close()
-        return restored, state
-
-    assert train(tmp_path / "stopped", 3)[0] is None
-    restored, resumed = train(tmp_path / "stopped", 6)
-    fresh, whole = train(tmp_path / "whole", 6)
-    assert (restored, fresh) == (3, None)
+    keys are folded from."""
+    resumed = assert_resumes_exactly(cartpole_logic(num_envs=4, eval_every=2), lambda: anakin.no_batch, tmp_path)
     assert int(resumed["step"]) == 6 and int(resumed["state"]["agent"]["version"][0]) == 6
-    chex.assert_trees_all_equal(resumed, whole)
 
 
 def test_the_last_update_is_evaluated_whatever_the_interval_and_its_row_written_before_the_program_ends(tmp_path):
@@ -176,7 +161,7 @@ EIGHT_DEVICES = textwrap.dedent("""
     from jaxdist.agents import ppo
     from jaxdist.learning import anakin
     from jaxdist.agents.experiment import with_preset
-    from jaxdist.nodes.learner import CheckpointOptions, Learner, PublishOptions
+    from jaxdist.nodes.learner import Learner, PublishOptions
     config = with_preset(ppo.PPOConfig, "CartPole-v1", ppo.PRESETS, architecture="anakin", num_actors=1,
                          envs_per_actor=32)
     from jaxdist.agents import experiment

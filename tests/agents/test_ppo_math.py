@@ -16,6 +16,7 @@ from actor_critic_math import (CARTPOLE, PENDULUM, acting_logp, assert_data_para
                                assert_moved_and_merged_statistics, mlp_reference, pendulum_batch,
                                prob_of_action_one)
 from eight_devices import assert_pmap_equals_jit, flat_tree, on_eight_devices
+from resume_checks import assert_resumes_exactly
 
 from jaxdist.agents import actor_critic
 from jaxdist.agents.ppo import learning
@@ -318,26 +319,8 @@ class BanditBatches:
 @pytest.mark.slow  # three learners, each compiling the update: ~16 s of CPU
 def test_a_restored_ppo_learner_goes_on_exactly_as_one_that_never_stopped(tmp_path):
     """Its checkpoint is its whole state: parameters, the optimizer's moments and its schedule's
-    count, the version, the observation and return statistics, and the step that the update's
-    keys are folded from. Anything a restore left out (started afresh) would make the resumed
-    learner's next updates differ from an uninterrupted one's."""
-    from jaxdist.nodes.learner import CheckpointOptions, Learner, PublishOptions
-
-    logic = learning.logic(SHARDED_CONFIG, ENV)  # normalises observations and scales rewards
-
-    def train(run_dir, max_steps: int):
-        learner = Learner(logic, BanditBatches(), max_steps=max_steps, name="learner/0", run_dir=str(run_dir),
-                          publishing=PublishOptions(every=None, log_every=None, metrics=None),
-                          checkpointing=CheckpointOptions(save_every_steps=100, async_save=False))
-        learner.run()  # saves its last step
-        restored, state = learner.restored_step, jax.device_get(learner._train)
-        learner.close()
-        return restored, state
-
-    assert train(tmp_path / "stopped", 3)[0] is None
-    restored, resumed = train(tmp_path / "stopped", 6)
-    fresh, whole = train(tmp_path / "whole", 6)
-    assert (restored, fresh) == (3, None)
+    count, the version, the observation and return statistics (the config normalises
+    observations and scales rewards), and the step that the update's keys are folded from."""
+    resumed = assert_resumes_exactly(learning.logic(SHARDED_CONFIG, ENV), BanditBatches, tmp_path)
     assert int(resumed["step"]) == int(resumed["state"]["version"]) == 6
     assert float(resumed["state"]["obs_norm"].count) > 6 * 8 * 16  # the statistics of every batch seen
-    chex.assert_trees_all_equal(resumed, whole)
