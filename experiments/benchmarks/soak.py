@@ -15,10 +15,10 @@ Every ``--sample-every`` seconds (offset by half a period from the kills) it sam
 file descriptors and threads; and the run's shared-memory segments in ``/dev/shm`` (made by any
 process of the run, living or dead) and the run directory's size. At the end it prints, per
 series, the value at the end of the warm-up (the baseline, ``--warmup`` minutes in) and at the
-end, their ratio, and two least-squares slopes per minute: over the samples after the warm-up,
-spanning a killed node's lives (what survives a restart, a segment or a file, counts), and the
-steepest within one life, from ``--warmup`` minutes after its first sample (growth that the
-restarts would hide).
+end, their ratio, and two least-squares slopes per minute over the settled samples (those taken
+``--warmup`` minutes or more after the first of their process's life: a restarted node imports
+and compiles again): spanning a killed node's lives (what survives a restart, a segment or a
+file, counts), and the steepest within one life (growth that the restarts would hide).
 
 It fails (exit 1) on a slope above its bound -- resident memory 1 MiB/min, descriptors and
 threads 0.2/min per process, segments 0.1/min, the run directory 2 MiB/min (its logs and
@@ -70,19 +70,23 @@ class Series:
         self.points.append((minute, value))
         self.lives.setdefault(life, []).append((minute, value))
 
+    def settled(self, warmup: float) -> dict[int, list[tuple[float, float]]]:
+        """Each life's samples from `warmup` minutes after its first (a restarted process
+        imports, compiles and fills its caches again)."""
+        return {life: [point for point in points if point[0] >= points[0][0] + warmup]
+                for life, points in self.lives.items()}
+
     def after(self, warmup: float) -> list[tuple[float, float]]:
-        return [point for point in self.points if point[0] >= warmup]
+        return sorted(point for points in self.settled(warmup).values() for point in points)
 
     def slope(self, warmup: float) -> float | None:
-        """Least-squares slope per minute over the samples after the warm-up."""
+        """Least-squares slope per minute over every life's settled samples."""
         return fit(self.after(warmup))
 
     def life_slope(self, warmup: float) -> float | None:
-        """The steepest slope within one life, over its samples from `warmup` minutes after its
-        first (a restarted process compiles and fills its caches again): growth that a node's
-        restarts would hide from the slope across lives."""
-        slopes = [fit([point for point in points if point[0] >= points[0][0] + warmup])
-                  for points in self.lives.values()]
+        """The steepest slope within one life's settled samples: growth that a node's restarts
+        would hide from the slope across lives."""
+        slopes = [fit(points) for points in self.settled(warmup).values()]
         return max((slope for slope in slopes if slope is not None), default=None)
 
 
@@ -281,7 +285,7 @@ class Soak:
               f"{args.scale_every:g}` at commit `{commit}` on {datetime.date.today()} ({os.cpu_count()} cores, "
               f"{psutil.virtual_memory().total / (1 << 30):.0f} GiB); {self.kills['actor']} actor kills, "
               f"{self.kills['learner']} learner kills, {self.scalings} scalings up and down. Baseline: the "
-              f"sample at the end of the {args.warmup:g} min warm-up.\n")
+              f"first settled sample ({args.warmup:g} min into its process's life).\n")
         print("| process | quantity | at warm-up | at end | ratio | slope per minute | within a life | bound | |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for (name, metric), series in sorted(self.series.items()):
