@@ -23,6 +23,7 @@ from jaxdist.agents.experiment import with_preset
 from jaxdist.records.metrics import read_metrics
 from jaxdist.nodes.evaluator import EvaluationRecorder
 from jaxdist.nodes.learner import Learner, PublishOptions
+from resume_checks import assert_resumes_exactly
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CARTPOLE = jax_envs.jax_env("CartPole-v1")
@@ -38,10 +39,12 @@ def cartpole_logic(num_envs: int = 16, **options):
                         **options)
 
 
-def test_ppo_learns_cartpole_on_the_learner_alone_with_a_lag_on_the_shared_row_only_and_evaluates_in_the_update():
+def test_ppo_improves_on_the_learner_alone_with_a_lag_on_the_shared_row_only_and_evaluates_in_the_update():
+    """Reaching CartPole's target is the script's test (slow): here the rows' lags, the
+    evaluations' updates and a policy that has begun to learn."""
     learner = Learner(cartpole_logic(eval_every=25), anakin.no_batch, publishing=UNPUBLISHED)
     returns, evaluations = [], {}
-    for update in range(150):
+    for update in range(50):
         metrics = jax.device_get(learner._advance(learner._feed.place({})))
         # Row 0's action was chosen an update ago, as the previous trajectory ended; every other row's now.
         assert metrics["policy_lag_max"] == min(update, 1) and metrics["stale_fraction"] == 0
@@ -52,8 +55,17 @@ def test_ppo_learns_cartpole_on_the_learner_alone_with_a_lag_on_the_shared_row_o
         assert evaluated.shape == (1, 10) and np.isnan(evaluated).all() == ((update + 1) % 25 != 0)
         if not np.isnan(evaluated).any():
             evaluations[update + 1] = evaluated.mean()
-    assert np.mean(returns[:5]) < 60 and max(returns[-20:]) >= 400, returns
-    assert sorted(evaluations) == [25, 50, 75, 100, 125, 150] and max(evaluations.values()) >= 475, evaluations
+    assert np.mean(returns[:5]) < 60 and np.mean(returns[-10:]) > 2 * np.mean(returns[:5]), returns
+    assert sorted(evaluations) == [25, 50] and evaluations[50] > np.mean(returns[:5]), evaluations
+
+
+@pytest.mark.slow  # three learners, each compiling the whole Anakin update: ~35 s of CPU
+def test_a_restored_anakin_learner_goes_on_exactly_as_one_that_never_stopped(tmp_path):
+    """Its checkpoint is its whole state: parameters, the optimizer's moments, the version, every
+    env's state and running episode, the best evaluated policy and the step that the update's
+    keys are folded from."""
+    resumed = assert_resumes_exactly(cartpole_logic(num_envs=4, eval_every=2), lambda: anakin.no_batch, tmp_path)
+    assert int(resumed["step"]) == 6 and int(resumed["state"]["agent"]["version"][0]) == 6
 
 
 def test_the_last_update_is_evaluated_whatever_the_interval_and_its_row_written_before_the_program_ends(tmp_path):
@@ -181,31 +193,11 @@ def test_on_eight_devices_each_plays_its_own_envs_under_pmap():
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_the_script_solves_cartpole_with_anakin_and_resumes_from_its_checkpoint(tmp_path):
-    command = [sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--quiet", "--compilation-cache", "",
-               "--architecture", "anakin", "--run-dir", str(tmp_path), "--stop-at-target"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "reached evaluation return 475" in done.stdout, done.stdout
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["final_return"] >= 475 and summary["env_steps"] > 0
-    assert json.loads((tmp_path / "config.json").read_text())["config"]["architecture"] == "anakin"
-    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and "nothing launched: the run reached its target" in again.stdout, again.stdout
-    more = command[:-1] + ["--total-steps", str(summary["env_steps"] + 16_384), "--allow-config-change"]
-    resumed = subprocess.run(more, capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "resuming from the learner's checkpoint" in resumed.stdout, resumed.stdout
-    assert json.loads((tmp_path / "summary.json").read_text())["learner_version"] > summary["learner_version"]
-    assert load_policy(str(tmp_path)).act(np.zeros((2, 4), np.float32)).shape == (2,)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_the_script_trains_several_seeds_at_once_reports_each_and_keeps_each_ones_best(tmp_path):
+def test_the_script_trains_several_seeds_to_the_target_keeps_each_ones_best_and_resumes_from_its_checkpoint(tmp_path):
     """With ``--fresh`` over an earlier run's directory, whose checkpoints must go (a kept one
     would be resumed, or sit beside the new run's); ``load_policy(best=True, run_seed=i)`` then
-    gives seed i's best evaluated policy."""
+    gives seed i's best evaluated policy. The same command again has nothing to do, and more
+    steps resume the run from its checkpoint (one Anakin run to the target serves both)."""
     stale = tmp_path / "checkpoints" / "learner" / "0" / "99999999"
     stale.mkdir(parents=True)
     (stale / "commit_success.txt").write_text("an earlier run's")
@@ -234,3 +226,14 @@ def test_the_script_trains_several_seeds_at_once_reports_each_and_keeps_each_one
         best = load_policy(str(tmp_path), best=True, run_seed=seed)
         returns = {row["step"]: row[f"seed/{seed}/mean_return"] for row in saved}
         assert returns[best.step] == max(returns.values()), (seed, best.step, returns)
+    again = subprocess.run(command[:-1], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "nothing launched: the run reached its target" in again.stdout, again.stdout
+    config = json.loads((tmp_path / "config.json").read_text())["config"]
+    assert config["architecture"] == "anakin"
+    per_update = config["num_actors"] * config["envs_per_actor"] * config["trajectory_length"]
+    more = command[:-2] + ["--total-steps", str((summary["learner_version"] + 8) * per_update), "--allow-config-change"]
+    resumed = subprocess.run(more, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resuming from the learner's checkpoint" in resumed.stdout, resumed.stdout
+    assert json.loads((tmp_path / "summary.json").read_text())["learner_version"] > summary["learner_version"]
+    assert load_policy(str(tmp_path), run_seed=1).act(np.zeros((2, 4), np.float32)).shape == (2,)

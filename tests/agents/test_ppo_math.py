@@ -16,6 +16,7 @@ from actor_critic_math import (CARTPOLE, PENDULUM, acting_logp, assert_data_para
                                assert_moved_and_merged_statistics, mlp_reference, pendulum_batch,
                                prob_of_action_one)
 from eight_devices import assert_pmap_equals_jit, flat_tree, on_eight_devices
+from resume_checks import assert_resumes_exactly
 
 from jaxdist.agents import actor_critic
 from jaxdist.agents.ppo import learning
@@ -294,3 +295,32 @@ def test_eight_devices_jit_and_pmap_agree_with_one(tmp_path):
     assert 0 < float(got["jit/uneven/['metrics']['stale_fraction']"]) < 1
     names = assert_pmap_equals_jit(got, "uneven")
     assert any("obs_norm" in name for name in names) and len(names) > 20
+
+
+# Resume ----------------------------------------------------------------------------------------
+
+
+class BanditBatches:
+    """Batch ``i`` is the bandit batch of seed ``i``, acted on by version ``i`` (no lag); a
+    restored learner seeks it to its step, so a resumed run meets the batches an uninterrupted
+    one does."""
+
+    def __init__(self) -> None:
+        self._index = 0
+
+    def seek(self, step: int) -> None:
+        self._index = step
+
+    def __call__(self) -> dict:
+        self._index += 1
+        return bandit_batch(np.random.default_rng(self._index - 1), version=self._index - 1)
+
+
+@pytest.mark.slow  # three learners, each compiling the update: ~16 s of CPU
+def test_a_restored_ppo_learner_goes_on_exactly_as_one_that_never_stopped(tmp_path):
+    """Its checkpoint is its whole state: parameters, the optimizer's moments and its schedule's
+    count, the version, the observation and return statistics (the config normalises
+    observations and scales rewards), and the step that the update's keys are folded from."""
+    resumed = assert_resumes_exactly(learning.logic(SHARDED_CONFIG, ENV), BanditBatches, tmp_path)
+    assert int(resumed["step"]) == int(resumed["state"]["version"]) == 6
+    assert float(resumed["state"]["obs_norm"].count) > 6 * 8 * 16  # the statistics of every batch seen

@@ -127,26 +127,6 @@ def node_pid(host: subprocess.Popen, learner: bool) -> int:
 
 
 @pytest.mark.timeout(600)
-def test_ppo_solves_cartpole_with_one_learner_spanning_two_hosts(tmp_path):
-    run_dir = tmp_path / "run"
-    with separate_hosts() as (hosts, prefixes):
-        processes = start_hosts(hosts, prefixes, run_dir, reserve_base_port(), "--stop-at-target")
-        out0, out1 = finish(processes, timeout=420)
-    assert processes[0][0].returncode == 0 and processes[1][0].returncode == 0, out0[-3000:] + out1[-3000:]
-    assert "reached evaluation return 475" in out0, out0[-3000:]
-    assert "host 1 stopped: host 0 stopped the program" in out1, out1[-3000:]  # the stop travelled
-    logs = [(run_dir / "logs" / f"learner-{h}.log").read_text() for h in (0, 1)]
-    for log in logs:
-        assert "fresh start on 2 cpu device(s)" in log  # one SPMD learner over both hosts' devices
-    # The monitor's stop ended both learners at one step (JAX's preemption sync point, reached
-    # while the actors still fed them) and they saved it together.
-    stops = [re.findall(r"stopped at step (\d+): preempted \(checkpoint saved\)", log) for log in logs]
-    assert stops[0] and stops[0] == stops[1], stops
-    saved = sorted(int(name) for name in os.listdir(run_dir / "checkpoints" / "learner") if name.isdigit())
-    assert saved[-1] == int(stops[0][-1])
-
-
-@pytest.mark.timeout(600)
 def test_a_run_to_its_last_update_on_two_hosts_ends_once_host_0_has_evaluated_the_final_policy(tmp_path):
     """Before, every host's learner ended the program after its last update, before the
     evaluator on host 0 had evaluated that update (here 12, evaluating every 5). The evaluator,
@@ -194,9 +174,10 @@ def test_sigterm_to_every_process_of_both_hosts_saves_one_step_and_every_host_ex
 
 
 @pytest.mark.timeout(600)
-def test_killing_one_hosts_actor_and_learner_process_brings_them_back_and_learning_goes_on(tmp_path):
+def test_ppo_solves_cartpole_with_one_learner_spanning_two_hosts_through_the_kill_of_one_hosts_actor_and_learner(
+        tmp_path):
     run_dir = tmp_path / "run"
-    with loopback_hosts() as (hosts, prefixes):
+    with separate_hosts() as (hosts, prefixes):
         processes = start_hosts(hosts, prefixes, run_dir, reserve_base_port(), "--stop-at-target",
                                 "--checkpoint-every-updates", "10")
         checkpoints = run_dir / "checkpoints" / "learner"
@@ -218,6 +199,16 @@ def test_killing_one_hosts_actor_and_learner_process_brings_them_back_and_learni
         out0, out1 = finish(processes, timeout=420)
     assert processes[0][0].returncode == 0 and processes[1][0].returncode == 0, out0[-3000:] + out1[-3000:]
     assert "reached evaluation return 475" in out0, out0[-3000:]
+    assert "host 1 stopped: host 0 stopped the program" in out1, out1[-3000:]  # the stop travelled
+    texts = [log.read_text() for log in logs]
+    for text in texts:
+        assert "fresh start on 2 cpu device(s)" in text  # one SPMD learner over both hosts' devices
+    # The monitor's stop ended both learners at one step (JAX's preemption sync point, reached
+    # while the actors still fed them) and they saved it together.
+    stops = [re.findall(r"stopped at step (\d+): preempted \(checkpoint saved\)", text) for text in texts]
+    assert stops[0] and stops[0][-1] == stops[1][-1], stops
+    saved = sorted(int(name) for name in os.listdir(checkpoints) if name.isdigit())
+    assert saved[-1] == int(stops[0][-1])
     assert re.search(r"restarting actor/1 \(1 of \d+ in a row\) .* killed by SIGKILL", out1), out1[-3000:]
     assert re.search(r"restarting learner/1 \(1 of \d+ in a row\) .* killed by SIGKILL", out1), out1[-3000:]
     assert re.search(r"restarting learner/0 \(1 of \d+ in a row\)", out0), out0[-3000:]  # the heartbeat's abort
