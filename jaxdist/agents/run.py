@@ -206,6 +206,8 @@ def main(make_agent: Callable[[Any], Any], config_type: type[AgentConfig], prese
         summary = train(built, launcher=run.launcher, run_dir=run_dir, start_time=start_time,
                         compilation_cache=os.path.expanduser(run.compilation_cache) or None, echo=not run.quiet,
                         track=run.track, launch_options=launch_options)
+    except KeyboardInterrupt:  # while starting (train's own Ctrl-C ends in a summary): what started has stopped
+        raise SystemExit("stopped by Ctrl-C while starting; nothing was trained") from None
     except jd.LaunchError as refused:  # e.g. multihost without the hosts it needs
         raise SystemExit(f"error: {refused}") from None
     except jd.NodeFailedError as failure:

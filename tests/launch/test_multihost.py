@@ -263,6 +263,24 @@ def test_the_multihost_control_port_refuses_a_stop_without_the_token(tmp_path):
         running.stop()
 
 
+def test_a_host_waiting_for_a_peer_that_is_not_up_names_it(tmp_path, capfd, monkeypatch):
+    monkeypatch.setattr(multihost, "PEER_WAIT_NOTICE", 0.5)
+    program = jd.Program("waiting")
+    with program.group("service"):
+        program.add_node(jd.CourierNode(nodes.Counter))
+    options = dict(hosts=["127.0.0.1", "127.0.0.1"], host_index=1, base_port=reserve_base_port(), token="shared",
+                   placement={"service": placement.on_host(1)})
+    running = jd.launch(program, launcher="multihost", run_dir=str(tmp_path), echo=False, **options)
+    control = multihost.plan_for(program, **options).controls[0]
+    try:
+        seen = []
+        wait_until(lambda: seen.append(capfd.readouterr().out) or "waits for host 0" in "".join(seen),
+                   "the line naming the missing host")
+        assert f"host 1 waits for host 0 at {control}, not up yet" in "".join(seen)
+    finally:
+        running.stop()
+
+
 def script(host_index: int, base: int, run_dir: str, *extra: str) -> list[str]:
     return [sys.executable, SCRIPT, "--hosts", TWO_HOSTS, "--host-index", str(host_index),
             "--base-port", str(base), "--run-dir", run_dir, *extra]
