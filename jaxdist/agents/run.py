@@ -274,6 +274,7 @@ def _flag_value(args: list[str], flag: str) -> str | None:
 
 TRAIN_WINDOW = 20  # the training return is the mean of the last this many episodes
 SUMMARY = "summary.json"  # in the run directory: what train() returned, for a relaunch that has nothing to do
+RATE_WINDOW = 5.0  # the progress line's env steps/s: over the polls of the latest this many seconds
 READINGS_KEPT = 600  # (time, env steps) of the latest polls: a minute of them, at 10 a second
 POLL_THREADS = 16  # a poll's calls in flight at once (two an actor); more actors wait for a thread
 
@@ -452,7 +453,6 @@ class Monitor:
         self._first_update: tuple[float, int] | None = None
         self._last_acting: tuple[float, int] = (time.time(), 0)  # when env steps last grew
         self._readings: collections.deque[tuple[float, int]] = collections.deque(maxlen=READINGS_KEPT)
-        self._rate: tuple[float, int, float] | None = None  # (time, env steps, steps/s) at the last reading
         self._out, self._progress_interval, self._next_progress = out, progress_interval, 0.0
         self._tty = hasattr(out, "isatty") and out.isatty()
         self.base_wall_time = float(earlier[-1].get("run_seconds", 0.0)) if earlier else 0.0
@@ -514,7 +514,6 @@ class Monitor:
                 self._first_update = (time.time(), self.env_steps)
         if self.env_steps > self._last_acting[1]:
             self._last_acting = (time.time(), self.env_steps)
-        self._update_rate()
         now = time.time()
         if final or now - self._last_mirror >= 2.0:
             self._last_mirror = now
@@ -587,7 +586,7 @@ class Monitor:
         return float(np.mean(recent)) if recent else None
 
     def _write_row(self) -> None:
-        row = {"run_seconds": self.wall_time, "env_steps_per_second": self._rate[2] if self._rate else None,
+        row = {"run_seconds": self.wall_time, "env_steps_per_second": recent_rate(self._readings),
                "eval_return": self.eval_return, "train_return": self.train_return(),
                "episodes": len(self._train_returns), "learner_version": self.version, "lag": self.lag,
                "restarts": self.restarts()}
@@ -665,19 +664,12 @@ class Monitor:
                 break
         return 0
 
-    def _update_rate(self) -> None:
-        now, steps = time.monotonic(), self.env_steps
-        if self._rate is None:  # the first reading: a resumed run's earlier steps are not this segment's
-            self._rate = (now, steps, 0.0)
-            return
-        then, then_steps, rate = self._rate
-        if now - then >= 1.0:
-            self._rate = (now, steps, (steps - then_steps) / (now - then))
-
     def _print_progress(self, final: bool) -> None:
         show = lambda value: "   -  " if value is None else f"{value:6.1f}"  # noqa: E731
         lag = "-" if self.lag is None else f"{self.lag:.1f}"
-        rate = self._rate[2] if self._rate else 0.0
+        # The last line, the program stopped: the steady rate, not one diluted by the stop.
+        rate = (steady_rate(self._first_update, self._last_acting) if final and self._first_update
+                else recent_rate(self._readings)) or 0.0
         line = (f"[{self.agent.name}] {self.wall_time:6.1f}s  env steps {self.env_steps:>9,}  {rate:>7,.0f}/s  "
                 f"eval return {show(self.eval_return)}  train {show(self.train_return())}  "
                 f"version {self.version:>5}  lag {lag}  restarts {self.restarts()}")
@@ -696,6 +688,16 @@ class _Watched:
     since: int = 0  # the next of its episodes to fetch
     steps: int = 0  # its env steps as last reported
     earlier: int = 0  # env steps of its earlier lives (a restarted actor counts afresh)
+
+
+def recent_rate(readings: Sequence[tuple[float, int]], window: float = RATE_WINDOW) -> float | None:
+    """Env steps/s over the latest ``window`` s of (time, env steps) readings: what the run does
+    now, not since some earlier reading; None before two readings."""
+    if len(readings) < 2:
+        return None
+    now, steps = readings[-1]
+    then, then_steps = next(reading for reading in readings if reading[0] >= now - window)
+    return (steps - then_steps) / (now - then) if now > then else None
 
 
 def steady_rate(first_update: tuple[float, int], last_acting: tuple[float, int]) -> float | None:

@@ -13,7 +13,7 @@ import pytest
 
 from jaxdist.agents import es, ppo
 from jaxdist.agents.run import last_evaluation, report
-from jaxdist.agents.run import evaluation_curve, finished_summary, steady_rate, steps_at
+from jaxdist.agents.run import evaluation_curve, finished_summary, recent_rate, steady_rate, steps_at
 from jaxdist.records.metrics import MetricsWriter
 from jaxdist.nodes.evaluator import BEST_POLICY
 
@@ -25,6 +25,13 @@ def test_steady_throughput_counts_env_steps_from_the_first_update_seen_to_the_la
 def test_a_run_with_no_env_step_after_its_first_update_has_no_steady_throughput_rather_than_zero():
     assert steady_rate((20.0, 20_480), (21.1, 20_480)) is None  # every update landed between two polls
     assert steady_rate((20.0, 20_480), (20.0, 20_480)) is None
+
+
+def test_the_progress_lines_rate_is_that_of_the_latest_seconds_not_of_a_slow_start():
+    readings = [(0.1 * i, 100 * i) for i in range(100)]  # 1,000/s for 10 s (compiling, say) ...
+    readings += [(10.0 + 0.1 * i, 9_900 + 3_000 * i) for i in range(1, 101)]  # ... then 30,000/s for 10 s
+    assert recent_rate(readings) == pytest.approx(30_000)
+    assert recent_rate(readings[:1]) is None
 
 
 def test_the_closing_line_says_which_policy_the_last_evaluation_scored():
