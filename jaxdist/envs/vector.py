@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from jaxdist.envs.mujoco_log import route_mujoco_warnings
+
 if TYPE_CHECKING:
     from jaxdist.envs.jax_rollout import JaxVectorEnv
 
@@ -122,6 +124,7 @@ def _make_raw(spec: EnvSpec, backend: str) -> Any:
 
     kwargs = dict(spec.kwargs)
     spec = dataclasses.replace(spec, env_id=registered_id(spec.env_id))
+    route_mujoco_warnings(gym.spec(spec.env_id).entry_point)  # in this process: sync and vector backends
     if backend == "envpool":
         import envpool
 
