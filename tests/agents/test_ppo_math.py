@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 
 import chex
 import jax
@@ -294,3 +295,12 @@ def test_eight_devices_jit_and_pmap_agree_with_one(tmp_path):
     assert 0 < float(got["jit/uneven/['metrics']['stale_fraction']"]) < 1
     names = assert_pmap_equals_jit(got, "uneven")
     assert any("obs_norm" in name for name in names) and len(names) > 20
+
+
+def test_float64_observations_initialise_without_jaxs_float64_warning():
+    """MuJoCo's observations are float64; JAX without x64 truncates them, and warned in every learner."""
+    env = dataclasses.replace(PENDULUM, obs_dtype="float64")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        state = init(env=env)
+    assert jax.tree.leaves(state["params"])[0].dtype == jnp.float32
