@@ -710,30 +710,39 @@ def steady_rate(first_update: tuple[float, int], last_acting: tuple[float, int])
 
 
 def plot_learning_curve(run_dir: str, title: str, target: float | None) -> None:
-    """``<run_dir>/learning_curve.png`` over the whole run (every segment): each evaluation of
-    ``evaluations.csv`` and the training return of ``progress.csv``, by env steps."""
-    try:
-        rows = read_metrics(metrics_path(run_dir, "progress"))
-    except (OSError, ValueError):
-        return
-    series = {}
-    training = [(row["step"], row["train_return"]) for row in rows if row.get("train_return") is not None]
-    for label, points in (("evaluation return", evaluation_curve(rows, recorded_evaluations(run_dir))),
-                          (f"training return (last {TRAIN_WINDOW})", training)):
-        if len(points) >= 2:
-            series[label] = tuple(map(list, zip(*points)))
+    """``<run_dir>/learning_curve.png``: the ``learning_curves`` of the run."""
+    series = learning_curves(run_dir)
     if series:
         line_plot(os.path.join(run_dir, "learning_curve.png"), series, title=title, xlabel="env steps",
                   ylabel="episode return", log2_x=False, hlines={f"target {target:g}": target} if target is not None else None)
 
 
-def evaluation_curve(progress: list[dict[str, Any]], evaluations: list[dict[str, Any]]) -> list[tuple[float, float]]:
+def learning_curves(run_dir: str) -> dict[str, tuple[list, list]]:
+    """The run's curves over the whole run (every segment), by env steps, each as (xs, ys):
+    each evaluation of ``evaluations.csv`` (with ``--num-seeds N``, the mean over the seeds and
+    each seed's own) and the training return of ``progress.csv``. None of fewer than two points."""
+    try:
+        rows = read_metrics(metrics_path(run_dir, "progress"))
+    except (OSError, ValueError):
+        return {}
+    evaluations = recorded_evaluations(run_dir)
+    seeds = sorted({int(key.split("/")[1]) for row in evaluations for key in row
+                    if key.startswith("seed/") and key.endswith("/mean_return")})
+    training = [(row["step"], row["train_return"]) for row in rows if row.get("train_return") is not None]
+    curves = [("evaluation return" + (" (mean over seeds)" if seeds else ""), evaluation_curve(rows, evaluations)),
+              *((f"seed {seed}", evaluation_curve(rows, evaluations, f"seed/{seed}/mean_return")) for seed in seeds),
+              (f"training return (last {TRAIN_WINDOW})", training)]
+    return {label: tuple(map(list, zip(*points))) for label, points in curves if len(points) >= 2}
+
+
+def evaluation_curve(progress: list[dict[str, Any]], evaluations: list[dict[str, Any]],
+                     column: str = "mean_return") -> list[tuple[float, float]]:
     """Every evaluation as (env steps of its version, mean return): the env steps of
     ``progress.csv``'s rows (written every half second) interpolated at the time the evaluated
     version was fetched (``evaluated_at``). The rows' own ``eval_return`` column would drop the
     evaluations between two rows and place the others at the next row's env steps."""
     polled = sorted((row["wall_time"], row["step"]) for row in progress)
-    done = [(evaluated_at(row), row["mean_return"]) for row in evaluations if row.get("mean_return") is not None]
+    done = [(evaluated_at(row), row[column]) for row in evaluations if row.get(column) is not None]
     if not polled or not done:
         return []
     return [(steps_at(polled, when), value) for when, value in done]

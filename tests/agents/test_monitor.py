@@ -13,8 +13,10 @@ import pytest
 
 from jaxdist.agents import es, ppo
 from jaxdist.agents.run import last_evaluation, report
-from jaxdist.agents.run import evaluation_curve, finished_summary, recent_rate, steady_rate, steps_at
-from jaxdist.records.metrics import MetricsWriter
+from jaxdist.agents.run import (evaluation_curve, finished_summary, learning_curves, recent_rate, steady_rate,
+                                steps_at)
+from jaxdist.records.metrics import MetricsWriter, metrics_path
+from jaxdist.nodes import evaluator
 from jaxdist.nodes.evaluator import BEST_POLICY
 
 
@@ -64,6 +66,21 @@ def test_an_evaluation_is_placed_at_the_env_steps_of_the_version_it_scored():
     assert evaluation_curve(progress, evaluations) == [(4_000, 480.0), (10_000, 20.0)]
     assert steps_at([(100.0, 0), (101.0, 10_000)], 100.25) == 2_500
     assert steps_at([(100.0, 0), (101.0, 10_000)], 99.0) == 0 and steps_at([(100.0, 0)], 100.5) == 0
+
+
+def test_a_run_of_several_seeds_draws_each_seeds_evaluations_beside_their_mean(tmp_path):
+    """--num-seeds stops at the target on the mean over the seeds: each seed's own curve shows
+    one that never reached it."""
+    with MetricsWriter(metrics_path(tmp_path, "progress")) as progress:
+        for step in range(0, 4_000, 1_000):
+            progress.write(step, {"run_seconds": step / 1000})
+    with MetricsWriter(metrics_path(tmp_path, evaluator.EVALUATIONS)) as evaluations:
+        for version, returns in enumerate([[[10.0], [30.0]], [[480.0], [200.0]], [[500.0], [460.0]]]):
+            evaluator.record(evaluations, version, returns, 475.0, stop_at_target=False, env_steps=1_000 * version)
+    curves = learning_curves(str(tmp_path))
+    assert sorted(curves) == ["evaluation return (mean over seeds)", "seed 0", "seed 1"]
+    assert curves["seed 0"][1] == [10.0, 480.0, 500.0] and curves["seed 1"][1] == [30.0, 200.0, 460.0]
+    assert curves["evaluation return (mean over seeds)"][1] == [20.0, 340.0, 480.0]
 
 
 def test_the_closing_lines_name_the_saved_best_policy_only_when_it_beat_the_final_one(tmp_path, capsys):
