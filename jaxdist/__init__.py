@@ -4,7 +4,27 @@
 """
 
 import importlib
+import sys
 from typing import Any
+
+
+def _excepthook(kind: type[BaseException], value: BaseException, tb: Any, _previous: Any = sys.excepthook) -> None:
+    """A Ctrl-C that lands while a script's modules load (its first seconds: JAX and the rest
+    import) is one line: a traceback of nothing but imports tells nothing. Anything else, a
+    Ctrl-C in a function included, goes on as before."""
+    frames, walk = [], tb
+    while walk is not None:
+        frames.append(walk.tb_frame.f_code)
+        walk = walk.tb_next
+    importing = any(code.co_name == "<module>" or code.co_filename.startswith("<frozen importlib")
+                    for code in frames[1:])  # frames[0]: the script's own body
+    if issubclass(kind, KeyboardInterrupt) and importing:
+        print("stopped by Ctrl-C while starting (importing)", file=sys.stderr)
+    else:
+        _previous(kind, value, tb)
+
+
+sys.excepthook = _excepthook
 
 __version__ = "0.2.0.dev0"
 """The release this tree will become; what each release changed for users is in CHANGELOG.md."""

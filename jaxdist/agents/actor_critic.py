@@ -346,7 +346,8 @@ def init(config: Any, env: EnvInfo, optimizer: Callable[[Any], optax.GradientTra
          rng: jax.Array) -> dict[str, PyTree]:
     """The initial state, in one jitted call: run op by op, flax's initialisers compile a dozen
     small programs (seconds on a cold start); one program is one compile, or one cache hit."""
-    params = network(config, env).init(rng, jnp.zeros((1, *env.obs_shape), env.obs_dtype))
+    # float64 observations (MuJoCo's) are float32 under JAX's default: ask for what JAX gives, unwarned
+    params = network(config, env).init(rng, jnp.zeros((1, *env.obs_shape), jax.dtypes.canonicalize_dtype(env.obs_dtype)))
     return {"params": params, "opt_state": optimizer(config).init(params), "version": jnp.zeros((), jnp.int32),
             "obs_norm": init_stats(env.obs_shape), "return_norm": init_stats(())}
 

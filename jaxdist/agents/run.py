@@ -211,6 +211,8 @@ def main(make_agent: Callable[[Any], Any], config_type: type[AgentConfig], prese
             summary = train(agent, launcher=run.launcher, run_dir=agent_dir, start_time=start_time,
                             compilation_cache=os.path.expanduser(run.compilation_cache) or None, echo=not run.quiet,
                             track=run.track, launch_options=launch_options)
+        except KeyboardInterrupt:  # while starting (train's own Ctrl-C ends in a summary): what started has stopped
+            raise SystemExit("stopped by Ctrl-C while starting; nothing was trained") from None
         except jd.LaunchError as refused:  # e.g. multihost without the hosts it needs
             raise SystemExit(f"error: {refused}") from None
         except jd.NodeFailedError as failure:
@@ -306,6 +308,7 @@ def _flag_value(args: list[str], flag: str) -> str | None:
 
 TRAIN_WINDOW = 20  # the training return is the mean of the last this many episodes
 SUMMARY = "summary.json"  # in the run directory: what train() returned, for a relaunch that has nothing to do
+RATE_WINDOW = 5.0  # the progress line's env steps/s: over the polls of the latest this many seconds
 READINGS_KEPT = 600  # (time, env steps) of the latest polls: a minute of them, at 10 a second
 POLL_THREADS = 16  # a poll's calls in flight at once (two an actor); more actors wait for a thread
 
@@ -484,7 +487,6 @@ class Monitor:
         self._first_update: tuple[float, int] | None = None
         self._last_acting: tuple[float, int] = (time.time(), 0)  # when env steps last grew
         self._readings: collections.deque[tuple[float, int]] = collections.deque(maxlen=READINGS_KEPT)
-        self._rate: tuple[float, int, float] | None = None  # (time, env steps, steps/s) at the last reading
         self._out, self._progress_interval, self._next_progress = out, progress_interval, 0.0
         self._tty = hasattr(out, "isatty") and out.isatty()
         self.base_wall_time = float(earlier[-1].get("run_seconds", 0.0)) if earlier else 0.0
@@ -546,7 +548,6 @@ class Monitor:
                 self._first_update = (time.time(), self.env_steps)
         if self.env_steps > self._last_acting[1]:
             self._last_acting = (time.time(), self.env_steps)
-        self._update_rate()
         now = time.time()
         if final or now - self._last_mirror >= 2.0:
             self._last_mirror = now
@@ -619,7 +620,7 @@ class Monitor:
         return float(np.mean(recent)) if recent else None
 
     def _write_row(self) -> None:
-        row = {"run_seconds": self.wall_time, "env_steps_per_second": self._rate[2] if self._rate else None,
+        row = {"run_seconds": self.wall_time, "env_steps_per_second": recent_rate(self._readings),
                "eval_return": self.eval_return, "train_return": self.train_return(),
                "episodes": len(self._train_returns), "learner_version": self.version, "lag": self.lag,
                "restarts": self.restarts()}
@@ -697,19 +698,12 @@ class Monitor:
                 break
         return 0
 
-    def _update_rate(self) -> None:
-        now, steps = time.monotonic(), self.env_steps
-        if self._rate is None:  # the first reading: a resumed run's earlier steps are not this segment's
-            self._rate = (now, steps, 0.0)
-            return
-        then, then_steps, rate = self._rate
-        if now - then >= 1.0:
-            self._rate = (now, steps, (steps - then_steps) / (now - then))
-
     def _print_progress(self, final: bool) -> None:
         show = lambda value: "   -  " if value is None else f"{value:6.1f}"  # noqa: E731
         lag = "-" if self.lag is None else f"{self.lag:.1f}"
-        rate = self._rate[2] if self._rate else 0.0
+        # The last line, the program stopped: the steady rate, not one diluted by the stop.
+        rate = (steady_rate(self._first_update, self._last_acting) if final and self._first_update
+                else recent_rate(self._readings)) or 0.0
         line = (f"[{self.agent.name}] {self.wall_time:6.1f}s  env steps {self.env_steps:>9,}  {rate:>7,.0f}/s  "
                 f"eval return {show(self.eval_return)}  train {show(self.train_return())}  "
                 f"version {self.version:>5}  lag {lag}  restarts {self.restarts()}")
@@ -730,6 +724,16 @@ class _Watched:
     earlier: int = 0  # env steps of its earlier lives (a restarted actor counts afresh)
 
 
+def recent_rate(readings: Sequence[tuple[float, int]], window: float = RATE_WINDOW) -> float | None:
+    """Env steps/s over the latest ``window`` s of (time, env steps) readings: what the run does
+    now, not since some earlier reading; None before two readings."""
+    if len(readings) < 2:
+        return None
+    now, steps = readings[-1]
+    then, then_steps = next(reading for reading in readings if reading[0] >= now - window)
+    return (steps - then_steps) / (now - then) if now > then else None
+
+
 def steady_rate(first_update: tuple[float, int], last_acting: tuple[float, int]) -> float | None:
     """Env steps/s from the first update seen to the last env step, as (time, env steps) pairs
     (start-up and the stop are not acting time); None where no env step came after the first
@@ -740,30 +744,39 @@ def steady_rate(first_update: tuple[float, int], last_acting: tuple[float, int])
 
 
 def plot_learning_curve(run_dir: str, title: str, target: float | None) -> None:
-    """``<run_dir>/learning_curve.png`` over the whole run (every segment): each evaluation of
-    ``evaluations.csv`` and the training return of ``progress.csv``, by env steps."""
-    try:
-        rows = read_metrics(metrics_path(run_dir, "progress"))
-    except (OSError, ValueError):
-        return
-    series = {}
-    training = [(row["step"], row["train_return"]) for row in rows if row.get("train_return") is not None]
-    for label, points in (("evaluation return", evaluation_curve(rows, recorded_evaluations(run_dir))),
-                          (f"training return (last {TRAIN_WINDOW})", training)):
-        if len(points) >= 2:
-            series[label] = tuple(map(list, zip(*points)))
+    """``<run_dir>/learning_curve.png``: the ``learning_curves`` of the run."""
+    series = learning_curves(run_dir)
     if series:
         line_plot(os.path.join(run_dir, "learning_curve.png"), series, title=title, xlabel="env steps",
                   ylabel="episode return", log2_x=False, hlines={f"target {target:g}": target} if target is not None else None)
 
 
-def evaluation_curve(progress: list[dict[str, Any]], evaluations: list[dict[str, Any]]) -> list[tuple[float, float]]:
+def learning_curves(run_dir: str) -> dict[str, tuple[list, list]]:
+    """The run's curves over the whole run (every segment), by env steps, each as (xs, ys):
+    each evaluation of ``evaluations.csv`` (with ``--num-seeds N``, the mean over the seeds and
+    each seed's own) and the training return of ``progress.csv``. None of fewer than two points."""
+    try:
+        rows = read_metrics(metrics_path(run_dir, "progress"))
+    except (OSError, ValueError):
+        return {}
+    evaluations = recorded_evaluations(run_dir)
+    seeds = sorted({int(key.split("/")[1]) for row in evaluations for key in row
+                    if key.startswith("seed/") and key.endswith("/mean_return")})
+    training = [(row["step"], row["train_return"]) for row in rows if row.get("train_return") is not None]
+    curves = [("evaluation return" + (" (mean over seeds)" if seeds else ""), evaluation_curve(rows, evaluations)),
+              *((f"seed {seed}", evaluation_curve(rows, evaluations, f"seed/{seed}/mean_return")) for seed in seeds),
+              (f"training return (last {TRAIN_WINDOW})", training)]
+    return {label: tuple(map(list, zip(*points))) for label, points in curves if len(points) >= 2}
+
+
+def evaluation_curve(progress: list[dict[str, Any]], evaluations: list[dict[str, Any]],
+                     column: str = "mean_return") -> list[tuple[float, float]]:
     """Every evaluation as (env steps of its version, mean return): the env steps of
     ``progress.csv``'s rows (written every half second) interpolated at the time the evaluated
     version was fetched (``evaluated_at``). The rows' own ``eval_return`` column would drop the
     evaluations between two rows and place the others at the next row's env steps."""
     polled = sorted((row["wall_time"], row["step"]) for row in progress)
-    done = [(evaluated_at(row), row["mean_return"]) for row in evaluations if row.get("mean_return") is not None]
+    done = [(evaluated_at(row), row[column]) for row in evaluations if row.get(column) is not None]
     if not polled or not done:
         return []
     return [(steps_at(polled, when), value) for when, value in done]

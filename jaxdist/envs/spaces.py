@@ -19,6 +19,7 @@ import gymnasium
 import numpy as np
 
 from jaxdist.envs import atari, gymnax_as_gym
+from jaxdist.envs.mujoco_log import route_mujoco_warnings
 
 _SUPPORTED = "Discrete (starting at 0) and float Box"
 
@@ -113,6 +114,7 @@ def _make(env_id: str) -> Any:
                              "'module:EnvId' needs the module importable (installed or on "
                              "PYTHONPATH) in every process") from err
     try:
+        route_mujoco_warnings(gymnasium.spec(env_id).entry_point)
         return gymnasium.make(env_id)
     except gymnasium.error.UnregisteredEnv as err:
         raise ValueError(f"unknown environment id {env_id!r}: {err} Register it with "

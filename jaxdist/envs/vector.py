@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from jaxdist.envs.ports import envpool_installed
+from jaxdist.envs.mujoco_log import route_mujoco_warnings
 
 if TYPE_CHECKING:
     from jaxdist.envs.jax_rollout import JaxVectorEnv
@@ -128,6 +129,7 @@ def _make_raw(spec: EnvSpec, backend: str, seed: int) -> Any:
 
     kwargs = dict(spec.kwargs)
     spec = dataclasses.replace(spec, env_id=registered_id(spec.env_id))
+    route_mujoco_warnings(gym.spec(spec.env_id).entry_point)  # in this process: sync and vector backends
     if backend == "envpool":
         import envpool
 

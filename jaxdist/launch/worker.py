@@ -30,6 +30,9 @@ ORPHAN_GRACE = 10.0
 
 def main(payload: bytes, node_context: NodeContext, conn: Connection, echo: bool, interrupt_after: float) -> None:
     os.setpgid(0, 0)  # lead a process group, so the parent can signal our whole tree
+    # Started ignoring SIGINT (a Ctrl-C at the terminal while starting is the launcher's); out of
+    # the terminal's group now, the stop's own interrupt (interrupt_main) needs the handler back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     pump = capture_process_output(node_context.node_name, node_context.run_dir, echo)
     worker = _Worker(conn, node_context, interrupt_after)
     try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,9 @@ MAX_WAIT = 60.0
 """Longest long-poll `get(..., wait=...)` honoured; each waiting call holds a server thread."""
 
 RETRY_FIRST, RETRY_MAX = 0.05, 1.0
+WARN_AFTER = 5.0
+"""A `VariableClient`'s source away this long gets a warning; a shorter outage (a restart, or the
+ordered stop, where the learner goes before the actors that fetch from it) only counts in `stats`."""
 """A `VariableClient`'s first and longest pause between fetches from a source that is away."""
 
 FOLLOW_WAIT = 10.0
@@ -168,7 +172,7 @@ class VariableClient:
     `on_update(version, params)` is called on the fetching thread with each new version.
 
     While the server is away, fetches fail in the background (counted in `stats`, logged once per
-    outage) and the client keeps its last parameters and version; when the server is back (on the
+    outage that lasts WARN_AFTER s) and the client keeps its last parameters and version; when the server is back (on the
     same address, e.g. restarted by the launcher) the next refresh picks the new version up. If
     the server reports a version lower than the one held (it restarted from an older checkpoint),
     the client adopts the server's parameters: it follows the learner, not the highest number.
@@ -207,6 +211,8 @@ class VariableClient:
         self._counts = {"fetches": 0, "transfers": 0, "errors": 0}
         self._last_error: str | None = None
         self._failing = False
+        self._failing_since = 0.0
+        self._warned = False  # about this outage
         self._in_flight = False
         self._thread = threading.Thread(target=self._loop, name="variable-client", daemon=True)
         self._thread.start()
@@ -331,9 +337,9 @@ class VariableClient:
             if params is not None:
                 self._held = (version, params)
                 self._counts["transfers"] += 1
-            if self._failing:
-                self._failing = False
+            if self._failing and self._warned:
                 log.info("parameter server is back; holding version %d", self._held[0])
+            self._failing = self._warned = False
             self._fetched.notify_all()
         if params is not None and self._on_update is not None:
             self._on_update(version, params)
@@ -346,8 +352,12 @@ class VariableClient:
             self._in_flight = False
             self._counts["errors"] += 1
             self._last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            first = not self._failing
-            self._failing = True
+            if not self._failing:
+                self._failing, self._failing_since = True, time.monotonic()
+            away = time.monotonic() - self._failing_since
+            warn = not self._warned and away >= WARN_AFTER
+            self._warned = self._warned or warn
             self._fetched.notify_all()
-        if first:
-            log.warning("parameter fetch failed (keeping version %d): %s", self._held[0], self._last_error)
+        if warn:
+            log.warning("parameter fetch failing for %.0f s (keeping version %d): %s", away, self._held[0],
+                        self._last_error)

@@ -57,8 +57,12 @@ def play(policy: TrainedPolicy, arguments: Arguments) -> list[float]:
     """The episodes' returns (also printed)."""
     import gymnasium as gym
 
+    from jaxdist.envs.mujoco_log import route_mujoco_warnings
+    from jaxdist.envs.vector import registered_id
+
     # render_mode only when recording: an env of one's own need not take it.
     try:
+        route_mujoco_warnings(gym.spec(registered_id(policy.env_id)).entry_point)
         env = gym.make(policy.env_id, **({"render_mode": "rgb_array"} if arguments.video else {}))
     except TypeError as error:
         if not arguments.video:

@@ -13,8 +13,10 @@ import pytest
 
 from jaxdist.agents import es, ppo
 from jaxdist.agents.run import last_evaluation, report
-from jaxdist.agents.run import evaluation_curve, finished_summary, steady_rate, steps_at
-from jaxdist.records.metrics import MetricsWriter
+from jaxdist.agents.run import (evaluation_curve, finished_summary, learning_curves, recent_rate, steady_rate,
+                                steps_at)
+from jaxdist.records.metrics import MetricsWriter, metrics_path
+from jaxdist.nodes import evaluator
 from jaxdist.nodes.evaluator import BEST_POLICY
 
 
@@ -25,6 +27,13 @@ def test_steady_throughput_counts_env_steps_from_the_first_update_seen_to_the_la
 def test_a_run_with_no_env_step_after_its_first_update_has_no_steady_throughput_rather_than_zero():
     assert steady_rate((20.0, 20_480), (21.1, 20_480)) is None  # every update landed between two polls
     assert steady_rate((20.0, 20_480), (20.0, 20_480)) is None
+
+
+def test_the_progress_lines_rate_is_that_of_the_latest_seconds_not_of_a_slow_start():
+    readings = [(0.1 * i, 100 * i) for i in range(100)]  # 1,000/s for 10 s (compiling, say) ...
+    readings += [(10.0 + 0.1 * i, 9_900 + 3_000 * i) for i in range(1, 101)]  # ... then 30,000/s for 10 s
+    assert recent_rate(readings) == pytest.approx(30_000)
+    assert recent_rate(readings[:1]) is None
 
 
 def test_the_closing_line_says_which_policy_the_last_evaluation_scored():
@@ -57,6 +66,21 @@ def test_an_evaluation_is_placed_at_the_env_steps_of_the_version_it_scored():
     assert evaluation_curve(progress, evaluations) == [(4_000, 480.0), (10_000, 20.0)]
     assert steps_at([(100.0, 0), (101.0, 10_000)], 100.25) == 2_500
     assert steps_at([(100.0, 0), (101.0, 10_000)], 99.0) == 0 and steps_at([(100.0, 0)], 100.5) == 0
+
+
+def test_a_run_of_several_seeds_draws_each_seeds_evaluations_beside_their_mean(tmp_path):
+    """--num-seeds stops at the target on the mean over the seeds: each seed's own curve shows
+    one that never reached it."""
+    with MetricsWriter(metrics_path(tmp_path, "progress")) as progress:
+        for step in range(0, 4_000, 1_000):
+            progress.write(step, {"run_seconds": step / 1000})
+    with MetricsWriter(metrics_path(tmp_path, evaluator.EVALUATIONS)) as evaluations:
+        for version, returns in enumerate([[[10.0], [30.0]], [[480.0], [200.0]], [[500.0], [460.0]]]):
+            evaluator.record(evaluations, version, returns, 475.0, stop_at_target=False, env_steps=1_000 * version)
+    curves = learning_curves(str(tmp_path))
+    assert sorted(curves) == ["evaluation return (mean over seeds)", "seed 0", "seed 1"]
+    assert curves["seed 0"][1] == [10.0, 480.0, 500.0] and curves["seed 1"][1] == [30.0, 200.0, 460.0]
+    assert curves["evaluation return (mean over seeds)"][1] == [20.0, 340.0, 480.0]
 
 
 def test_the_closing_lines_name_the_saved_best_policy_only_when_it_beat_the_final_one(tmp_path, capsys):

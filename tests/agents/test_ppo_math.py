@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 
 import chex
 import jax
@@ -324,3 +325,12 @@ def test_a_restored_ppo_learner_goes_on_exactly_as_one_that_never_stopped(tmp_pa
     resumed = assert_resumes_exactly(learning.logic(SHARDED_CONFIG, ENV), BanditBatches, tmp_path)
     assert int(resumed["step"]) == int(resumed["state"]["version"]) == 6
     assert float(resumed["state"]["obs_norm"].count) > 6 * 8 * 16  # the statistics of every batch seen
+
+
+def test_float64_observations_initialise_without_jaxs_float64_warning():
+    """MuJoCo's observations are float64; JAX without x64 truncates them, and warned in every learner."""
+    env = dataclasses.replace(PENDULUM, obs_dtype="float64")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        state = init(env=env)
+    assert jax.tree.leaves(state["params"])[0].dtype == jnp.float32

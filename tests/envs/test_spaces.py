@@ -1,6 +1,7 @@
 """jaxdist.envs.spaces: action-space records from gymnasium spaces, env_info, and the pixel
 test env (tests/support/pixel_envs.py)."""
 
+import logging
 import subprocess
 import sys
 import warnings
@@ -140,3 +141,13 @@ def test_pixel_chase_pays_a_constant_guess_about_half_the_time():
     env = pixel_envs.PixelChase()
     env.reset(seed=0)
     assert 0.45 < np.mean([env.step(0)[1] for _ in range(2000)]) < 0.55
+
+
+def test_mujocos_warnings_go_to_logging_not_to_a_file_in_the_working_directory(tmp_path, monkeypatch, caplog):
+    pytest.importorskip("mujoco", reason="MuJoCo envs need the mujoco extra")
+    monkeypatch.chdir(tmp_path)
+    env_info.cache_clear()
+    with caplog.at_level(logging.DEBUG, logger="jaxdist.envs.mujoco_log"):
+        env_info("HalfCheetah-v5")  # gymnasium's model file uses a compiler attribute MuJoCo deprecates
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
+    assert any("deprecated" in record.getMessage() and record.levelno == logging.DEBUG for record in caplog.records)

@@ -241,14 +241,21 @@ def test_one_host_runs_only_its_share_on_the_planned_addresses_bound_on_every_in
         running.stop()
 
 
-def test_the_multihost_control_port_refuses_a_stop_without_the_token(tmp_path):
-    program = jd.Program("control")
+def host_1_alone(name: str, run_dir: str) -> tuple[jd.Running, tuple[str, ...]]:
+    """Host 1 of two on loopback, running a service; host 0 is not started. Its running share,
+    and the hosts' control addresses."""
+    program = jd.Program(name)
     with program.group("service"):
         program.add_node(jd.CourierNode(nodes.Counter))
     options = dict(hosts=["127.0.0.1", "127.0.0.1"], host_index=1, base_port=reserve_base_port(), token="shared",
                    placement={"service": placement.on_host(1)})
-    running = jd.launch(program, launcher="multihost", run_dir=str(tmp_path), echo=False, **options)
-    control = multihost.plan_for(program, **options).controls[1]
+    running = jd.launch(program, launcher="multihost", run_dir=run_dir, echo=False, **options)
+    return running, multihost.plan_for(program, **options).controls
+
+
+def test_the_multihost_control_port_refuses_a_stop_without_the_token(tmp_path):
+    running, controls = host_1_alone("control", str(tmp_path))
+    control = controls[1]
     try:
         for token in (None, "not-the-token"):
             with courier.Client(control, token=token, timeout=30) as stranger:
@@ -259,6 +266,19 @@ def test_the_multihost_control_port_refuses_a_stop_without_the_token(tmp_path):
             assert peer.stop("host 0 is done", 0) == 1
         assert running.wait(timeout=60)
         assert running.stop_reason == "host 0 stopped the program: host 0 is done"
+    finally:
+        running.stop()
+
+
+def test_a_host_waiting_for_a_peer_that_is_not_up_names_it(tmp_path, capfd, monkeypatch):
+    monkeypatch.setattr(multihost, "PEER_WAIT_NOTICE", 0.5)
+    running, controls = host_1_alone("waiting", str(tmp_path))
+    control = controls[0]
+    try:
+        seen = []
+        wait_until(lambda: seen.append(capfd.readouterr().out) or "waits for host 0" in "".join(seen),
+                   "the line naming the missing host")
+        assert f"host 1 waits for host 0 at {control}, not up yet" in "".join(seen)
     finally:
         running.stop()
 

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import learner_nodes as ln
+from orphans import processes_with_marker
 from waiting import wait_until
 from jaxdist.records.metrics import read_metrics
 
@@ -48,3 +49,49 @@ def test_sigterm_to_the_launcher_checkpoints_exits_zero_and_a_relaunch_continues
     script.communicate(timeout=60)
     with open(os.path.join(run_dir, "logs", "learner-0.log")) as log:
         assert f"restored step {saved[-1]}" in log.read()
+
+
+def test_ctrl_c_while_the_nodes_start_is_the_launchers_alone_and_leaves_no_node(tmp_path):
+    """A terminal's Ctrl-C reaches its whole process group: nodes still starting in it (before
+    they lead groups of their own) must not each die with a traceback of their own."""
+    starting, marker = tmp_path / "starting", f"JAXDIST_TEST_MARKER=interrupted-{os.getpid()}"
+    support = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support")
+    env = dict(os.environ, JAXDIST_TEST_STARTING=str(starting), JAXDIST_TEST_MARKER=marker.split("=", 1)[1],
+               PYTHONPATH=os.pathsep.join([support, os.environ.get("PYTHONPATH", "")]), PYTHONUNBUFFERED="1")
+    launcher = subprocess.Popen([sys.executable, os.path.join(support, "interrupted_start.py"), str(tmp_path / "run")],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True,  # a terminal's foreground group of its own
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        wait_until(lambda: starting.exists(), "a node to begin starting")
+        os.killpg(launcher.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+        output, _ = launcher.communicate(timeout=60)
+    finally:
+        launcher.kill()
+    assert "Traceback" not in output and "Fatal Python error" not in output, output
+    assert output.strip().splitlines()[-1] == "interrupted while starting", output
+    assert processes_with_marker(marker.split("=", 1)[1]) == []
+
+
+@pytest.mark.parametrize("where, one_line", [("import slow_module", True), ("slow_module_function()", False)])
+def test_ctrl_c_while_a_script_imports_is_one_line_and_elsewhere_a_traceback(tmp_path, where, one_line):
+    (tmp_path / "slow_module.py").write_text(
+        "import pathlib, time\n"
+        "def slow_module_function():\n"
+        "    pathlib.Path('started').touch()\n"
+        "    time.sleep(60)\n"
+        + ("slow_module_function()\n" if one_line else ""))
+    (tmp_path / "script.py").write_text(f"import jaxdist\n{'' if one_line else 'from slow_module import *'}\n{where}\n")
+    script = subprocess.Popen([sys.executable, "script.py"], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])),
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        wait_until(lambda: (tmp_path / "started").exists(), "the script to be in its slow part")
+        script.send_signal(signal.SIGINT)
+        _, errors = script.communicate(timeout=60)
+    finally:
+        script.kill()
+    if one_line:
+        assert errors == "stopped by Ctrl-C while starting (importing)\n"
+    else:
+        assert "Traceback" in errors and "slow_module_function" in errors

@@ -3,6 +3,7 @@ and VariableClient, over real courier servers."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent import futures
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from jaxdist import courier
+from jaxdist.nodes import parameter_server
 from jaxdist.nodes.parameter_server import MAX_WAIT, ParameterServer, VariableClient, VersionedParams
 import parameter_server_nodes as nodes
 from waiting import returns, wait_until
@@ -183,6 +185,26 @@ def test_keeps_its_params_while_the_server_is_away_and_follows_it_after_a_restar
         variables.close()
         client.close()
         restarted.stop(grace=0)
+
+
+def test_a_server_away_for_a_moment_is_not_worth_a_line_and_one_away_long_is(caplog, monkeypatch):
+    """The ordered stop takes the learner first: the actors' fetches fail until they stop too,
+    which is no news; a source that stays away is."""
+    monkeypatch.setattr(parameter_server, "WARN_AFTER", 1.0)
+    server = courier.Server(ParameterServer(params_at(1), version=1)).start()
+    client = courier.Client(server.address, timeout=5.0)
+    variables = VariableClient(client, refresh_every_seconds=0.05, call_timeout=0.3)
+    try:
+        assert variables.params["w"][0] == 1.0
+        server.stop(grace=0)
+        with caplog.at_level(logging.INFO, logger=parameter_server.__name__):
+            assert wait_until(lambda: variables.stats["errors"] >= 2)
+            assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
+            warned = wait_until(lambda: [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING])
+        assert len(warned) == 1 and warned[0].startswith("parameter fetch failing for 1 s (keeping version 1): ")
+    finally:
+        variables.close()
+        client.close()
 
 
 def test_follows_a_server_that_went_back_to_an_older_version():

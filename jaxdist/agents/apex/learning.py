@@ -175,7 +175,7 @@ def logic(config: ApexConfig, env: EnvInfo) -> LearnerLogic:
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def init(config: ApexConfig, env: EnvInfo, rng: jax.Array) -> dict[str, PyTree]:
     """``{"params", "target_params", "opt_state", "updates"}``, in one jitted call (one compile)."""
-    params = q_network(config, env).init(rng, jnp.zeros((1, *env.obs_shape), env.obs_dtype))
+    params = q_network(config, env).init(rng, jnp.zeros((1, *env.obs_shape), jax.dtypes.canonicalize_dtype(env.obs_dtype)))
     return {"params": params, "target_params": params, "opt_state": optimizer(config).init(params),
             "updates": jnp.zeros((), jnp.int32)}
 

@@ -57,6 +57,9 @@ the peer is gone): the peer's own check, waiting on that port, reconnects at lea
 
 PEER_PING_INTERVAL = 1.0
 PEER_LOST_AFTER = 5.0
+PEER_WAIT_NOTICE = 10.0
+"""A peer not up this long after this host started gets one line naming it: until it is, this
+host's calls to its nodes wait (a learner there, say: actors here hold no parameters)."""
 """A peer's control port silent this long, unannounced, means the peer is gone (see _check_peers)."""
 PEER_START_TIMEOUT_ENV = "JAXDIST_PEER_START_TIMEOUT"
 """Seconds a host waits for each peer to answer once (default 300): hosts start in any order, but
@@ -183,7 +186,7 @@ def _check_peers(running: Running, controls: tuple[str, ...], host_index: int, t
 
     def watch(index: int) -> None:
         prober, seen, silent_since = clients[index].with_timeout(1.0).failing_fast(), False, None
-        started = time.monotonic()
+        started, noticed = time.monotonic(), False
         try:
             while True:
                 try:
@@ -191,6 +194,11 @@ def _check_peers(running: Running, controls: tuple[str, ...], host_index: int, t
                     seen, silent_since = True, None
                 except (courier.UnavailableError, courier.DeadlineExceededError):
                     seen = seen or index in control.seen_hosts
+                    if not seen and not noticed and time.monotonic() - started >= PEER_WAIT_NOTICE:
+                        noticed = True
+                        print(f"[launcher] host {host_index} waits for host {index} at {peers[index]}, not up yet: "
+                              f"start the same command there (host index {index}); calls to its nodes wait for it",
+                              flush=True)
                     if not seen and time.monotonic() - started >= start_timeout:
                         running.abort(HostLostError(
                             f"host {index} at {peers[index]} never answered in {start_timeout:g} s: start the same "

@@ -87,6 +87,9 @@ def launch(
     running.hold_until_over(run_lock)
     try:
         running.start(echo, interrupt_after, start_timeout)
+    except KeyboardInterrupt:  # Ctrl-C while the nodes start: those started stop in order
+        running.stop()
+        raise
     except BaseException:
         run_lock.release()
         running.remove_sockets()
@@ -183,7 +186,7 @@ class _ProcessesRunning(Running):
             args=(pickle.dumps(child.node), node_context, child_end, echo, interrupt_after),
             name=child.name,
         )
-        with _environment(env):
+        with _environment(env), _interrupts_ignored_by_the_child():
             process.start()
         child_end.close()
         child.process, child.conn, child.stage, child.failure = process, parent_end, "spawned", None
@@ -413,6 +416,23 @@ class _ProcessesRunning(Running):
 def _exited(process: multiprocessing.Process) -> bool:
     """Whether `process` ended, without reaping it (the monitor alone reaps)."""
     return bool(multiprocessing.connection.wait([process.sentinel], 0))
+
+
+@contextlib.contextmanager
+def _interrupts_ignored_by_the_child() -> Iterator[None]:
+    """A child spawned in here starts ignoring SIGINT (worker.main takes it back once the child
+    leads a process group of its own): until then it is in the terminal's group, and a Ctrl-C
+    there while it starts (its imports take seconds) is the launcher's alone, who stops the
+    program in order. Only the main thread may set handlers; restarts and `scale` spawn from
+    others, after the start."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager

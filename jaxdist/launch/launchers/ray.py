@@ -71,6 +71,10 @@ PLACEMENT_PATIENCE = 10.0
 """Seconds of waiting for the placement group before the launcher says what it waits for."""
 LOOPBACK = "127.0.0.1"
 NODE_IP = "node"
+CONNECT_TIMEOUT = 10.0
+"""Seconds the cluster's address has to accept a connection before ray.init is called: ray.init
+retries an address where no cluster is (any more) for minutes, without a word to the user."""
+CURRENT_CLUSTER = "/tmp/ray/ray_current_cluster"  # where `ray start` writes the address "auto" finds
 
 
 def launch(
@@ -105,6 +109,8 @@ def launch(
     """
     ray = _import_ray()
     preflight.check_program(program)
+    if not ray.is_initialized():
+        _check_cluster_answers(address)
     resources = preflight.check_resources(program, resources, SUPPORTED_RESOURCES)
     restart_policies(program, restart)  # its mistakes said before Ray starts
     preflight.check_shippable(program)
@@ -144,6 +150,28 @@ def _import_ray() -> Any:
         raise ImportError("launcher='ray' needs Ray: pip install 'jaxdist[ray]' (or pip install ray), on this "
                           "machine and on every node of the Ray cluster") from None
     return ray
+
+
+def _check_cluster_answers(address: str | None) -> None:
+    """Refuse, in one line and within CONNECT_TIMEOUT, an address where no Ray cluster answers:
+    "host:port", "ray://host:port", or what "auto" and None stand for ($RAY_ADDRESS, else for
+    "auto" the cluster `ray start` last started on this machine; None without $RAY_ADDRESS
+    starts a local cluster)."""
+    target = address
+    if address in (None, AUTO):
+        target = os.environ.get("RAY_ADDRESS")
+        if not target and address == AUTO and os.path.exists(CURRENT_CLUSTER):
+            with open(CURRENT_CLUSTER) as f:
+                target = f.read().strip()
+    if not target or target in (AUTO, "local"):
+        return  # Ray's own search (or a new local cluster): it says itself when it finds none
+    host, _, port = target.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT).close()
+    except (OSError, ValueError) as error:
+        raise ValueError(f"no Ray cluster answers at {target} ({error or type(error).__name__}): start one there "
+                         f"(`ray start --head`) or give the address of one that runs (--ray-address; 'auto': "
+                         f"the one this machine belongs to)") from None
 
 
 # Where the units go ----------------------------------------------------------------------------

@@ -204,10 +204,17 @@ class Learner:
             if self._step == self._checked_step:
                 return None
             self._checked_step = self._step
-            return "preempted" if parallel.preemption_requested(self._step) else None
-        if self._in_program and context.stop_requested():
+            if not parallel.preemption_requested(self._step):
+                return None
+            # The launcher's ordered stop (at the target, say) reaches a learner spanning hosts as
+            # SIGTERM too, through JAX's preemption service: name the stop, not a preemption.
+            return "the program is stopping" if self._stopping() else "preempted"
+        if self._stopping():
             return "the program is stopping"
         return "preempted (SIGTERM)" if parallel.preemption_requested(self._step) else None
+
+    def _stopping(self) -> bool:
+        return self._in_program and context.stop_requested()
 
     def _finish(self, reason: str) -> None:
         """Save at the current step (off the interval if need be), publish, flush; for run()."""

@@ -1,0 +1,37 @@
+"""What ``experiments/benchmarks/peers.py`` reads from a peer loop, the same for every loop (it
+imports nothing but the standard library, so each peer's venv has it): wall time from the
+launch (``PEERS_LAUNCHED``) to the first evaluation at the target, env steps then, and the
+steady rate from the first update on, printed as one ``PEER_RESULT`` line."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+TARGET, EVAL_EPISODES, EVAL_EVERY, MAX_ENV_STEPS = 475.0, 10, 2048, 1_000_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.launched = float(os.environ.get("PEERS_LAUNCHED", time.time()))
+        self.first_update: tuple[float, int] | None = None
+        self.reached: tuple[float, int] | None = None
+
+    def updated(self, env_steps: int) -> None:
+        if self.first_update is None:
+            self.first_update = (time.time(), env_steps)
+
+    def evaluated(self, mean_return: float, env_steps: int) -> bool:
+        """True once the evaluation is at the target (the run stops there)."""
+        if mean_return >= TARGET and self.reached is None:
+            self.reached = (time.time() - self.launched, env_steps)
+        return self.reached is not None
+
+    def report(self, env_steps: int) -> None:
+        t0, s0 = self.first_update or (time.time(), env_steps)
+        rate = (env_steps - s0) / (time.time() - t0) if time.time() > t0 else None
+        print("PEER_RESULT " + json.dumps({
+            "wall_time_to_target": None if self.reached is None else round(self.reached[0], 2),
+            "steps_to_target": None if self.reached is None else self.reached[1],
+            "env_steps": env_steps, "steps_per_second": None if rate is None else round(rate)}), flush=True)

@@ -1,0 +1,176 @@
+"""jaxdist's PPO beside what a user would pick instead, on CartPole-v1, on this machine, seeds
+interleaved in one run: Stable-Baselines3's PPO (PyTorch), a PureJaxRL-style single-file JAX loop
+on gymnax, and a JAX + gymnasium single-process loop (``peer_loops/``). Each peer runs in a venv
+of its own under ``--cache`` (made from the package registry on first use), each seed as a
+process of its own; jaxdist runs ``experiments/ppo.py --stop-at-target`` as a user would.
+
+Every run stops at the first evaluation of the deterministic policy over 10 episodes at a mean
+return of 475 (jaxdist's evaluator runs beside training; the peers evaluate every 2,048 env
+steps, in the training loop). The table: wall time from launch to that evaluation (start-up
+included), env steps then, steady env steps/s (from the first update on), peak resident memory
+of the run's process tree, and each peer's wall time over jaxdist's.
+
+    python experiments/benchmarks/peers.py --seeds 0 1 2 --write
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+
+from results import PAGE, REPO, commit, machine
+
+LOOPS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_loops")
+README = os.path.join(REPO, "README.md")
+PEERS = {  # name: (its venv under --cache, what it installs, its script in peer_loops/)
+    "Stable-Baselines3 PPO (PyTorch, CPU)": ("sb3", ["torch", "stable-baselines3", "gymnasium"], "sb3_ppo.py"),
+    # gymnax imports six without asking for it
+    "PureJaxRL-style loop on gymnax": ("gymnax", ["jax", "optax", "gymnax", "six"], "gymnax_ppo.py"),
+    "JAX + gymnasium loop": ("jax-gymnasium", ["jax", "optax", "gymnasium"], "gymnasium_ppo.py"),
+}
+JAXDIST = "jaxdist PPO (processes launcher)"
+MARKER = ("<!-- peers: CartPole-v1 -->", "<!-- /peers -->")
+
+
+def venv(cache: str, name: str, packages: list[str]) -> str:
+    """The python of the peer's venv, made (and its packages installed) on first use."""
+    home = os.path.join(cache, name)
+    python, done = os.path.join(home, "bin", "python"), os.path.join(home, "installed.json")
+    if os.path.exists(done) and json.load(open(done)) == packages:
+        return python
+    print(f"installing {', '.join(packages)} into {home}", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", home], check=True)
+    if "torch" in packages:  # the CPU-only wheel where its index is reachable, else the registry's
+        subprocess.run([python, "-m", "pip", "install", "-q", "torch", "--index-url",
+                        "https://download.pytorch.org/whl/cpu", "--retries", "0", "--timeout", "10"])
+    subprocess.run([python, "-m", "pip", "install", "-q", *packages], check=True)
+    with open(done, "w") as f:
+        json.dump(packages, f)
+    return python
+
+
+def tree_rss(process: psutil.Process) -> int:
+    total = 0
+    for one in [process, *process.children(recursive=True)]:
+        try:
+            total += one.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def measure(command: list[str], cwd: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, int, float]:
+    """The finished process, the peak resident memory of its tree (sampled every 0.1 s) and
+    the launch time (``PEERS_LAUNCHED`` in its environment)."""
+    launched = time.time()
+    process = subprocess.Popen(command, cwd=cwd, env={**env, "PEERS_LAUNCHED": repr(launched)},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak, watched = [0], psutil.Process(process.pid)
+
+    def sample() -> None:
+        while process.poll() is None:
+            peak[0] = max(peak[0], tree_rss(watched))
+            time.sleep(0.1)
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = process.communicate()
+    sampler.join()
+    done = subprocess.CompletedProcess(command, process.returncode, out, err)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{out[-2000:]}\n{err[-4000:]}")
+    return done, peak[0], launched
+
+
+def run_peer(python: str, script: str, seed: int) -> dict:
+    done, peak, _ = measure([python, script, str(seed)], LOOPS, dict(os.environ, PYTHONPATH=LOOPS))
+    line = next(line for line in done.stdout.splitlines() if line.startswith("PEER_RESULT "))
+    return dict(json.loads(line.split(" ", 1)[1]), peak_rss=peak)
+
+
+def run_jaxdist(seed: int, run_root: str) -> dict:
+    run_dir = os.path.join(run_root, f"jaxdist-seed{seed}")
+    command = [sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--seed", str(seed), "--run-dir", run_dir,
+               "--fresh", "--quiet", "--stop-at-target"]
+    _, peak, _ = measure(command, REPO, dict(os.environ))
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    keys = ("wall_time_to_target", "steps_to_target", "env_steps", "steps_per_second")
+    return dict({key: summary.get(key) for key in keys}, peak_rss=peak)
+
+
+def median(values: list) -> str:
+    values = [v for v in values if v is not None]
+    return "-" if not values else f"{statistics.median(values):,.0f}" if max(values) >= 100 else f"{statistics.median(values):.1f}"
+
+
+def table(results: dict[str, list[dict]], seeds: list[int], command: str) -> str:
+    base = [r["wall_time_to_target"] for r in results[JAXDIST]]
+    lines = [f"Measured by `{command}` at commit `{commit()}` on {datetime.date.today()} ({machine()}; seeds "
+             f"{', '.join(map(str, seeds))}, one after another, the peers' in turn per seed). Medians over the seeds "
+             f"that reached the target; wall time from the launch, start-up included.", "",
+             "| run | reached 475 | wall time to target (s) | env steps to target | steady env steps/s | peak memory (MB) | wall time / jaxdist's |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, rows in results.items():
+        times = [r["wall_time_to_target"] for r in rows]
+        ratio = [t / b for t, b in zip(times, base) if t is not None and b is not None]
+        lines.append(f"| {name} | {sum(t is not None for t in times)} of {len(rows)} | {median(times)} | "
+                     f"{median([r['steps_to_target'] for r in rows])} | {median([r['steps_per_second'] for r in rows])} | "
+                     f"{median([r['peak_rss'] / 2 ** 20 for r in rows])} | "
+                     f"{'-' if not ratio else f'{statistics.median(ratio):.2f}x'} |")
+    return "\n".join(lines)
+
+
+def write(path: str, text: str) -> None:
+    with open(path) as f:
+        content = f.read()
+    start, end = MARKER
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
+    with open(path, "w") as f:
+        f.write(pattern.sub(lambda _: f"{start}\n{text}\n{end}", content))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--cache", default=os.path.expanduser("~/.cache/jaxdist/peers"),
+                        help="where the peers' venvs live (made on first use)")
+    parser.add_argument("--run-root", default=os.path.join("runs", "peers"),
+                        help="the runs, and peers.jsonl: the runs done (delete it to measure afresh)")
+    parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md and the README")
+    args = parser.parse_args()
+    pythons = {name: venv(args.cache, home, packages) for name, (home, packages, _) in PEERS.items()}
+    record = os.path.join(args.run_root, "peers.jsonl")  # one line a run: a stopped comparison resumes
+    done = {}
+    if os.path.exists(record):
+        with open(record) as f:
+            done = {(row["name"], row["seed"]): row for row in map(json.loads, f)}
+    os.makedirs(args.run_root, exist_ok=True)
+    for seed in args.seeds:
+        for name in [JAXDIST, *PEERS]:
+            if (name, seed) in done:
+                continue
+            row = run_jaxdist(seed, args.run_root) if name == JAXDIST else run_peer(pythons[name], PEERS[name][2], seed)
+            done[name, seed] = row = dict(row, name=name, seed=seed)
+            with open(record, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"seed {seed}: {name}: {row}", flush=True)
+    results = {name: [done[name, seed] for seed in args.seeds] for name in [JAXDIST, *PEERS]}
+    text = table(results, args.seeds, "python experiments/benchmarks/peers.py " + " ".join(sys.argv[1:]))
+    print(text)
+    if args.write:
+        for path in (PAGE, README):
+            write(path, text)
+
+
+if __name__ == "__main__":
+    main()
