@@ -129,7 +129,6 @@ def _make_raw(spec: EnvSpec, backend: str, seed: int) -> Any:
 
     kwargs = dict(spec.kwargs)
     spec = dataclasses.replace(spec, env_id=registered_id(spec.env_id))
-    route_mujoco_warnings(gym.spec(spec.env_id).entry_point)  # in this process: sync and vector backends
     if backend == "envpool":
         import envpool
 
@@ -140,6 +139,7 @@ def _make_raw(spec: EnvSpec, backend: str, seed: int) -> Any:
             env = envpool.make_gymnasium(spec.env_id, num_envs=spec.num_envs, **{**atari.TRAINING, **kwargs})
             return atari.ChannelsLast(env, spec.env_id)
         return envpool.make_gymnasium(spec.env_id, num_envs=spec.num_envs, **kwargs)
+    route_mujoco_warnings(gym.spec(spec.env_id).entry_point)  # in this process: sync and vector backends
     if backend == "vector":
         env = gym.make_vec(spec.env_id, spec.num_envs, vectorization_mode="vector_entry_point", **kwargs)
         mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
