@@ -115,6 +115,17 @@ def check_network_name(network: Any) -> None:
         raise ValueError(f"network must be 'mlp', 'cnn' or 'package.module:function'; got {network!r}")
 
 
+def check_core(config: Any) -> None:
+    """Refuse a core an agent cannot carry, or a name that is no core, before anything starts."""
+    if config.core == "none":
+        return
+    if not type(config).recurrent_cores:
+        raise ValueError(f"{type(config).__name__} takes no recurrent core (--core {config.core}): its networks are "
+                         f"feed-forward; use --core none, or an agent with memory (PPO, IMPALA, R2D2)")
+    if config.core not in ("lstm", "gru") and not _FACTORY.fullmatch(config.core):
+        raise ValueError(f"core must be 'none', 'lstm', 'gru' or 'package.module:function'; got {config.core!r}")
+
+
 def check_network_input(network: Any, env_id: str, obs_shape: tuple[int, ...]) -> None:
     """Refuse the Nature-DQN torso for observations it cannot take, before a learner fails on them."""
     if network == "cnn" and (len(obs_shape) != 3 or min(obs_shape[:2]) < CNN_MIN_SIZE):
@@ -151,6 +162,12 @@ class AgentConfig:
     """``mlp`` (widths in --hidden), ``cnn`` (the Nature-DQN torso, for image observations) or
     ``package.module:function`` returning a flax module (observations -> features)."""
     hidden: tuple[int, ...] = (64, 64)
+    core: str = "none"
+    """A recurrent core between the torso and the heads, for agents with memory (PPO, IMPALA,
+    R2D2): ``lstm``, ``gru``, ``none`` or ``package.module:function`` returning a flax
+    RNNCellBase (jaxdist.agents.recurrent)."""
+    core_size: int = 128
+    """Units of the recurrent core."""
 
     # Evaluation: the reported return and the target metric.
     eval_every_updates: int = 10
@@ -189,6 +206,9 @@ class AgentConfig:
     """Save the replay's contents this often and at a stop (None: not saved)."""
     log_every_updates: int = 5
 
+    recurrent_cores: typing.ClassVar[bool] = False
+    """Whether the agent's networks take a recurrent ``core`` (its config class says)."""
+
     def __post_init__(self) -> None:
         check_choices(self)
         if self.num_seeds > 1 and self.architecture != "anakin":
@@ -198,10 +218,11 @@ class AgentConfig:
             **dict.fromkeys(("num_seeds", "num_actors", "envs_per_actor", "trajectory_length", "total_steps",
                              "eval_every_updates", "eval_episodes", "learner_hosts", "learner_steps_per_call",
                              "publish_every_updates", "max_in_flight", "checkpoint_every_updates",
-                             "log_every_updates", "hidden"), AT_LEAST_ONE),
+                             "log_every_updates", "hidden", "core_size"), AT_LEAST_ONE),
             **dict.fromkeys(("learner_prefetch", "param_refresh_seconds", "max_send_wait"), NON_NEGATIVE),
             "seed": SEED, "replay_checkpoint_seconds": POSITIVE})
         check_network_name(self.network)
+        check_core(self)
         missing = backend_unavailable(self.env_backend)
         if missing:
             raise ValueError(missing)

@@ -1,7 +1,7 @@
 """Partially observable tasks: an env's observations with some entries hidden, so that an agent
 must remember what it can no longer see.
 
-A hidden entry reads 0 (its bounds in the observation space too), as rl-baselines3-zoo's
+A hidden entry reads 0 (the observation space keeps its bounds), as rl-baselines3-zoo's
 ``MaskVelocityWrapper`` does: the observation keeps its shape, so a network, a normaliser or a
 wrapper written for the full task takes the masked one unchanged. Two such tasks ship with
 jaxdist, registered with gymnasium whenever ``jaxdist.envs`` is imported (any jaxdist agent,
@@ -43,9 +43,6 @@ class MaskObservation(gymnasium.ObservationWrapper):
                              f"{tuple(hidden)}")
         self._keep = np.ones(space.shape, space.dtype)
         self._keep[list(hidden)] = 0
-        zero = np.zeros((), space.dtype)
-        self.observation_space = gymnasium.spaces.Box(np.where(self._keep, space.low, zero),
-                                                      np.where(self._keep, space.high, zero), space.shape, space.dtype)
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
         return observation * self._keep

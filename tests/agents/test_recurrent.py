@@ -1,0 +1,110 @@
+"""Recurrent cores: the reset where an episode starts, the learner's unroll against the actors'
+step-by-step acting (gymnasium and JAX backends), and the configs that take a core."""
+
+from __future__ import annotations
+
+import functools
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxdist.envs  # noqa: F401 - registers CartPoleNoVel-v1
+from jaxdist.agents import actor_critic, recurrent
+from jaxdist.agents.ppo import PPOConfig
+from jaxdist.envs.spaces import env_info
+from jaxdist.envs.vector import EnvSpec
+from jaxdist.nodes.actor import Actor
+from jaxdist.nodes.parameter_server import ParameterServer
+from waiting import wait_until
+
+ENV = "CartPoleNoVel-v1"
+
+
+def config(core: str = "lstm", **fields) -> PPOConfig:
+    return PPOConfig(env_id=ENV, core=core, core_size=8, hidden=(8,), num_actors=1, envs_per_actor=4, **fields)
+
+
+def published(cfg: PPOConfig, seed: int = 0):
+    state = actor_critic.init(cfg, env_info(ENV), lambda c: actor_critic.clipped_adam(1e-3, 0.5, None),
+                              jax.random.key(seed))
+    return jax.tree.map(np.asarray, actor_critic.published(cfg, state))
+
+
+@pytest.mark.parametrize("core", ["lstm", "gru"])
+def test_a_row_that_begins_an_episode_starts_from_the_initial_state_whatever_came_before(core):
+    cfg = config(core)
+    net, params = actor_critic.network(cfg, env_info(ENV)), published(cfg)["network"]
+    obs = jax.random.normal(jax.random.key(1), (2, 12, 4))
+    first = jnp.zeros((2, 12), bool).at[:, 5].set(True)
+    carry = jax.tree.map(lambda x: x + 3.0, recurrent.initial_carry(core, 8, 2))  # a state from long ago
+    unroll = jax.jit(functools.partial(net.apply, method="unroll"))
+    _, dist, value = unroll(params, carry, obs, first)
+    fresh = recurrent.initial_carry(core, 8, 2)
+    _, dist_after, value_after = unroll(params, fresh, obs[:, 5:], first[:, 5:])
+    np.testing.assert_allclose(dist[:, 5:], dist_after, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(value[:, 5:], value_after, rtol=1e-5, atol=1e-6)
+    _, dist_kept, _ = unroll(params, carry, obs, jnp.zeros((2, 12), bool))
+    assert not np.allclose(dist_kept[:, 5:], dist[:, 5:], atol=1e-4)  # without the reset the past shows
+
+
+def unrolled_logp(cfg: PPOConfig, params, item: dict) -> np.ndarray:
+    """The learner's log-probabilities of an item's actions, unrolled from its start state."""
+    batch = jax.tree.map(lambda x: jnp.asarray(x)[None], item)
+    return np.asarray(_logp(cfg, params["network"], batch))[0]
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _logp(cfg: PPOConfig, params, batch: dict) -> jax.Array:
+    dist, _ = actor_critic.apply(cfg, env_info(ENV), params, batch["obs"], batch)
+    return actor_critic.log_prob(env_info(ENV).action, dist, batch["action"])
+
+
+@pytest.mark.parametrize("backend", ["sync", "jax"])
+def test_the_learners_unroll_from_a_trajectorys_start_state_equals_the_actors_step_by_step_acting(backend):
+    cfg = config("lstm")
+    params = published(cfg)
+    sent: list = []
+    policy = actor_critic.policy(cfg, env_info(ENV), 0)
+    actor = Actor(policy, EnvSpec(ENV, 4, backend), ParameterServer(params), sent.extend, trajectory_length=24,
+                  max_steps=4 * 24 * 4 + 4)
+    try:
+        actor.run()
+        wait_until(lambda: len(sent) >= 12)
+    finally:
+        actor.close()
+    starts = 0
+    for item in sent:
+        assert item["first"].shape == (25,) and jax.tree.leaves(item["core_state"])[0].shape == (8,)
+        starts += int(item["first"][1:].sum())
+        np.testing.assert_allclose(unrolled_logp(cfg, params, item), item["logp"], rtol=1e-4, atol=1e-5)
+    assert starts >= 4  # random play ends episodes inside trajectories: the resets were exercised
+    # Trajectories of one env follow on: the next starts from the state the actor fed its shared row.
+    assert not np.allclose(jax.tree.leaves(sent[4]["core_state"])[0], 0.0)
+
+
+def test_a_core_is_refused_by_name_where_it_cannot_be_carried():
+    from jaxdist.agents.apex import ApexConfig
+
+    with pytest.raises(ValueError, match="ApexConfig takes no recurrent core"):
+        ApexConfig(core="lstm")
+    with pytest.raises(ValueError, match="core must be 'none', 'lstm', 'gru' or 'package.module:function'; got 'rnn'"):
+        PPOConfig(core="rnn")
+    with pytest.raises(ValueError, match="minibatches split the trajectories: an update's 6 trajectories"):
+        PPOConfig(core="gru", num_actors=1, envs_per_actor=6, minibatches=4, trajectory_length=32)
+
+
+def test_a_custom_core_is_any_flax_cell_named_module_function():
+    cfg = config("flax.linen:SimpleCell")
+    with pytest.raises(TypeError, match="SimpleCell.__init__"):
+        published(cfg)  # flax's SimpleCell needs its size: a factory must return a ready cell
+    chex.assert_trees_all_equal_shapes(recurrent.initial_carry("tests.agents.test_recurrent:small_cell", 8, 3),
+                                       jnp.zeros((3, 5)))
+
+
+def small_cell():
+    import flax.linen as nn
+
+    return nn.SimpleCell(5)
