@@ -108,3 +108,57 @@ def small_cell():
     import flax.linen as nn
 
     return nn.SimpleCell(5)
+
+
+# Learning to remember ---------------------------------------------------------------------------
+
+
+def cue_batch(rng: np.random.Generator, trajectories: int = 8, episodes: int = 6) -> dict:
+    """Episodes of 3 rows: a cue (obs[0] = +-1) on the first, a blank observation on the second
+    where the action counts, the reward on the third (1 where the action matched the cue), which
+    terminates. Only a policy that remembers the cue beats a coin."""
+    rows = 3 * episodes
+    shape = (trajectories, rows)
+    cue = rng.integers(0, 2, (trajectories, episodes))
+    obs = np.zeros((*shape, 4), np.float32)
+    obs[:, 0::3, 0] = 2.0 * cue - 1.0
+    action = rng.integers(0, 2, shape).astype(np.int32)
+    reward = np.zeros(shape, np.float32)
+    reward[:, 2::3] = (action[:, 1::3] == cue).astype(np.float32)
+    terminated = np.zeros(shape, bool)
+    terminated[:, 2::3] = True
+    first = np.zeros(shape, bool)
+    first[:, 0::3] = True
+    return {"obs": obs, "action": action, "reward": reward, "terminated": terminated, "truncated": np.zeros(shape, bool),
+            "first": first, "logp": np.full(shape, np.log(0.5), np.float32), "version": np.zeros(shape, np.int32),
+            "core_state": recurrent.initial_carry("gru", 8, trajectories), "cue": cue}
+
+
+def remembered(cfg, params, batch: dict) -> float:
+    """The policy's mean probability of the cued action on the blank rows."""
+    dist, _ = actor_critic.apply(cfg, env_info(ENV), params, batch["obs"], batch)
+    p_one = np.asarray(jax.nn.softmax(dist)[..., 1])[:, 1::3]
+    return float(np.mean(np.where(batch["cue"] == 1, p_one, 1.0 - p_one)))
+
+
+@pytest.mark.parametrize("agent", ["ppo", "impala"])
+def test_the_update_unrolled_over_whole_trajectories_learns_to_remember_a_cue(agent):
+    import importlib
+
+    module = importlib.import_module(f"jaxdist.agents.{agent}")
+    learning = importlib.import_module(f"jaxdist.agents.{agent}.learning")
+    fields = dict(env_id=ENV, core="gru", core_size=8, hidden=(8,), learning_rate=1e-2, anneal_lr=False, gamma=0.9,
+                  batch_trajectories=8, trajectory_length=17, num_actors=1, envs_per_actor=8)
+    # Every batch is a coin's (logp log 0.5): PPO's clip would stop at pi/mu = 1.2, so it is wide.
+    cfg = (module.PPOConfig(**fields, epochs=4, minibatches=4, clip_eps=10.0) if agent == "ppo"
+           else module.IMPALAConfig(**fields, queue_trajectories=8, ent_coef=0.0))
+    rng = np.random.default_rng(0)
+    state = learning.logic(cfg, env_info(ENV)).init(jax.random.key(0))
+    update = jax.jit(functools.partial(learning.update, cfg, env_info(ENV)))
+    probe = cue_batch(rng)
+    assert remembered(cfg, state["params"], probe) == pytest.approx(0.5, abs=0.02)
+    for i in range(15 if agent == "ppo" else 40):
+        batch = cue_batch(rng)
+        del batch["cue"]
+        state, _ = update(state, batch, jax.random.key(i))
+    assert remembered(cfg, state["params"], probe) > 0.8
