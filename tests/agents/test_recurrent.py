@@ -162,3 +162,45 @@ def test_the_update_unrolled_over_whole_trajectories_learns_to_remember_a_cue(ag
         del batch["cue"]
         state, _ = update(state, batch, jax.random.key(i))
     assert remembered(cfg, state["params"], probe) > 0.8
+
+
+# End to end ------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_recurrent_ppo_solves_cartpole_without_velocities_and_its_policy_plays_with_its_state(tmp_path):
+    """The script under Anakin (the fastest here) to 475 on CartPoleNoVel-v1; the best policy,
+    loaded, plays a batch of envs with a state each and scores what the run's evaluation did."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import gymnasium as gym
+
+    from jaxdist.agents import load_policy
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    command = [sys.executable, os.path.join(repo, "experiments", "ppo.py"), "--quiet", "--compilation-cache", "",
+               "--env-id", ENV, "--architecture", "anakin", "--run-dir", str(tmp_path), "--stop-at-target"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["steps_to_target"] is not None and summary["steps_to_target"] <= 200_000, summary
+    policy = load_policy(str(tmp_path), best=True)
+    assert policy.recurrent
+    envs = gym.make_vec(ENV, 8, vectorization_mode="sync", vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    obs, _ = envs.reset(seed=123)
+    state, first = policy.initial_state(8), np.ones(8, bool)
+    totals, returns = np.zeros(8), []
+    while len(returns) < 8:
+        actions, state = policy.act(obs, state=state, first=first)
+        obs, reward, terminated, truncated, _ = envs.step(actions)
+        totals += reward
+        first = terminated | truncated  # SAME_STEP: obs already begins the next episode
+        returns.extend(totals[first].tolist())
+        totals[first] = 0
+    assert np.mean(returns) >= 0.9 * summary["best_return"], (returns, summary["best_return"])
+    with pytest.raises(ValueError, match="this policy is recurrent: act"):
+        policy.act(obs)
