@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -57,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxdist.agents.experiment import check_network_name
+from jaxdist.agents.experiment import import_factory
 from jaxdist.agents.recurrent import Unroll, initial_carry
 from jaxdist.envs.spaces import ActionSpace, EnvInfo
 from jaxdist.learning import parallel
@@ -115,7 +114,7 @@ def torso(network: Network, hidden: Sequence[int], *,
     if network == "cnn":
         return NatureCNN(kernel_init)
     if isinstance(network, str):
-        factory = _import_factory(network)
+        factory = import_factory(network)
     elif callable(network):
         factory = network
     else:
@@ -126,23 +125,6 @@ def torso(network: Network, hidden: Sequence[int], *,
         raise TypeError(f"network {network!r} returned {type(module).__name__}, not a flax "
                         "nn.Module; it must return a module mapping observations to features")
     return module
-
-
-def _import_factory(spec: str) -> Callable[[], Any]:
-    check_network_name(spec)
-    module_name, _, name = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        if err.name is None or not (module_name == err.name or module_name.startswith(f"{err.name}.")):
-            raise
-        raise ValueError(f"network {spec!r}: cannot import module {module_name!r} ({err}); it must "
-                         "be importable (installed or on PYTHONPATH) wherever the network is "
-                         "built") from err
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise ValueError(f"network {spec!r}: module {module_name!r} has no function {name!r}")
-    return factory
 
 
 class ActorCritic(nn.Module):

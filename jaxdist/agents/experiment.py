@@ -126,6 +126,26 @@ def check_core(config: Any) -> None:
         raise ValueError(f"core must be 'none', 'lstm', 'gru' or 'package.module:function'; got {config.core!r}")
 
 
+def import_factory(spec: str, what: str = "network") -> Callable[[], Any]:
+    """The function ``spec`` (``package.module:function``) names, imported: a torso's or a
+    core's factory (``what`` says which, in the errors), called wherever the network is built."""
+    if what == "network":
+        check_network_name(spec)
+    module_name, _, name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name is None or not (module_name == err.name or module_name.startswith(f"{err.name}.")):
+            raise
+        raise ValueError(f"{what} {spec!r}: cannot import module {module_name!r} ({err}); it must "
+                         "be importable (installed or on PYTHONPATH) wherever the network is "
+                         "built") from err
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise ValueError(f"{what} {spec!r}: module {module_name!r} has no function {name!r}")
+    return factory
+
+
 def check_network_input(network: Any, env_id: str, obs_shape: tuple[int, ...]) -> None:
     """Refuse the Nature-DQN torso for observations it cannot take, before a learner fails on them."""
     if network == "cnn" and (len(obs_shape) != 3 or min(obs_shape[:2]) < CNN_MIN_SIZE):

@@ -23,7 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxdist.agents.experiment import check_network_name
+from jaxdist.agents.experiment import import_factory
 
 Carry = Any
 
@@ -36,10 +36,7 @@ def cell(core: str, size: int) -> nn.RNNCellBase:
         return nn.OptimizedLSTMCell(size)
     if core == "gru":
         return nn.GRUCell(size)
-    check_network_name(core)
-    from jaxdist.agents.actor_critic import _import_factory
-
-    module = _import_factory(core)()
+    module = import_factory(core, "core")()
     if not isinstance(module, nn.RNNCellBase):
         raise TypeError(f"core {core!r} returned {type(module).__name__}, not a flax nn.RNNCellBase (a cell "
                         f"with initialize_carry): it must return a fresh recurrent cell")
