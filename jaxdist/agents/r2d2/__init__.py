@@ -1,6 +1,7 @@
 """R2D2 (Kapturowski et al. 2019) as an agent record: its config (``R2D2Config``, ``PRESETS``)
-and its parts, on Ape-X's model: epsilon-greedy actors of many epsilons, a prioritized replay
-rate-limited to ``samples_per_insert``, a learner that writes priorities back. What R2D2 adds is
+and its parts, on Ape-X's model: epsilon-greedy actors of many epsilons, Ape-X's prioritized
+replay table (of sequences) rate-limited to ``samples_per_insert``, a learner that writes
+priorities back. What R2D2 adds is
 memory: an LSTM Q-network, a replay of overlapping sequences that keep the recurrent state they
 started from, a burn-in, the value rescaling ``h``, and sequence priorities. ``learning.py`` has
 the math and the actors' side. Nothing here imports JAX."""
@@ -8,10 +9,8 @@ the math and the actors' side. Nothing here imports JAX."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import ClassVar
 
-import jaxdist as jd
 from jaxdist.agents.experiment import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Agent, AgentConfig, Bound,
                                        Presets, check_bounds)
 
@@ -105,6 +104,11 @@ class R2D2Config(AgentConfig):
         return self.burn_in + self.sequence_length
 
     @property
+    def transitions_per_send(self) -> int:
+        """The most sequences one actor inserts at once (one per env), for Ape-X's replay table."""
+        return self.envs_per_actor
+
+    @property
     def steps_per_update(self) -> float:
         """Env steps behind one update: a sequence is inserted every period, per env."""
         return self.batch_size * self.trajectory_length / self.samples_per_insert
@@ -116,20 +120,10 @@ PRESETS: Presets = {
 """Tuned defaults per env id; every field stays overridable flag by flag."""
 
 
-def replay_table(config: R2D2Config) -> jd.replay.Prioritized:
-    """The prioritized table of sequences, rate-limited to ``samples_per_insert`` sequences
-    sampled per sequence inserted, with room for every actor's insert and a learner request."""
-    spi = config.samples_per_insert
-    request = config.batch_size * config.learner_steps_per_call
-    error_buffer = math.ceil(spi * config.num_actors * config.envs_per_actor + request + spi)
-    limiter = jd.replay.SampleToInsertRatio(spi, config.min_replay, error_buffer)
-    return jd.replay.Prioritized(config.replay_size, config.priority_exponent, limiter, seed=config.seed)
-
-
 def agent(config: R2D2Config) -> Agent:
     """The record ``run.train`` takes; ``agent(config).topology()`` builds its program."""
     record = Agent("r2d2", "jaxdist.agents.r2d2:agent", config, learner_logic="jaxdist.agents.r2d2.learning:logic",
-                   policy="jaxdist.agents.r2d2.learning:policy", replay_table="jaxdist.agents.r2d2:replay_table",
+                   policy="jaxdist.agents.r2d2.learning:policy", replay_table="jaxdist.agents.apex:replay_table",
                    sink="jaxdist.agents.r2d2.learning:SequenceSink", prioritized=True)
     if not record.env.action.discrete:
         raise ValueError(f"R2D2 chooses among discrete actions; {config.env_id} has a continuous action space "

@@ -39,7 +39,7 @@ import numpy as np
 import optax
 
 from jaxdist.agents.actor_critic import torso
-from jaxdist.agents.apex.learning import actor_epsilons, importance_weights, n_step_returns
+from jaxdist.agents.apex.learning import actor_epsilons, importance_weights, n_step_returns, optimizer, published
 from jaxdist.agents.r2d2 import R2D2Config
 from jaxdist.agents.recurrent import Unroll, initial_carry
 from jaxdist.envs.spaces import EnvInfo
@@ -145,11 +145,6 @@ def r2d2_loss(params: PyTree, target_params: PyTree, batch: dict[str, Any], conf
                                "q_mean": jnp.mean(q), "importance_weight_mean": jnp.mean(weights)})
 
 
-def optimizer(config: R2D2Config) -> optax.GradientTransformation:
-    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
-                       optax.adam(config.learning_rate, eps=config.adam_eps))
-
-
 def logic(config: R2D2Config, env: EnvInfo) -> LearnerLogic:
     """R2D2's ``LearnerLogic`` for the generic ``jaxdist.nodes.learner.Learner``."""
     return LearnerLogic(init=functools.partial(init, config, env), update=functools.partial(update, config, env),
@@ -164,11 +159,6 @@ def init(config: R2D2Config, env: EnvInfo, rng: jax.Array) -> dict[str, PyTree]:
                                          jnp.ones((1, 1), bool))
     return {"params": params, "target_params": params, "opt_state": optimizer(config).init(params),
             "updates": jnp.zeros((), jnp.int32)}
-
-
-def published(state: dict[str, PyTree]) -> dict[str, PyTree]:
-    """What actors, the evaluator and ``load_policy`` get: the online network."""
-    return {"network": state["params"]}
 
 
 def update(config: R2D2Config, env: EnvInfo, state: dict[str, PyTree], batch: dict[str, Any],
