@@ -43,8 +43,9 @@ one item, a dict of arrays with a leading ``T + 1`` axis: the ``jaxdist.envs.vec
 ``obs``, ``reward``, ``terminated``, ``truncated`` (``first`` is left out: a row is first when
 the row before it ended an episode), ``action``, the policy's extras, and ``version`` (the
 parameter version that chose each action); a recurrent policy's also ``first`` and
-``core_state``, the state fed to row 0 (before its reset), from which the learner unrolls. The last row of one trajectory is the first row of
-the next, so a learner can bootstrap from it and no transition is lost. The acting thread writes
+``core_state``, the state fed to row 0 (before its reset), from which the learner unrolls. The
+last row of one trajectory is the first row of the next, so a learner can bootstrap from it and
+no transition is lost. The acting thread writes
 each row into env-major buffers (one set per trajectory) and, per trajectory, moves the
 policy's extras to the host in one jitted call; a background thread sends the per-env items
 (views of those buffers).
