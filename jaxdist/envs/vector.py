@@ -11,7 +11,7 @@ vectorization_mode="vector_entry_point")``: no Python per env; CartPole has one)
 ``"sync"`` (``SyncVectorEnv``), ``"async"`` (``AsyncVectorEnv`` with shared memory, workers
 from a ``forkserver`` so that none is forked from a process that already runs JAX or gRPC
 threads), ``"envpool"`` (when EnvPool is installed), and ``"auto"``: vector when the env has a
-vector entry point, else EnvPool when installed, else sync. ``"jax"`` is not gymnasium's: the
+vector entry point, else EnvPool when installed and it has the id, else sync. ``"jax"`` is not gymnasium's: the
 env's JAX version (``jaxdist.envs.jax_envs``) played with the actor's policy a whole trajectory per
 jitted dispatch (``jaxdist.envs.jax_rollout.JaxVectorEnv``, made by the same ``make(seed)``).
 
@@ -104,7 +104,15 @@ def resolve_backend(env_id: str, backend: str = "auto") -> str:
 
     if gym.spec(registered_id(env_id)).vector_entry_point is not None:
         return "vector"
-    return "envpool" if envpool_installed() else "sync"
+    return "envpool" if envpool_installed() and envpool_has(registered_id(env_id)) else "sync"
+
+
+def envpool_has(env_id: str) -> bool:
+    """Whether EnvPool has an env of this id: ``auto`` leaves the others (an env of one's own, a
+    masked task) to gymnasium."""
+    import envpool
+
+    return env_id in envpool.list_all_envs()
 
 
 def registered_id(env_id: str) -> str:

@@ -12,7 +12,7 @@ import pytest
 import jaxdist.envs  # noqa: F401 - registers the no-velocity tasks
 from jaxdist.envs import masked, ports
 from jaxdist.envs.jax_envs import State, jax_env
-from jaxdist.envs.vector import EnvSpec
+from jaxdist.envs.vector import EnvSpec, resolve_backend
 
 
 def compare_masked_episode(env_id: str, seed: int, choose) -> int:
@@ -80,3 +80,13 @@ def test_a_task_of_ones_choice_is_masked_for_gymnasium_actors_and_the_jax_backen
 def test_masking_refuses_entries_the_observation_does_not_have():
     with pytest.raises(ValueError, match=r"hidden must name entries 0 to 3 of the observation; got \(4,\)"):
         masked.make_masked("CartPole-v1", (4,))
+
+
+def test_auto_plays_a_masked_task_on_gymnasium_even_where_envpool_is_installed():
+    """EnvPool knows CartPole-v1 but not the masked tasks: ``auto`` once chose it for them and
+    the actors failed on their first step."""
+    assert resolve_backend("CartPoleNoVel-v1") == "sync"
+    assert resolve_backend("PendulumNoVel-v1") == "sync"
+    env = EnvSpec("CartPoleNoVel-v1", 2).make(seed=0)
+    assert (env.reset().obs[:, [1, 3]] == 0).all()
+    env.close()
