@@ -42,7 +42,8 @@ def test_every_python_block_of_the_guides_runs(guide, code, tmp_path):
 
 
 PUBLIC_MODULES = ["jaxdist", "jaxdist.courier", "jaxdist.agents", "jaxdist.agents.ppo", "jaxdist.agents.impala",
-                  "jaxdist.agents.apex", "jaxdist.agents.es", "jaxdist.agents.run", "jaxdist.compat.launchpad"]
+                  "jaxdist.agents.apex", "jaxdist.agents.r2d2", "jaxdist.agents.es", "jaxdist.agents.run",
+                  "jaxdist.compat.launchpad"]
 
 
 def public_names():

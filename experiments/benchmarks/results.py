@@ -27,7 +27,8 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPTS = {"ppo": "ppo.py", "impala": "impala.py", "apex": "apex_dqn.py", "es": "es.py", "sac": "sac.py", "td3": "td3.py"}
+SCRIPTS = {"ppo": "ppo.py", "impala": "impala.py", "apex": "apex_dqn.py", "es": "es.py", "sac": "sac.py", "td3": "td3.py",
+           "r2d2": "r2d2.py"}
 PAGE = os.path.join(REPO, "docs", "benchmarks.md")
 PICTURES = os.path.join("images", "results")  # relative to the page
 

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -58,7 +57,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxdist.agents.experiment import CNN_MIN_SIZE, check_network_name
+from jaxdist.agents.experiment import CNN_MIN_SIZE, import_factory
+from jaxdist.agents.recurrent import Unroll, initial_carry
 from jaxdist.envs.spaces import ActionSpace, EnvInfo
 from jaxdist.learning import parallel
 
@@ -119,7 +119,7 @@ def torso(network: Network, hidden: Sequence[int], *,
     if network == "cnn":
         return CNN(kernel_init)
     if isinstance(network, str):
-        factory = _import_factory(network)
+        factory = import_factory(network)
     elif callable(network):
         factory = network
     else:
@@ -132,38 +132,29 @@ def torso(network: Network, hidden: Sequence[int], *,
     return module
 
 
-def _import_factory(spec: str) -> Callable[[], Any]:
-    check_network_name(spec)
-    module_name, _, name = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        if err.name is None or not (module_name == err.name or module_name.startswith(f"{err.name}.")):
-            raise
-        raise ValueError(f"network {spec!r}: cannot import module {module_name!r} ({err}); it must "
-                         "be importable (installed or on PYTHONPATH) wherever the network is "
-                         "built") from err
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise ValueError(f"network {spec!r}: module {module_name!r} has no function {name!r}")
-    return factory
-
-
 class ActorCritic(nn.Module):
     """``(obs) -> (dist, value (...))``; ``method="policy"`` runs only the policy, for actors.
 
     ``dist`` is what :mod:`jaxdist.agents.actor_critic` takes: logits ``(..., n)`` for discrete
     actions; ``(mean (..., d), log_std (d,))`` for continuous ones, with ``log_std`` a
     state-independent parameter (init 0, std 1), as in PPO's paper and CleanRL.
+
+    With a recurrent ``core`` (:mod:`jaxdist.agents.recurrent`) one torso feeds the core and both
+    heads sit on its output; ``method="unroll"`` is then the network:
+    ``(carry, obs (B, T, ...), first (B, T)) -> (carry, dist, value (B, T))``.
     """
 
     action: ActionSpace
     network: Network = "mlp"
     hidden: tuple[int, ...] = (64, 64)
+    core: str = "none"
+    core_size: int = 128
 
     def setup(self) -> None:
+        recurrent = self.core != "none"
         self.torso = torso(self.network, self.hidden)
-        self.value_torso = torso(self.network, self.hidden) if self.network == "mlp" else None
+        self.value_torso = torso(self.network, self.hidden) if self.network == "mlp" and not recurrent else None
+        self.memory = Unroll(self.core, self.core_size) if recurrent else None
         self.head = nn.Dense(self.action.size, kernel_init=nn.initializers.orthogonal(0.01))
         self.value_head = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))
         if not self.action.discrete:
@@ -177,10 +168,13 @@ class ActorCritic(nn.Module):
     def policy(self, obs: jax.Array) -> Dist:
         return self._dist(self.torso(obs))
 
+    def unroll(self, carry: Any, obs: jax.Array, first: jax.Array) -> tuple[Any, Dist, jax.Array]:
+        carry, features = self.memory(carry, self.torso(obs), first)
+        return carry, self._dist(features), self.value_head(features)[..., 0]
+
     def _dist(self, features: jax.Array) -> Dist:
         out = self.head(features)
         return out if self.action.discrete else (out, self.log_std)
-
 
 
 # Distributions --------------------------------------------------------------------------------
@@ -329,16 +323,65 @@ class ActorCriticPolicy:
         return action, {"logp": log_prob(self.env.action, dist, action)}
 
 
+@dataclasses.dataclass(frozen=True)
+class RecurrentActorCriticPolicy(ActorCriticPolicy):
+    """The actor-critic policy with a recurrent core: ``initial_state(num_envs)`` is the carry
+    of every env at an episode's start, and ``(params, obs, key, state, first) -> (action,
+    extras, state)`` steps the core once (reset where ``first``), as the learner unrolls it."""
+
+    core: str = "lstm"
+    core_size: int = 128
+
+    def initial_state(self, num_envs: int) -> Any:
+        return initial_carry(self.core, self.core_size, num_envs)
+
+    def __call__(self, params: Any, obs: Any, key: Any, state: Any = None,  # type: ignore[override]
+                 first: Any = None) -> tuple[Any, dict[str, Any], Any]:
+        net = ActorCritic(action=self.env.action, network=self.network, hidden=tuple(self.hidden), core=self.core,
+                          core_size=self.core_size)
+        if "obs_norm" in params:
+            obs = normalize(RunningStats(**params["obs_norm"]), obs)
+        one_step = lambda x: x[:, None]  # noqa: E731  (B, ...) -> (B, 1, ...)
+        state, dist, _ = net.apply(params["network"], state, one_step(obs), one_step(first), method="unroll")
+        dist = jax.tree.map(lambda x: x[:, 0] if x.ndim > 1 else x, dist)  # a log_std (d,) has no time axis
+        if self.deterministic:
+            return mode(self.env.action, dist), {}, state
+        action = sample(self.env.action, dist, key)
+        return action, {"logp": log_prob(self.env.action, dist, action)}, state
+
+
 def policy(config: Any, env: EnvInfo, actor: int | None) -> ActorCriticPolicy:
-    """An ``Agent.policy``: every actor samples; the evaluator (``actor`` None) acts by the mode."""
+    """An ``Agent.policy``: every actor samples; the evaluator (``actor`` None) acts by the mode.
+    With a ``core`` the policy is recurrent (:class:`RecurrentActorCriticPolicy`)."""
+    if recurrent(config):
+        return RecurrentActorCriticPolicy(env, config.network, tuple(config.hidden), deterministic=actor is None,
+                                          core=config.core, core_size=config.core_size)
     return ActorCriticPolicy(env, config.network, tuple(config.hidden), deterministic=actor is None)
+
+
+def recurrent(config: Any) -> bool:
+    """Whether ``config``'s network has a recurrent core."""
+    return config.core != "none"
 
 
 # The learner's state --------------------------------------------------------------------------
 
 
 def network(config: Any, env: EnvInfo) -> ActorCritic:
-    return ActorCritic(action=env.action, network=config.network, hidden=tuple(config.hidden))
+    return ActorCritic(action=env.action, network=config.network, hidden=tuple(config.hidden),
+                       core=config.core, core_size=config.core_size)
+
+
+def apply(config: Any, env: EnvInfo, params: PyTree, obs: jax.Array,
+          batch: dict[str, jax.Array]) -> tuple[Dist, jax.Array]:
+    """``(dist, value)`` of ``obs`` (``(B, T, ...)``, or ``(N, ...)`` flat transitions for a
+    feed-forward network): a recurrent network is unrolled over each of the ``B`` sequences from
+    ``batch["core_state"]`` (the carry its first row was fed), reset where ``batch["first"]``."""
+    net = network(config, env)
+    if not recurrent(config):
+        return net.apply(params, obs)
+    _, dist, value = net.apply(params, batch["core_state"], obs, batch["first"], method="unroll")
+    return dist, value
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
@@ -347,7 +390,12 @@ def init(config: Any, env: EnvInfo, optimizer: Callable[[Any], optax.GradientTra
     """The initial state, in one jitted call: run op by op, flax's initialisers compile a dozen
     small programs (seconds on a cold start); one program is one compile, or one cache hit."""
     # float64 observations (MuJoCo's) are float32 under JAX's default: ask for what JAX gives, unwarned
-    params = network(config, env).init(rng, jnp.zeros((1, *env.obs_shape), jax.dtypes.canonicalize_dtype(env.obs_dtype)))
+    obs = jnp.zeros((1, *env.obs_shape), jax.dtypes.canonicalize_dtype(env.obs_dtype))
+    if recurrent(config):
+        carry = initial_carry(config.core, config.core_size, 1)
+        params = network(config, env).init(rng, carry, obs[:, None], jnp.ones((1, 1), bool), method="unroll")
+    else:
+        params = network(config, env).init(rng, obs)
     return {"params": params, "opt_state": optimizer(config).init(params), "version": jnp.zeros((), jnp.int32),
             "obs_norm": init_stats(env.obs_shape), "return_norm": init_stats(())}
 

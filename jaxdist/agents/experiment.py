@@ -116,6 +116,37 @@ def check_network_name(network: Any) -> None:
         raise ValueError(f"network must be 'mlp', 'cnn' or 'package.module:function'; got {network!r}")
 
 
+def check_core(config: Any) -> None:
+    """Refuse a core an agent cannot carry, or a name that is no core, before anything starts."""
+    if config.core == "none":
+        return
+    if not type(config).recurrent_cores:
+        raise ValueError(f"{type(config).__name__} takes no recurrent core (--core {config.core}): its networks are "
+                         f"feed-forward; use --core none, or an agent with memory (PPO, IMPALA, R2D2)")
+    if config.core not in ("lstm", "gru") and not _FACTORY.fullmatch(config.core):
+        raise ValueError(f"core must be 'none', 'lstm', 'gru' or 'package.module:function'; got {config.core!r}")
+
+
+def import_factory(spec: str, what: str = "network") -> Callable[[], Any]:
+    """The function ``spec`` (``package.module:function``) names, imported: a torso's or a
+    core's factory (``what`` says which, in the errors), called wherever the network is built."""
+    if what == "network":
+        check_network_name(spec)
+    module_name, _, name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name is None or not (module_name == err.name or module_name.startswith(f"{err.name}.")):
+            raise
+        raise ValueError(f"{what} {spec!r}: cannot import module {module_name!r} ({err}); it must "
+                         "be importable (installed or on PYTHONPATH) wherever the network is "
+                         "built") from err
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise ValueError(f"{what} {spec!r}: module {module_name!r} has no function {name!r}")
+    return factory
+
+
 def check_network_input(network: Any, env_id: str, obs_shape: tuple[int, ...]) -> None:
     """Refuse a built-in torso for observations it cannot take, before a learner fails on them."""
     if network == "cnn" and len(obs_shape) != 3:
@@ -154,6 +185,12 @@ class AgentConfig:
     """``mlp`` (widths in --hidden), ``cnn`` (the Nature-DQN torso, for image observations) or
     ``package.module:function`` returning a flax module (observations -> features)."""
     hidden: tuple[int, ...] = (64, 64)
+    core: str = "none"
+    """A recurrent core between the torso and the heads, for agents with memory (PPO, IMPALA,
+    R2D2): ``lstm``, ``gru``, ``none`` or ``package.module:function`` returning a flax
+    RNNCellBase (jaxdist.agents.recurrent)."""
+    core_size: int = 128
+    """Units of the recurrent core."""
 
     # Evaluation: the reported return and the target metric.
     eval_every_updates: int = 10
@@ -212,6 +249,8 @@ class AgentConfig:
     pbt_fraction: float = 0.25
     pbt_explore: Literal["perturb", "resample"] = "perturb"
     """perturb: multiply each copied field by 0.8 or 1.2 (kept in its --sweep range); resample: draw it anew."""
+    recurrent_cores: typing.ClassVar[bool] = False
+    """Whether the agent's networks take a recurrent ``core`` (its config class says)."""
 
     def __post_init__(self) -> None:
         check_choices(self)
@@ -222,11 +261,13 @@ class AgentConfig:
             **dict.fromkeys(("num_seeds", "num_actors", "envs_per_actor", "trajectory_length", "total_steps",
                              "eval_every_updates", "eval_episodes", "learner_hosts", "learner_steps_per_call",
                              "publish_every_updates", "max_in_flight", "checkpoint_every_updates",
-                             "log_every_updates", "hidden", "pbt_interval"), AT_LEAST_ONE),
+                             "log_every_updates", "hidden", "pbt_interval",
+                             "core_size"), AT_LEAST_ONE),
             **dict.fromkeys(("sweep_random", "pbt"), NON_NEGATIVE), "pbt_fraction": Bound(0, 0.5, low_open=True),
             **dict.fromkeys(("learner_prefetch", "param_refresh_seconds", "max_send_wait"), NON_NEGATIVE),
             "seed": SEED, "replay_checkpoint_seconds": POSITIVE})
         check_network_name(self.network)
+        check_core(self)
         missing = backend_unavailable(self.env_backend)
         if missing:
             raise ValueError(missing)
@@ -246,6 +287,9 @@ class AgentConfig:
             raise ValueError("--inference central answers actors that step gymnasium's envs; under --architecture "
                              "anakin or --env-backend jax the policy plays inside the envs' jitted scan: drop "
                              "--inference central")
+        if self.inference == "central" and self.core != "none":
+            raise ValueError(f"--inference central keeps no recurrent state per actor's env; --core {self.core} "
+                             f"needs --inference actor")
         if self.stop_at_target and self.target_return is None:
             raise ValueError(f"stop_at_target needs a target_return: {self.env_id} has no preset one")
         sweep.check(self)

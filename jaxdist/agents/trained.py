@@ -4,6 +4,14 @@ checkpoint, another step's, or the best evaluation's), outside any program.
 
     policy = jaxdist.agents.load_policy("runs/ppo-cartpole-seed0")
     actions = policy.act(observations)            # a batch in, a batch out (deterministic)
+
+A recurrent policy (``policy.recurrent``: trained with a ``core``) is played with its state, one
+per env, handed back and forth: ``act`` is then a pure function of it::
+
+    state = policy.initial_state(len(observations))            # every env at an episode's start
+    actions, state = policy.act(observations, state=state)
+    actions, state = policy.act(observations, state=state, first=starts)   # starts: (N,) bool, where
+                                                                           # an env began a new episode
 """
 
 from __future__ import annotations
@@ -28,7 +36,11 @@ class TrainedPolicy:
 
         self.agent, self.config, self.step = agent, agent.config, policy.version
         self._params = jax.device_put(policy.params)
+        from jaxdist.envs.jax_rollout import recurrent
+
         self._steps = {deterministic: jitted_step(acting) for deterministic, acting in policy.policies.items()}
+        self.recurrent = recurrent(policy.policies[True])
+        self._initial_state = policy.policies[True].initial_state if self.recurrent else None
         self._obs_shape = tuple(policy.obs_shape)
         self._key = jax.random.key_data(jax.random.key(seed))
 
@@ -36,13 +48,32 @@ class TrainedPolicy:
     def env_id(self) -> str:
         return self.config.env_id
 
-    def act(self, observations: Any, deterministic: bool = True) -> np.ndarray:
+    def initial_state(self, num_envs: int) -> Any:
+        """A recurrent policy's state for ``num_envs`` envs at an episode's start."""
+        if not self.recurrent:
+            raise ValueError(f"this {self.agent.name} policy is feed-forward (no core): it has no state")
+        return self._initial_state(num_envs)
+
+    def act(self, observations: Any, deterministic: bool = True, state: Any = None,
+            first: Any = None) -> Any:
+        """Actions for a batch of observations; a recurrent policy's take its ``state`` and
+        return ``(actions, state)``, reset first where ``first`` (``(N,)`` bool: the env began a
+        new episode; default none)."""
         observations = np.asarray(observations)
         if observations.shape[1:] != self._obs_shape:
             raise ValueError(f"act() takes a batch of observations shaped (N, {', '.join(map(str, self._obs_shape))})"
                              f" for {self.env_id}; got {observations.shape} (add a leading axis for one observation)")
-        self._key, action, _ = self._steps[deterministic](self._params, observations, self._key)
-        return np.asarray(action)
+        if not self.recurrent:
+            if state is not None or first is not None:
+                raise ValueError(f"this {self.agent.name} policy is feed-forward (no core): act() takes no state")
+            self._key, action, _ = self._steps[deterministic](self._params, observations, self._key)
+            return np.asarray(action)
+        if state is None:
+            raise ValueError("this policy is recurrent: act(observations, state=state) with "
+                             "state = policy.initial_state(N) at the episodes' start, and the state act returned after")
+        first = np.zeros(len(observations), bool) if first is None else np.asarray(first, bool)
+        self._key, action, _, state = self._steps[deterministic](self._params, observations, self._key, state, first)
+        return np.asarray(action), state
 
 
 def load_policy(run_dir: str, step: int | None = None, seed: int = 0, run_seed: int = 0,

@@ -2,7 +2,8 @@
 jitted ``lax.scan`` with the policy: CartPole-v1 and Pendulum-v1 ported line by line from
 gymnasium's classic control, and, with ``pip install 'jaxdist[jaxenv]'``, gymnax's envs
 (Acrobot-v1, MountainCar-v0, MinAtar, bsuite, ...). ``jax_env(env_id)`` gives an id's JAX env:
-jaxdist's own port where there is one (no gymnax import, ~2 s), else gymnax's.
+jaxdist's own port where there is one (no gymnax import, ~2 s), else gymnax's; a task masked
+with :mod:`jaxdist.envs.masked` (``CartPoleNoVel-v1``, ``PendulumNoVel-v1``) gets its base's, masked.
 
 The API is functional: ``reset(key) -> (state, obs)`` and ``step(state, action, key) -> Step``
 (the key matters to stochastic envs; the ports ignore it), both pure and jittable and without
@@ -27,6 +28,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxdist.envs.masked import MASKED
 from jaxdist.envs.ports import gymnax_installed, jax_version_missing
 
 
@@ -193,9 +195,46 @@ def gymnax_env(env_id: str) -> GymnaxEnv:
     raise ValueError(f"gymnax's {env_id} has action space {space}; jaxdist's actors take Discrete and Box")
 
 
-def jax_env(env_id: str) -> JaxEnv | GymnaxEnv:
-    """The JAX env of ``env_id``: jaxdist's port, else gymnax's when installed (any of its ids);
-    an error that names the ids the agents have one of (and what to install) for the others."""
+# Masked observations (jaxdist.envs.masked) -----------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskedEnv:
+    """A JAX env whose observation entries at ``hidden`` read 0, as the gymnasium task
+    :func:`jaxdist.envs.masked.register_masked` made of the same base."""
+
+    env_id: str
+    base: Any  # JaxEnv | GymnaxEnv
+    hidden: tuple[int, ...]
+
+    def __getattr__(self, name: str) -> Any:  # sizes, bounds, max_steps: the base's
+        if name.startswith("__") or name == "base":  # copy and pickle probe before base is set
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    def mask(self, obs: jax.Array) -> jax.Array:
+        keep = jnp.ones(obs.shape[-1], bool).at[jnp.asarray(self.hidden)].set(False)
+        return jnp.where(keep, obs, jnp.zeros((), obs.dtype))
+
+    def observe(self, physics: jax.Array) -> jax.Array:
+        return self.mask(self.base.observe(physics))
+
+    def reset(self, key: jax.Array) -> tuple[Any, jax.Array]:
+        state, obs = self.base.reset(key)
+        return state, self.mask(obs)
+
+    def step(self, state: Any, action: jax.Array, key: jax.Array | None = None) -> Step:
+        out = self.base.step(state, action, key)
+        return out._replace(obs=self.mask(out.obs))
+
+
+def jax_env(env_id: str) -> JaxEnv | GymnaxEnv | MaskedEnv:
+    """The JAX env of ``env_id``: jaxdist's port, else gymnax's when installed (any of its ids),
+    masked for a masked task; an error that names the ids the agents have one of (and what to
+    install) for the others."""
+    if env_id in MASKED:
+        base, hidden = MASKED[env_id]
+        return MaskedEnv(env_id, jax_env(base), hidden)
     if env_id in ENVS:
         return ENVS[env_id]
     if gymnax_installed():

@@ -19,6 +19,13 @@ actions are clipped to the env's bounds for the env only (the row keeps the poli
 
 Episode returns and lengths are accumulated inside the scan; the rows where episodes ended are
 picked on the host when the trajectory is fetched.
+
+**Recurrent policies** (:func:`recurrent`: the policy has ``initial_state(num_envs)``, and is
+called ``policy(params, obs, key, state, first) -> (action, extras, state)``, resetting the
+state where ``first``) have their state carried through the scan, an env's reset where its row
+begins an episode, and their trajectories gain ``first`` (``(envs, T + 1)``) and ``core_state``
+(the state fed to each env's row 0, before its reset: ``(envs, ...)``), what the learner unrolls
+from. A feed-forward policy's carry and trajectories are as they were.
 """
 
 from __future__ import annotations
@@ -131,16 +138,37 @@ def _play(policy: Callable, env: Any, length: int, rng_impl: str | None, params:
     return {"key": jax.random.key_data(key), **envs}, columns, episodes
 
 
+def recurrent(policy: Callable) -> bool:
+    """Whether ``policy`` carries a state from step to step (see the module docstring)."""
+    return callable(getattr(policy, "initial_state", None))
+
+
+def act(policy: Callable, params: PyTree, row: dict[str, jax.Array], key: jax.Array,
+        core: PyTree) -> tuple[jax.Array, dict[str, jax.Array], PyTree]:
+    """``policy``'s action on ``row``: ``(action, extras, state after)``; a feed-forward policy's
+    state is None."""
+    if core is None:
+        return (*policy(params, row["obs"], key), None)
+    return policy(params, row["obs"], key, core, row["first"])
+
+
 def start(policy: Callable, env: Any, params: PyTree, num_envs: int, key: jax.Array) -> dict[str, PyTree]:
     """``num_envs`` envs just reset, and the actions ``policy`` chose on their first rows: what
-    ``play`` carries from one trajectory to the next."""
+    ``play`` carries from one trajectory to the next (a recurrent policy's state too: ``core``,
+    fed to the current row, and ``after``, its state after it)."""
     reset_key, act_key = jax.random.split(key)
     state, obs = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
     row = {"obs": obs, "reward": jnp.zeros(num_envs, jnp.float32), "terminated": jnp.zeros(num_envs, bool),
            "truncated": jnp.zeros(num_envs, bool)}
-    action, extras = policy(params, obs, act_key)
-    return {"state": state, "row": row, "action": action, "extras": extras,
-            "return": jnp.zeros(num_envs, jnp.float32), "length": jnp.zeros(num_envs, jnp.int32)}
+    core = policy.initial_state(num_envs) if recurrent(policy) else None
+    if core is not None:
+        row["first"] = jnp.ones(num_envs, bool)
+    action, extras, after = act(policy, params, row, act_key, core)
+    carry = {"state": state, "row": row, "action": action, "extras": extras,
+             "return": jnp.zeros(num_envs, jnp.float32), "length": jnp.zeros(num_envs, jnp.int32)}
+    if core is not None:
+        carry.update(core=core, after=after)
+    return carry
 
 
 def play(policy: Callable, env: Any, params: PyTree, envs: dict[str, PyTree], key: jax.Array,
@@ -158,15 +186,22 @@ def play(policy: Callable, env: Any, params: PyTree, envs: dict[str, PyTree], ke
         state, next_row, restart = autoreset_step(env, carry["state"], row, action, env_key)
         episode_return = jnp.where(restart, 0.0, carry["return"] + next_row["reward"])
         episode_length = jnp.where(restart, 0, carry["length"] + 1)
-        next_action, next_extras = policy(params, next_row["obs"], act_key)
+        if "core" in carry:
+            next_row["first"] = restart
+        next_action, next_extras, after = act(policy, params, next_row, act_key, carry.get("after"))
         ended = next_row["terminated"] | next_row["truncated"]
-        carry = {"state": state, "row": next_row, "action": next_action, "extras": next_extras,
-                 "return": episode_return, "length": episode_length}
-        return carry, ({**row, "action": action, **extras}, (episode_return, episode_length, ended))
+        next_carry = {"state": state, "row": next_row, "action": next_action, "extras": next_extras,
+                      "return": episode_return, "length": episode_length}
+        if "core" in carry:
+            next_carry.update(core=carry["after"], after=after)
+        return next_carry, ({**row, "action": action, **extras}, (episode_return, episode_length, ended))
 
+    start_core = envs.get("core")
     envs, (rows, episodes) = jax.lax.scan(step, envs, jax.random.split(key, length))
     last = {**envs["row"], "action": envs["action"], **envs["extras"]}
     columns = jax.tree.map(lambda xs, x: jnp.swapaxes(jnp.concatenate([xs, x[None]]), 0, 1), rows, last)
+    if start_core is not None:
+        columns["core_state"] = start_core
     return envs, columns, episodes
 
 
@@ -197,18 +232,20 @@ def episodes(policy: Callable, env: Any, params: PyTree, reset_keys: jax.Array,
     evaluations of the evaluator (JAX backend) and of Anakin, and ES's fitness, are these."""
     count = reset_keys.shape[0]
     state, obs = jax.vmap(env.reset)(reset_keys)
+    core = policy.initial_state(count) if recurrent(policy) else None
 
     def step(carry: tuple, key: jax.Array) -> tuple[tuple, None]:
-        state, obs, done, total, length = carry
+        state, obs, done, total, length, core = carry
         act_key, step_key = jax.random.split(key)
-        action, _ = policy(params, obs, act_key)
+        action, _, core = act(policy, params, {"obs": obs, "first": length == 0}, act_key, core)
         out = _step_envs(env, state, action, step_key)
         total = total + jnp.where(done, 0.0, out.reward)
         length = length + (~done).astype(jnp.int32)
-        return (out.state, out.obs, done | out.terminated | out.truncated, total, length), None
+        return (out.state, out.obs, done | out.terminated | out.truncated, total, length, core), None
 
-    start = (state, obs, jnp.zeros(count, bool), jnp.zeros(count, jnp.result_type(float)), jnp.zeros(count, jnp.int32))
-    (_, _, _, total, length), _ = jax.lax.scan(step, start, jax.random.split(key, env.max_steps))
+    start = (state, obs, jnp.zeros(count, bool), jnp.zeros(count, jnp.result_type(float)), jnp.zeros(count, jnp.int32),
+             core)
+    (_, _, _, total, length, _), _ = jax.lax.scan(step, start, jax.random.split(key, env.max_steps))
     return total, length
 
 
@@ -224,4 +261,4 @@ def per_row(flag: jax.Array, like: jax.Array) -> jax.Array:
     return flag.reshape(flag.shape + (1,) * (jnp.ndim(like) - 1))
 
 
-__all__ = ["JaxVectorEnv", "autoreset_step", "episodes", "per_row", "play", "start"]
+__all__ = ["JaxVectorEnv", "act", "autoreset_step", "episodes", "per_row", "play", "recurrent", "start"]

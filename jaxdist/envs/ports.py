@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 
+from jaxdist.envs.masked import MASKED
+
 JAX_PORTS = ("CartPole-v1", "Pendulum-v1")
 """The ids ``jaxdist.envs.jax_envs`` ports itself, checked step for step against gymnasium's envs."""
 
@@ -24,9 +26,12 @@ def envpool_installed() -> bool:
 
 
 def jax_version_missing(env_id: str) -> str | None:
-    """Why the agents have no JAX version of ``env_id`` (a registered id) here, naming the ids
+    """Why the agents have no JAX version of ``env_id`` (a registered id, or a task masked with
+    :func:`jaxdist.envs.masked.register_masked`) here, naming the ids
     that have one and what to install; None when it has one. Imports no JAX, so that a config
     refuses such an id before anything is launched."""
+    if env_id in MASKED:  # a masked task has the JAX version of its base, masked
+        return jax_version_missing(MASKED[env_id][0])
     if env_id in JAX_PORTS or (env_id in GYMNAX_IDS and gymnax_installed()):
         return None
     install = "" if gymnax_installed() else " with pip install 'jaxdist[jaxenv]'"

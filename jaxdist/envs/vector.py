@@ -12,8 +12,8 @@ vectorization_mode="vector_entry_point")``: no Python per env; CartPole has one)
 from a ``forkserver`` so that none is forked from a process that already runs JAX or gRPC
 threads), ``"envpool"`` (when EnvPool is installed), and ``"auto"``: EnvPool for its Atari games
 (``jaxdist.envs.atari``), vector when the env has a vector entry point, else sync; never a choice
-that depends on what else is installed, so one command plays the same envs on every machine. ``"jax"`` is not gymnasium's: the
-env's JAX version (``jaxdist.envs.jax_envs``) played with the actor's policy a whole trajectory per
+that depends on what else is installed, so one command plays the same envs on every machine.
+``"jax"`` is not gymnasium's: the env's JAX version (``jaxdist.envs.jax_envs``) played with the actor's policy a whole trajectory per
 jitted dispatch (``jaxdist.envs.jax_rollout.JaxVectorEnv``, made by the same ``make(seed)``).
 
 **The autoreset boundary.** Gymnasium 1.x vector envs reset an env on the step *after* its

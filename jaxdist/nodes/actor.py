@@ -8,7 +8,10 @@ trajectories sent with futures, parameters refreshed in the background.
 
 - ``policy(params, obs, key) -> (action, extras)``: a pure, picklable function of the whole batch
   (``extras``: a dict of arrays with the env axis first, e.g. ``{"logp", "value"}``); the actor
-  jits it once. It runs on every step with the newest parameters the actor holds.
+  jits it once. It runs on every step with the newest parameters the actor holds. A recurrent
+  policy (``jaxdist.envs.jax_rollout.recurrent``: it has ``initial_state(num_envs)``) is called
+  ``policy(params, obs, key, state, first) -> (action, extras, state)``: the actor carries each
+  env's state across steps and trajectories, the policy resets it where ``first``.
 - ``env``: anything with ``make(seed)`` (an ``EnvSpec``) giving a ``jaxdist.envs.vector.VectorEnv``,
   stepped from Python with one policy call per step, or, with ``EnvSpec(..., backend="jax")``, a
   ``jaxdist.envs.jax_rollout.JaxVectorEnv``: policy and envs play a whole trajectory in one jitted
@@ -39,8 +42,10 @@ trajectories sent with futures, parameters refreshed in the background.
 one item, a dict of arrays with a leading ``T + 1`` axis: the ``jaxdist.envs.vector.TimeStep`` fields
 ``obs``, ``reward``, ``terminated``, ``truncated`` (``first`` is left out: a row is first when
 the row before it ended an episode), ``action``, the policy's extras, and ``version`` (the
-parameter version that chose each action). The last row of one trajectory is the first row of
-the next, so a learner can bootstrap from it and no transition is lost. The acting thread writes
+parameter version that chose each action); a recurrent policy's also ``first`` and
+``core_state``, the state fed to row 0 (before its reset), from which the learner unrolls. The
+last row of one trajectory is the first row of the next, so a learner can bootstrap from it and
+no transition is lost. The acting thread writes
 each row into env-major buffers (one set per trajectory) and, per trajectory, moves the
 policy's extras to the host in one jitted call; a background thread sends the per-env items
 (views of those buffers).
@@ -118,6 +123,9 @@ class Actor:
         # Raw key data in and out of the jitted step: a typed key would be rewrapped in Python
         # on every return (~25 us a step here).
         self._key = jax.random.key_data(jax.random.key(seed, impl=rng_impl))
+        from jaxdist.envs.jax_rollout import recurrent
+
+        self._recurrent = recurrent(policy)
         self._owns_variables = not isinstance(params, VariableClient)
         if inference is not None:
             self._variables: Any = InferenceClient(inference, send_retry_for, first_fetch_timeout)
@@ -206,11 +214,16 @@ class Actor:
         key = self._key
         timestep = self._first_timestep
         rows, extras, versions, t = None, [], [], 0
+        core = self._policy.initial_state(num_envs) if self._recurrent else None
+        start_core = core  # the state fed to the trajectory's row 0
         while not self._should_stop():
-            key, action, extra, version = choose(timestep.obs, key)
+            fed = core
+            key, action, extra, core, version = choose(timestep.obs, key, fed, timestep.first)
             action = np.asarray(action)
             if rows is None:
-                rows = _new_rows(timestep, action, T + 1)
+                rows = _new_rows(timestep, action, T + 1, core is not None)
+            if core is not None:
+                rows["first"][:, t] = timestep.first
             rows["obs"][:, t] = timestep.obs
             rows["reward"][:, t] = timestep.reward
             rows["terminated"][:, t] = timestep.terminated
@@ -221,8 +234,9 @@ class Actor:
             if t < T:
                 t += 1
             else:  # a trajectory is complete; its last row is the next one's first
-                self._send(rows, extras, versions)
-                following = _new_rows(timestep, action, T + 1)
+                self._send(rows, extras, versions, start_core)
+                start_core = fed if core is not None else None
+                following = _new_rows(timestep, action, T + 1, core is not None)
                 for name, column in rows.items():
                     following[name][:, 0] = column[:, T]
                 rows, extras, versions, t = following, extras[-1:], versions[-1:], 1
@@ -286,30 +300,38 @@ class Actor:
                 self._first_timestep = self._env.reset()
                 version = self._variables.latest()[0]  # waits for the first parameters (or an inference node)
                 fetched = time.monotonic()
-                _block(self._choose(self._first_timestep.obs, self._key))  # compiles; result unused
+                memory = ((self._policy.initial_state(self._env.num_envs), self._first_timestep.first)
+                          if self._recurrent else (None, None))
+                _block(self._choose(self._first_timestep.obs, self._key, *memory))  # compiles; result unused
             if self._in_program:  # a line for the node's log
                 print(f"{self.name}: {self._env!r}; parameters v{version} after {fetched - start:.2f} s, policy "
                       f"compiled in {time.monotonic() - fetched:.2f} s", flush=True)
         except BaseException as exc:  # noqa: BLE001 - re-raised by run()
             self._warm_up_error = exc
 
-    def _choose_here(self, obs: Any, key: Any) -> tuple[Any, Any, dict, int]:
-        """``(key, action, extras, version)``: the policy's choice with the newest parameters held."""
+    def _choose_here(self, obs: Any, key: Any, core: Any, first: Any) -> tuple[Any, Any, dict, Any, int]:
+        """``(key, action, extras, core after, version)``: the policy's choice with the newest
+        parameters held; ``core`` is a recurrent policy's state (None for a feed-forward one)."""
         version, params = self._variables.latest_on_device()
-        return (*self._step_fn(params, obs, key), version)
+        if core is None:
+            return (*self._step_fn(params, obs, key), None, version)
+        return (*self._step_fn(params, obs, key, core, first), version)
 
-    def _choose_remotely(self, obs: Any, key: Any) -> tuple[Any, Any, dict, int]:
-        """The inference node's choice, in one round trip (the key stays unused: the node samples)."""
+    def _choose_remotely(self, obs: Any, key: Any, core: None, first: Any) -> tuple[Any, Any, dict, None, int]:
+        """The inference node's choice, in one round trip (the key stays unused: the node samples;
+        its policies are feed-forward)."""
         action, extras, version = self._variables.act(obs)
-        return key, action, extras, version
+        return key, action, extras, None, version
 
-    def _send(self, rows: dict[str, np.ndarray], extras: list, versions: list) -> None:
+    def _send(self, rows: dict[str, np.ndarray], extras: list, versions: list, core: Any = None) -> None:
         """Hand a complete trajectory to the sender. The policy's extras are device arrays: they
         are stacked and fetched here, in one jitted call, so that no device array leaves this
         thread; the sender makes the per-env items (views of the columns) and sends them."""
         import jax
 
         columns = dict(rows, **jax.device_get(_stack_env_major(extras)))
+        if core is not None:
+            columns["core_state"] = jax.device_get(core)
         columns["version"] = np.broadcast_to(np.asarray(versions, np.int32), rows["action"].shape[:2]).copy()  # (envs, T + 1)
         self._sender.send(columns)
 
@@ -330,17 +352,30 @@ class Actor:
               f"sent {stats['sent']} dropped {stats['dropped']} errors {stats['send_errors']}", flush=True)
 
 
-def _items(columns: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
-    """Env-major columns ``(envs, T + 1, ...)`` -> one item per env of ``(T + 1, ...)`` views."""
+def _items(columns: dict[str, Any]) -> list[dict[str, Any]]:
+    """Env-major columns ``(envs, T + 1, ...)`` -> one item per env of ``(T + 1, ...)`` views (a
+    column that is a pytree, a recurrent state, split leaf by leaf)."""
     names = list(columns)
-    return [dict(zip(names, views)) for views in zip(*(list(columns[name]) for name in names))]
+    return [dict(zip(names, views)) for views in zip(*(_per_env(columns[name]) for name in names))]
 
 
-def _new_rows(timestep: Any, action: np.ndarray, rows: int) -> dict[str, np.ndarray]:
-    """Env-major buffers ``(envs, rows, ...)`` for one trajectory. Fresh for each: the items a
-    sink receives are views of them, and a sink may keep what it is given."""
+def _per_env(column: Any) -> list:
+    if isinstance(column, np.ndarray):
+        return list(column)
+    import jax
+
+    leaves, treedef = jax.tree.flatten(column)
+    return [jax.tree.unflatten(treedef, parts) for parts in zip(*leaves)]
+
+
+def _new_rows(timestep: Any, action: np.ndarray, rows: int, first: bool = False) -> dict[str, np.ndarray]:
+    """Env-major buffers ``(envs, rows, ...)`` for one trajectory (with ``first``: a column of
+    whether each row begins an episode). Fresh for each: the items a sink receives are views of
+    them, and a sink may keep what it is given."""
     like = {"obs": timestep.obs, "reward": timestep.reward, "terminated": timestep.terminated,
             "truncated": timestep.truncated, "action": action}
+    if first:
+        like["first"] = timestep.first
     return {name: np.empty((len(x), rows, *np.shape(x)[1:]), np.asarray(x).dtype) for name, x in like.items()}
 
 
@@ -364,7 +399,8 @@ def _block(tree: Any) -> Any:
 
 def jitted_step(policy: Policy, rng_impl: str | None = None) -> Callable:
     """``(params, obs, key_data) -> (key_data, action, extras)``: the jitted step of ``policy``,
-    shared by the actors of one process (one compile)."""
+    shared by the actors of one process (one compile); of a recurrent policy
+    ``(params, obs, key_data, state, first) -> (key_data, action, extras, state)``."""
     import jax
 
     try:
@@ -379,12 +415,12 @@ def jitted_step(policy: Policy, rng_impl: str | None = None) -> Callable:
 _STEPS: dict[Any, Callable] = {}
 
 
-def _policy_step(policy: Policy, rng_impl: str | None, params: Any, obs: Any, key_data: Any) -> tuple[Any, Any, dict]:
+def _policy_step(policy: Policy, rng_impl: str | None, params: Any, obs: Any, key_data: Any,
+                 *memory: Any) -> tuple[Any, ...]:
     import jax
 
     key, sample_key = jax.random.split(jax.random.wrap_key_data(key_data, impl=rng_impl))
-    action, extras = policy(params, obs, sample_key)
-    return jax.random.key_data(key), action, extras
+    return jax.random.key_data(key), *policy(params, obs, sample_key, *memory)
 
 
 def _make_send(sink: Any, table: str, timeout: float) -> tuple[Callable[[dict], Any] | None, Room | None]:

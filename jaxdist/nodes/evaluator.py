@@ -94,6 +94,9 @@ class Evaluator:
         self._final_version = final_version
         self._finish_learner = finish_learner
         self._step = jitted_step(policy, rng_impl)
+        from jaxdist.envs.jax_rollout import recurrent
+
+        self._initial_state = policy.initial_state if recurrent(policy) else None  # a recurrent policy's, per env
         self._jax_episodes = (_jitted_episodes(policy, self._env.env, self._env.num_envs, rng_impl)
                               if self._env.backend == "jax" else None)
         # Made at the first evaluation, not here: beside a learner spanning hosts, no JAX
@@ -152,8 +155,12 @@ class Evaluator:
         finished = np.zeros(env.num_envs, bool)
         device_params = jax.device_put(params)
         key = self._key
+        core = None if self._initial_state is None else self._initial_state(env.num_envs)
         while not finished.all() and not context.stop_requested():
-            key, action, _ = self._step(device_params, timestep.obs, key)
+            if core is None:
+                key, action, _ = self._step(device_params, timestep.obs, key)
+            else:
+                key, action, _, core = self._step(device_params, timestep.obs, key, core, timestep.first)
             timestep = env.step(np.asarray(action))
             returns += np.where(finished, 0.0, timestep.reward)
             finished |= timestep.terminated | timestep.truncated

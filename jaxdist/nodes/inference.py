@@ -37,6 +37,11 @@ class InferenceServer:
                  rng_impl: str | None = "unsafe_rbg") -> None:
         if max_callers < 1:
             raise ValueError(f"max_callers must be >= 1 (the actors served), got {max_callers}")
+        from jaxdist.envs.jax_rollout import recurrent
+
+        if recurrent(policy):
+            raise ValueError("an inference node keeps no recurrent state per actor's env: recurrent policies act "
+                             "in their actors")
         import jax
 
         self._step = jitted_step(policy, rng_impl)

@@ -84,8 +84,13 @@ def play(policy: TrainedPolicy, arguments: Arguments) -> list[float]:
                 raise SystemExit(f"recording {policy.env_id} needs its renderer: {error} (pip install "
                                  f"'jaxdist[video]' installs moviepy and pygame)") from None
             total, done = 0.0, False
+            state = policy.initial_state(1) if policy.recurrent else None  # a recurrent policy's memory
             while not done:
-                action = policy.act(obs[None], deterministic=not arguments.stochastic)[0]
+                if state is None:
+                    action = policy.act(obs[None], deterministic=not arguments.stochastic)[0]
+                else:
+                    actions, state = policy.act(obs[None], deterministic=not arguments.stochastic, state=state)
+                    action = actions[0]
                 obs, reward, terminated, truncated, _ = env.step(action)
                 total += float(reward)
                 done = terminated or truncated

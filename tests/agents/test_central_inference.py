@@ -20,6 +20,8 @@ def test_settings_whose_policy_an_inference_node_cannot_play_are_refused_before_
         impala.IMPALAConfig(inference="central", env_backend="jax")
     with pytest.raises(ValueError, match="Ape-X's actors explore each with its own epsilon"):
         apex.ApexConfig(inference="central")
+    with pytest.raises(ValueError, match="--core lstm needs --inference actor"):
+        ppo.PPOConfig(inference="central", core="lstm")
     with pytest.raises(SystemExit, match="^error: .*drop --inference central"):
         parse(ppo.PPOConfig, ppo.PRESETS, None, ["--inference", "central", "--architecture", "anakin"])
 

@@ -49,9 +49,9 @@ def impala_loss(params: PyTree, batch: dict[str, jax.Array], obs: jax.Array, rew
     ``obs`` (``(B, T + 1, ...)``) and the time-major ``reward`` (``(T + 1, B)``) as
     :func:`actor_critic.normalized` gives them."""
     chex.assert_rank(batch["logp"], 2)
-    chex.assert_equal_shape_prefix([obs, *batch.values()], 2)
+    chex.assert_equal_shape_prefix([obs, *(x for name, x in batch.items() if name != "core_state")], 2)
     chex.assert_shape(reward, batch["logp"].shape[::-1])
-    dist, value = actor_critic.network(config, env).apply(params, obs)  # value (B, T + 1)
+    dist, value = actor_critic.apply(config, env, params, obs, batch)  # value (B, T + 1)
     logp = actor_critic.log_prob(env.action, dist, batch["action"])[:, :-1]
     log_rho = logp - batch["logp"][:, :-1]
     corrected = vtrace(_time_major(value), reward, _time_major(batch["terminated"]),

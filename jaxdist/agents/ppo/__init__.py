@@ -7,6 +7,7 @@ Nothing here imports JAX: the launching process builds configs and programs with
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jaxdist as jd
 from jaxdist.agents.experiment import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Agent, AgentConfig,
@@ -24,8 +25,12 @@ class PPOConfig(AgentConfig):
     each actor's ``max_in_flight`` sends it bounds how far actors run ahead, hence the policy
     lag (about 2 updates with these defaults); transitions more than ``max_policy_lag``
     versions old are not learned from. With ``learner_hosts`` > 1 each host's learner takes
-    ``B / learner_hosts`` trajectories of every update from its own FIFO.
+    ``B / learner_hosts`` trajectories of every update from its own FIFO. With a recurrent
+    ``core`` the minibatches split the trajectories, not the transitions: each is unrolled whole
+    from the state its actor started it with.
     """
+
+    recurrent_cores: ClassVar[bool] = True
 
     learning_rate: float = 1e-3
     anneal_lr: bool = True
@@ -56,6 +61,10 @@ class PPOConfig(AgentConfig):
             **dict.fromkeys(("learning_rate", "clip_eps", "max_grad_norm"), POSITIVE),
             **dict.fromkeys(("gamma", "gae_lambda"), UNIT_INTERVAL),
             **dict.fromkeys(("vf_coef", "ent_coef", "max_policy_lag"), NON_NEGATIVE)})
+        if self.core != "none" and (self.batch_size // self.learner_hosts) % self.minibatches:
+            raise ValueError(f"with a recurrent core minibatches split the trajectories: an update's "
+                             f"{self.batch_size // self.learner_hosts} trajectories (per learner host) do not split "
+                             f"into {self.minibatches} minibatches")
         if (self.batch_size // self.learner_hosts * self.trajectory_length) % self.minibatches:
             raise ValueError(f"an update's {self.batch_size} x {self.trajectory_length} transitions do not split "
                              f"into {self.minibatches} minibatches")
@@ -104,6 +113,15 @@ PRESETS: Presets = {
     # One JAX-backend actor of 8 envs outpaces the learner alone and starts one process fewer
     # than two of 4: -250 in 8.3 s against 10.0 s (same hour), with data as fresh (2 versions).
     ("Pendulum-v1", "jax"): {"num_actors": 1, "envs_per_actor": 8},
+    # No velocities: a feed-forward policy cannot balance the pole; an LSTM remembers enough.
+    "CartPoleNoVel-v1": {"target_return": 475.0, "core": "lstm", "core_size": 64, "hidden": (64,),
+                         "num_actors": 1, "envs_per_actor": 16, "trajectory_length": 32, "epochs": 10,
+                         "minibatches": 4, "total_steps": 200_000, "eval_every_updates": 5},
+    "PendulumNoVel-v1": {"target_return": -300.0, "core": "lstm", "core_size": 64, "hidden": (64,),
+                         "num_actors": 2, "envs_per_actor": 8, "trajectory_length": 64, "total_steps": 1_000_000,
+                         "gamma": 0.9, "gae_lambda": 0.95, "learning_rate": 1e-3, "epochs": 10, "minibatches": 4,
+                         "normalize_observations": True, "scale_rewards": True, "max_policy_lag": 2,
+                         "eval_every_updates": 5, "checkpoint_every_updates": 50},
 }
 """Tuned defaults per env id (rl-baselines3-zoo and CleanRL's settings, checked here), and per
 (env id, env backend) what differs on that backend; every field stays overridable flag by flag."""

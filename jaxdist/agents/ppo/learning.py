@@ -91,13 +91,15 @@ def ppo_loss(params: PyTree, minibatch: dict[str, jax.Array], config: PPOConfig,
              env: EnvInfo) -> tuple[jax.Array, dict]:
     """The clipped-surrogate PPO loss of one minibatch of flat transitions: ``obs`` (normalised
     if the config says so), ``action``, ``logp`` (acting policy), ``advantage``, ``target``
-    (value target), ``weight`` (0 or 1), each with a leading transitions axis ``(N, ...)``."""
+    (value target), ``weight`` (0 or 1), each with a leading transitions axis ``(N, ...)``; with
+    a recurrent core, of whole sequences ``(b, T, ...)`` with their ``first`` and ``core_state``."""
     per_transition = [minibatch[name] for name in ("logp", "advantage", "target", "weight")]
-    chex.assert_rank(per_transition, 1)
+    time_axes = (None,) if actor_critic.recurrent(config) else ()
+    chex.assert_rank(per_transition, 1 + len(time_axes))
     chex.assert_type(per_transition, float)
-    chex.assert_shape(minibatch["obs"], (None, *env.obs_shape))
-    chex.assert_equal_shape_prefix(list(minibatch.values()), 1)
-    dist, value = actor_critic.network(config, env).apply(params, minibatch["obs"])
+    chex.assert_shape(minibatch["obs"], (None, *time_axes, *env.obs_shape))
+    chex.assert_equal_shape_prefix(jax.tree.leaves(minibatch), 1)
+    dist, value = actor_critic.apply(config, env, params, minibatch["obs"], minibatch)
     logp = actor_critic.log_prob(env.action, dist, minibatch["action"])
     weight = minibatch["weight"]
     advantage = minibatch["advantage"]
@@ -143,14 +145,17 @@ def update(config: PPOConfig, env: EnvInfo, state: dict[str, PyTree], batch: dic
     """One PPO update on a batch of trajectories: ``epochs`` passes of ``minibatches`` SGD steps,
     all under ``lax.scan`` in one jitted call. Gradients go through ``parallel.pmean``, so the
     same function runs data-parallel under jit (global batch) and pmap (per-device shards).
-    Every leaf of ``batch`` is ``(B, T + 1, ...)`` (the module docstring)."""
-    chex.assert_equal_shape_prefix(list(batch.values()), 2)
-    net, tx = actor_critic.network(config, env), optimizer(config)
+    Every leaf of ``batch`` is ``(B, T + 1, ...)`` (the module docstring); with a recurrent core
+    also ``first`` (``(B, T + 1)``) and ``core_state`` (the carry each trajectory started from,
+    ``(B, ...)``), and the minibatches are of whole trajectories."""
+    sequences = actor_critic.recurrent(config)
+    chex.assert_equal_shape_prefix([x for name, x in batch.items() if name != "core_state"], 2)
+    tx = optimizer(config)
     params, version = state["params"], state["version"]
     time_major = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731
     obs, reward, stats = actor_critic.normalized(config, state, batch,
                                                  time_major(batch["terminated"] | batch["truncated"]))
-    values = net.apply(params, obs)[1]
+    values = actor_critic.apply(config, env, params, obs, batch)[1]
     advantage, target, real = gae(reward, time_major(values), time_major(batch["terminated"]),
                                   time_major(batch["truncated"]), config.gamma, config.gae_lambda)
     advantage, target, real = time_major(advantage), time_major(target), time_major(real)
@@ -158,13 +163,17 @@ def update(config: PPOConfig, env: EnvInfo, state: dict[str, PyTree], batch: dic
     fresh = lag <= config.max_policy_lag
     weight = (real & fresh).astype(jnp.float32)
 
-    flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731  (B, T, ...) -> (B*T, ...)
+    # Minibatches of transitions, (B, T, ...) -> (B*T, ...); of whole trajectories with a core.
+    flat = (lambda x: x) if sequences else (lambda x: x.reshape(-1, *x.shape[2:]))  # noqa: E731
     transitions = {"obs": flat(obs[:, :-1]), "action": flat(batch["action"][:, :-1]),
                    "logp": flat(batch["logp"][:, :-1]), "advantage": flat(advantage),
                    "target": flat(jax.lax.stop_gradient(target)), "weight": flat(weight)}
+    if sequences:
+        transitions.update(first=batch["first"][:, :-1], core_state=batch["core_state"])
     count = transitions["weight"].shape[0]
     if count % config.minibatches:
-        raise ValueError(f"{count} transitions per update do not split into {config.minibatches} minibatches")
+        raise ValueError(f"{count} {'trajectories' if sequences else 'transitions'} per update do not split into "
+                         f"{config.minibatches} minibatches")
 
     def sgd_step(carry: tuple, indices: jax.Array) -> tuple[tuple, dict]:
         params, opt_state = carry
