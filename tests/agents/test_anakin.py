@@ -23,7 +23,6 @@ from jaxdist.agents.experiment import with_preset
 from jaxdist.records.metrics import read_metrics
 from jaxdist.nodes.evaluator import EvaluationRecorder
 from jaxdist.nodes.learner import Learner, PublishOptions
-from resume_checks import assert_resumes_exactly
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CARTPOLE = jax_envs.jax_env("CartPole-v1")
@@ -64,6 +63,8 @@ def test_a_restored_anakin_learner_goes_on_exactly_as_one_that_never_stopped(tmp
     """Its checkpoint is its whole state: parameters, the optimizer's moments, the version, every
     env's state and running episode, the best evaluated policy and the step that the update's
     keys are folded from."""
+    from resume_checks import assert_resumes_exactly  # here: a fresh process imports this module from the repository
+
     resumed = assert_resumes_exactly(cartpole_logic(num_envs=4, eval_every=2), lambda: anakin.no_batch, tmp_path)
     assert int(resumed["step"]) == 6 and int(resumed["state"]["agent"]["version"][0]) == 6
 

@@ -104,6 +104,7 @@ def wait_for(condition, what: str, timeout: float = 60.0) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.timeout(600)  # ~12 s a cycle with both cores kept busy (--cpu-burners 2) under other load
 def test_launch_stop_cycles_leave_no_process_fd_or_thread_behind(tmp_path, monkeypatch):
     marker = uuid.uuid4().hex
     monkeypatch.setenv(MARKER_NAME, marker)  # every node process inherits it, and their children
