@@ -113,16 +113,22 @@ def median(values: list) -> str:
     return "-" if not values else f"{statistics.median(values):,.0f}" if max(values) >= 100 else f"{statistics.median(values):.1f}"
 
 
-def table(results: dict[str, list[dict]], seeds: list[int], command: str) -> str:
-    base = [r["wall_time_to_target"] for r in results[JAXDIST]]
+def table(results: dict[str, dict[int, dict]], seeds: list[int], command: str) -> str:
+    """One row a run kind, over the seeds it was measured for (``--no-run`` may find some not)."""
+    base = {seed: row["wall_time_to_target"] for seed, row in results[JAXDIST].items()}
     lines = [f"Measured by `{command}` at commit `{commit()}` on {datetime.date.today()} ({machine()}; seeds "
-             f"{', '.join(map(str, seeds))}, one after another, the peers' in turn per seed). Medians over the seeds "
+             f"{', '.join(map(str, seeds))}, one run at a time, the peers' in turn per seed). Medians over the seeds "
              f"that reached the target; wall time from the launch, start-up included.", "",
              "| run | reached 475 | wall time to target (s) | env steps to target | steady env steps/s | peak memory (MB) | wall time / jaxdist's |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
-    for name, rows in results.items():
+    for name, by_seed in results.items():
+        if not by_seed:
+            lines.append(f"| {name} | not measured | - | - | - | - | - |")
+            continue
+        rows = list(by_seed.values())
         times = [r["wall_time_to_target"] for r in rows]
-        ratio = [t / b for t, b in zip(times, base) if t is not None and b is not None]
+        ratio = [row["wall_time_to_target"] / base[seed] for seed, row in by_seed.items()
+                 if row["wall_time_to_target"] is not None and base.get(seed) is not None]
         lines.append(f"| {name} | {sum(t is not None for t in times)} of {len(rows)} | {median(times)} | "
                      f"{median([r['steps_to_target'] for r in rows])} | {median([r['steps_per_second'] for r in rows])} | "
                      f"{median([r['peak_rss'] / 2 ** 20 for r in rows])} | "
@@ -146,16 +152,18 @@ def main() -> None:
                         help="where the peers' venvs live (made on first use)")
     parser.add_argument("--run-root", default=os.path.join("runs", "peers"),
                         help="the runs, and peers.jsonl: the runs done (delete it to measure afresh)")
+    parser.add_argument("--no-run", action="store_true",
+                        help="run nothing: the table of the runs in peers.jsonl (others: not measured)")
     parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md and the README")
     args = parser.parse_args()
-    pythons = {name: venv(args.cache, home, packages) for name, (home, packages, _) in PEERS.items()}
+    pythons = {} if args.no_run else {name: venv(args.cache, home, packages) for name, (home, packages, _) in PEERS.items()}
     record = os.path.join(args.run_root, "peers.jsonl")  # one line a run: a stopped comparison resumes
     done = {}
     if os.path.exists(record):
         with open(record) as f:
             done = {(row["name"], row["seed"]): row for row in map(json.loads, f)}
     os.makedirs(args.run_root, exist_ok=True)
-    for seed in args.seeds:
+    for seed in [] if args.no_run else args.seeds:
         for name in [JAXDIST, *PEERS]:
             if (name, seed) in done:
                 continue
@@ -164,7 +172,7 @@ def main() -> None:
             with open(record, "a") as f:
                 f.write(json.dumps(row) + "\n")
             print(f"seed {seed}: {name}: {row}", flush=True)
-    results = {name: [done[name, seed] for seed in args.seeds] for name in [JAXDIST, *PEERS]}
+    results = {name: {seed: done[name, seed] for seed in args.seeds if (name, seed) in done} for name in [JAXDIST, *PEERS]}
     text = table(results, args.seeds, "python experiments/benchmarks/peers.py " + " ".join(sys.argv[1:]))
     print(text)
     if args.write:

@@ -80,7 +80,7 @@ class RunOptions:
     quiet: bool = False
     """Do not echo the nodes' output."""
     track: str | None = None
-    """Log to this Weights & Biases project (pip install 'jaxdist[wandb]')."""
+    """Log to this Weights & Biases project (pip install -e '.[wandb]' in the jaxdist clone)."""
     hosts: str | None = None
     """multihost: comma-separated hosts, or a SLURM node list like node[01-04] (default: detected)."""
     host_index: int | None = None
@@ -800,7 +800,7 @@ def _wandb(project: str, agent: Trainable, run_dir: str) -> Any:
     try:
         import wandb
     except ImportError:
-        raise ImportError("--track logs to Weights & Biases: pip install 'jaxdist[wandb]'") from None
+        raise ImportError("--track logs to Weights & Biases: pip install -e '.[wandb]' in the jaxdist clone") from None
     name = os.path.basename(run_dir)
     os.makedirs(run_dir, mode=0o700, exist_ok=True)  # before the launcher would: for its owner alone
     try:

@@ -1,6 +1,6 @@
 """Environments in JAX, so that a whole batch of episodes (``vmap`` over envs) runs inside one
 jitted ``lax.scan`` with the policy: CartPole-v1 and Pendulum-v1 ported line by line from
-gymnasium's classic control, and, with ``pip install 'jaxdist[jaxenv]'``, gymnax's envs
+gymnasium's classic control, and, with ``pip install -e '.[jaxenv]' in the jaxdist clone``, gymnax's envs
 (Acrobot-v1, MountainCar-v0, MinAtar, bsuite, ...). ``jax_env(env_id)`` gives an id's JAX env:
 jaxdist's own port where there is one (no gymnax import, ~2 s), else gymnax's; a task masked
 with :mod:`jaxdist.envs.masked` (``CartPoleNoVel-v1``, ``PendulumNoVel-v1``) gets its base's, masked.

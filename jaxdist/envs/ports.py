@@ -34,6 +34,6 @@ def jax_version_missing(env_id: str) -> str | None:
         return jax_version_missing(MASKED[env_id][0])
     if env_id in JAX_PORTS or (env_id in GYMNAX_IDS and gymnax_installed()):
         return None
-    install = "" if gymnax_installed() else " with pip install 'jaxdist[jaxenv]'"
+    install = "" if gymnax_installed() else " with pip install -e '.[jaxenv]' in the jaxdist clone"
     return (f"no JAX version of {env_id!r}: jaxdist.envs.jax_envs ports {', '.join(JAX_PORTS)}; gymnax's "
             f"{', '.join(GYMNAX_IDS)}{install}")

@@ -114,7 +114,7 @@ def _make(env_id: str) -> Any:
                              "'module:EnvId' needs the module importable (installed or on "
                              "PYTHONPATH) in every process") from err
     try:
-        route_mujoco_warnings(gymnasium.spec(env_id.rpartition(":")[2]).entry_point)  # module:EnvId: imported above
+        route_mujoco_warnings(gymnasium.spec(env_id.rpartition(":")[2]).entry_point)  # module imported above
         return gymnasium.make(env_id)
     except gymnasium.error.UnregisteredEnv as err:
         raise ValueError(f"unknown environment id {env_id!r}: {err} Register it with "

@@ -70,7 +70,7 @@ def launch(program: Program, launcher: str = "processes", **options: Any) -> Run
         ``python -m jaxdist.tools.certs`` for mutual TLS between hosts (or $JAXDIST_TLS_DIR).
 
     ``"ray"``: every node (or threads colocation) a Ray actor on a Ray cluster, run inside it as
-    under ``"processes"`` (``pip install 'jaxdist[ray]'``). Everything of ``"processes"``, and:
+    under ``"processes"`` (``pip install -e '.[ray]' in the jaxdist clone``). Everything of ``"processes"``, and:
         address: the cluster, as ``ray.init`` takes it ("auto", "ray://head:10001"; default: the
         connection this process has, else ``ray.init()``'s default). resources: per group, also
         ``num_cpus`` (0), ``num_gpus``, ``memory`` and ``resources`` ({"TPU": 4}, custom ones)

@@ -13,7 +13,7 @@ already in ``DIR`` is kept, so hosts can be added later without re-issuing the o
 others could have written may be theirs (every certificate it signs would trust them), and a
 file they left there could be read or swapped. Each file is written anew (a new file renamed
 into place), never into a file that was there.
-Needs ``cryptography`` (``pip install 'jaxdist[tls]'``).
+Needs ``cryptography`` (``pip install -e '.[tls]' in the jaxdist clone``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def make(directory: str, hosts: list[str], days: int = 365) -> list[str]:
         from cryptography.hazmat.primitives.asymmetric import ec
         from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
     except ImportError:
-        raise SystemExit("making certificates needs the cryptography package: pip install 'jaxdist[tls]'") from None
+        raise SystemExit("making certificates needs the cryptography package: pip install -e '.[tls]' in the jaxdist clone") from None
 
     os.makedirs(directory, mode=0o700, exist_ok=True)
     _check_own(os.path.realpath(directory), stat.S_ISDIR, 0o022)

@@ -96,8 +96,8 @@ def test_an_env_without_a_jax_version_is_refused_before_launching_where_one_is_n
     with pytest.raises(ValueError, match="--env-backend jax plays .* no JAX version of 'Corridor-v0'"):
         impala.IMPALAConfig(env_id="my_envs:Corridor-v0", env_backend="jax")
     monkeypatch.setattr(ports, "gymnax_installed", lambda: False)
-    with pytest.raises(ValueError, match=r"gymnax's Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0, Breakout-MinAtar, .*, Freeway-MinAtar with "
-                                         r"pip install 'jaxdist\[jaxenv\]'"):
+    with pytest.raises(ValueError, match=r"gymnax's Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0, Breakout-MinAtar, "
+                                         r".*, Freeway-MinAtar with pip install -e '\.\[jaxenv\]' in the jaxdist clone"):
         ppo.PPOConfig(env_id="Acrobot-v1", env_backend="jax")
     assert ppo.PPOConfig(env_id="Pendulum-v1", env_backend="jax", architecture="anakin").env_id == "Pendulum-v1"
 

@@ -19,7 +19,7 @@ def test_an_env_without_a_jax_version_is_named_with_those_that_have_one_and_what
         jax_env("Ant-v5")
     for module in (jax_envs, ports):
         monkeypatch.setattr(module, "gymnax_installed", lambda: False)
-    with pytest.raises(ValueError, match=r"gymnax's Acrobot-v1, .* with pip install 'jaxdist\[jaxenv\]'"):
+    with pytest.raises(ValueError, match=r"gymnax's Acrobot-v1, .* with pip install -e '\.\[jaxenv\]' in the jaxdist clone"):
         jax_env("Acrobot-v1")
 
 

@@ -88,7 +88,7 @@ def test_async_backend_matches_sync_semantics():
 
 
 def test_a_mujoco_env_steps_with_continuous_actions_and_its_seed_fixes_the_trajectory():
-    pytest.importorskip("mujoco", reason="MuJoCo is not installed: pip install 'jaxdist[mujoco]' to step it here")
+    pytest.importorskip("mujoco", reason="MuJoCo is not installed: pip install -e '.[mujoco]' in the jaxdist clone to step it here")
 
     def observations(seed: int, actions_seed: int = 0) -> np.ndarray:
         with EnvSpec("HalfCheetah-v5", 2).make(seed=seed) as env:

@@ -31,7 +31,7 @@ from waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
-ray = pytest.importorskip("ray", reason="launcher='ray' needs Ray: pip install 'jaxdist[ray]'")
+ray = pytest.importorskip("ray", reason="launcher='ray' needs Ray: pip install -e '.[ray]' in the jaxdist clone")
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXPERIMENTS = os.path.join(REPO, "experiments")

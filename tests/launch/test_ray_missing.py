@@ -19,7 +19,7 @@ def test_launcher_ray_without_ray_says_what_to_install(monkeypatch, tmp_path):
     program = jd.Program("no-ray")
     program.add_node(jd.CourierNode(nodes.Counter))
     assert "ray" in available_launchers()
-    with pytest.raises(ImportError, match=r"pip install 'jaxdist\[ray\]'"):
+    with pytest.raises(ImportError, match=r"pip install ray \(in the jaxdist clone: pip install -e '\.\[ray\]'\)"):
         jd.launch(program, launcher="ray", run_dir=str(tmp_path))
 
 

@@ -14,7 +14,7 @@ STARTS = 3
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray = pytest.importorskip("ray", reason="launcher='ray' needs Ray: pip install 'jaxdist[ray]'")
+    ray = pytest.importorskip("ray", reason="launcher='ray' needs Ray: pip install -e '.[ray]' in the jaxdist clone")
     cluster = _started_cluster(ray)
     try:
         yield cluster

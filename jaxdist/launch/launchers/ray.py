@@ -147,7 +147,7 @@ def _import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise ImportError("launcher='ray' needs Ray: pip install 'jaxdist[ray]' (or pip install ray), on this "
+        raise ImportError("launcher='ray' needs Ray: pip install ray (in the jaxdist clone: pip install -e '.[ray]'), on this "
                           "machine and on every node of the Ray cluster") from None
     return ray
 
