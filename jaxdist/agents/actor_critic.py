@@ -427,6 +427,8 @@ def published(config: Any, state: dict[str, PyTree]) -> dict[str, PyTree]:
 
 def clipped_adam(learning_rate: float, max_grad_norm: float, anneal_steps: int | None) -> optax.GradientTransformation:
     """Adam (eps 1e-5) after global-norm clipping; over ``anneal_steps`` SGD steps (if given)
-    the rate falls linearly to 0."""
+    the rate falls linearly to 0. Optax counts steps in int32: a longer schedule (a run told to
+    go on until stopped, ``--total-steps 10**12``) is cut to the most it can count."""
+    anneal_steps = min(anneal_steps, np.iinfo(np.int32).max) if anneal_steps else None
     rate: Any = learning_rate if not anneal_steps else optax.linear_schedule(learning_rate, 0.0, anneal_steps)
     return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(rate, eps=1e-5))

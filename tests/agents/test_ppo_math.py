@@ -334,3 +334,12 @@ def test_float64_observations_initialise_without_jaxs_float64_warning():
         warnings.simplefilter("error")
         state = init(env=env)
     assert jax.tree.leaves(state["params"])[0].dtype == jnp.float32
+
+
+def test_a_run_longer_than_optax_can_count_anneals_instead_of_crashing_its_first_update():
+    """``--total-steps 10**12``: the schedule's 39,062,500,000 SGD steps overflowed optax's int32
+    count, and the learner crashed at its first update on every restart."""
+    optimizer = actor_critic.clipped_adam(1e-3, 0.5, 39_062_500_000)
+    params = {"w": jnp.ones(3)}
+    updates, _ = optimizer.update({"w": jnp.ones(3)}, optimizer.init(params), params)
+    assert np.isfinite(np.asarray(updates["w"])).all() and float(jnp.abs(updates["w"]).max()) > 0
