@@ -1,0 +1,31 @@
+"""R2D2 end to end: the script, as a user runs it (processes launcher, its preset), solves
+CartPoleNoVel-v1, and its best policy loads as a recurrent one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from jaxdist.agents import load_policy
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_script_solves_cartpole_without_velocities_within_500k_env_steps(tmp_path):
+    command = [sys.executable, os.path.join(REPO, "experiments", "r2d2.py"), "--quiet", "--compilation-cache", "",
+               "--run-dir", str(tmp_path), "--stop-at-target"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["steps_to_target"] is not None and summary["steps_to_target"] <= 500_000, summary
+    policy = load_policy(str(tmp_path), best=True)
+    assert policy.recurrent
+    actions, state = policy.act(np.zeros((3, 4), np.float32), state=policy.initial_state(3))
+    assert actions.shape == (3,) and set(actions.tolist()) <= {0, 1}
