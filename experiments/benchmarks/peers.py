@@ -152,11 +152,14 @@ def main() -> None:
                         help="where the peers' venvs live (made on first use)")
     parser.add_argument("--run-root", default=os.path.join("runs", "peers"),
                         help="the runs, and peers.jsonl: the runs done (delete it to measure afresh)")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["jaxdist", *(home for home, _, _ in PEERS.values())],
+                        help="kinds not to run this time (by their venv's name)")
     parser.add_argument("--no-run", action="store_true",
                         help="run nothing: the table of the runs in peers.jsonl (others: not measured)")
     parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md and the README")
     args = parser.parse_args()
-    pythons = {} if args.no_run else {name: venv(args.cache, home, packages) for name, (home, packages, _) in PEERS.items()}
+    pythons = {} if args.no_run else {name: venv(args.cache, home, packages) for name, (home, packages, _) in PEERS.items()
+                                      if home not in args.skip}
     record = os.path.join(args.run_root, "peers.jsonl")  # one line a run: a stopped comparison resumes
     done = {}
     if os.path.exists(record):
@@ -165,7 +168,7 @@ def main() -> None:
     os.makedirs(args.run_root, exist_ok=True)
     for seed in [] if args.no_run else args.seeds:
         for name in [JAXDIST, *PEERS]:
-            if (name, seed) in done:
+            if (name, seed) in done or PEERS.get(name, ("jaxdist",))[0] in args.skip:
                 continue
             row = run_jaxdist(seed, args.run_root) if name == JAXDIST else run_peer(pythons[name], PEERS[name][2], seed)
             done[name, seed] = row = dict(row, name=name, seed=seed)
