@@ -140,10 +140,18 @@ def updates_per_second(args: argparse.Namespace) -> dict:
         jax.block_until_ready(state)
         return steps / (time.perf_counter() - began)
 
-    run_dir = tempfile.mkdtemp(prefix="jaxdist-bench-learner-")
     learner = Learner(LearnerLogic(init, update), Cycle(batches), max_steps=args.steps,
                       publishing=PublishOptions(every=args.publish_every, log_every=args.log_every),
-                      run_dir=run_dir, name="learner", prefetch=2)
+                      run_dir=tempfile.mkdtemp(prefix="jaxdist-bench-learner-"), name="learner", prefetch=2)
+    return {"devices": devices, **paired_rounds(baseline, learner, args.steps, args.rounds)}
+
+
+def paired_rounds(baseline: Any, learner: Any, steps: int, rounds: int) -> dict:
+    """``rounds`` rounds of ``steps`` updates of the bare loop (``baseline(steps) -> updates/s``)
+    and of ``learner`` (a ``Learner`` over the same update), the order alternating so that drifts
+    hit both alike; the best of each, their ratio and the median of the rounds' ratios. Closes
+    the learner and removes its run directory."""
+    import jax
 
     def jaxdist_run(steps: int) -> float:
         learner._max_steps += steps  # the benchmark's only reach inside: train `steps` more
@@ -153,21 +161,20 @@ def updates_per_second(args: argparse.Namespace) -> dict:
         jax.block_until_ready(learner._train)
         return steps / (time.perf_counter() - began)
 
-    baseline(args.steps)  # warm-up: compiles both
+    baseline(steps)  # warm-up: compiles both
     with contextlib.redirect_stdout(io.StringIO()):
         learner.run()
     rows = []
-    for i in range(args.rounds):  # alternate which goes first, so drifts hit both alike
+    for i in range(rounds):
         if i % 2:
-            j = jaxdist_run(args.steps)
-            rows.append((baseline(args.steps), j))
+            j = jaxdist_run(steps)
+            rows.append((baseline(steps), j))
         else:
-            rows.append((baseline(args.steps), jaxdist_run(args.steps)))
+            rows.append((baseline(steps), jaxdist_run(steps)))
     learner.close()
-    shutil.rmtree(run_dir, ignore_errors=True)
+    shutil.rmtree(learner.run_dir, ignore_errors=True)
     best_baseline, best_jaxdist = max(b for b, _ in rows), max(j for _, j in rows)
-    return {"devices": devices, "baseline": best_baseline, "jaxdist": best_jaxdist,
-            "ratio": best_jaxdist / best_baseline,
+    return {"baseline": best_baseline, "jaxdist": best_jaxdist, "ratio": best_jaxdist / best_baseline,
             "median_ratio": statistics.median(j / b for b, j in rows)}
 
 

@@ -17,14 +17,8 @@ the date and the machine.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
-import io
 import os
-import platform
-import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +26,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from learner import Cycle  # noqa: E402  (the batch source of the feed-forward learner benchmark)
+from learner import Cycle, paired_rounds  # noqa: E402  (the feed-forward learner benchmark's batch source and rounds)
+from results import commit, machine  # noqa: E402
 
 ENV_ID = "CartPoleNoVel-v1"
 
@@ -81,33 +76,9 @@ def updates_per_second(args: argparse.Namespace) -> dict:
         jax.block_until_ready(state)
         return steps / (time.perf_counter() - began)
 
-    run_dir = tempfile.mkdtemp(prefix="jaxdist-bench-recurrent-")
     learner = Learner(logic, Cycle(batches), max_steps=args.steps, publishing=PublishOptions(every=50, log_every=50),
-                      run_dir=run_dir, name="learner", prefetch=2)
-
-    def jaxdist_run(steps: int) -> float:
-        learner._max_steps += steps  # the benchmark's only reach inside: train `steps` more
-        began = time.perf_counter()
-        with contextlib.redirect_stdout(io.StringIO()):
-            learner.run()
-        jax.block_until_ready(learner._train)
-        return steps / (time.perf_counter() - began)
-
-    baseline(args.steps)  # warm-up: compiles both
-    with contextlib.redirect_stdout(io.StringIO()):
-        learner.run()
-    rows = []
-    for i in range(args.rounds):
-        if i % 2:
-            ours = jaxdist_run(args.steps)
-            rows.append((baseline(args.steps), ours))
-        else:
-            rows.append((baseline(args.steps), jaxdist_run(args.steps)))
-    learner.close()
-    shutil.rmtree(run_dir, ignore_errors=True)
-    best_baseline, best_jaxdist = max(b for b, _ in rows), max(j for _, j in rows)
-    return {"baseline": best_baseline, "jaxdist": best_jaxdist, "ratio": best_jaxdist / best_baseline,
-            "median_ratio": statistics.median(j / b for b, j in rows), "config": config}
+                      run_dir=tempfile.mkdtemp(prefix="jaxdist-bench-recurrent-"), name="learner", prefetch=2)
+    return {**paired_rounds(baseline, learner, args.steps, args.rounds), "config": config}
 
 
 def main() -> None:
@@ -123,11 +94,8 @@ def main() -> None:
     print(f"{'metric':30} {'baseline':>10} {'jaxdist':>10} {'ratio':>6}")
     print(f"{'updates/s (best round)':30} {result['baseline']:10.1f} {result['jaxdist']:10.1f} {result['ratio']:6.2f}"
           f"  (median of rounds {result['median_ratio']:.2f})")
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    commit = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
     print(f"`python experiments/benchmarks/recurrent_learner.py --steps {args.steps} --rounds {args.rounds}` at "
-          f"commit {commit} on {datetime.date.today()} ({platform.machine()}, {os.cpu_count()} cores)")
+          f"commit {commit()} on {datetime.date.today()} ({machine()})")
 
 
 if __name__ == "__main__":
