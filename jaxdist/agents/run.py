@@ -469,7 +469,8 @@ class Monitor:
         self._pool = futures.ThreadPoolExecutor(POLL_THREADS, thread_name_prefix="monitor")
         self._evaluations_read = 0
         self._evaluations_size = -1  # bytes of evaluations.csv when last parsed
-        self._train_returns: list[float] = []
+        self._train_returns: collections.deque[float] = collections.deque(maxlen=TRAIN_WINDOW)  # the latest only
+        self._episodes = 0
         self.restored_step = self._wait_for_learner()
         path = metrics_path(run_dir, "progress")
         try:
@@ -537,6 +538,7 @@ class Monitor:
                     continue
                 actor.since = episodes["next"]
                 self._train_returns.extend(episodes["returns"])
+                self._episodes += len(episodes["returns"])
         self._readings.append((asked, self.env_steps))
         self._read_evaluations()
         if status is not None:
@@ -616,13 +618,12 @@ class Monitor:
         self._evaluations_read = len(rows)
 
     def train_return(self) -> float | None:
-        recent = self._train_returns[-TRAIN_WINDOW:]
-        return float(np.mean(recent)) if recent else None
+        return float(np.mean(self._train_returns)) if self._train_returns else None
 
     def _write_row(self) -> None:
         row = {"run_seconds": self.wall_time, "env_steps_per_second": recent_rate(self._readings),
                "eval_return": self.eval_return, "train_return": self.train_return(),
-               "episodes": len(self._train_returns), "learner_version": self.version, "lag": self.lag,
+               "episodes": self._episodes, "learner_version": self.version, "lag": self.lag,
                "restarts": self.restarts()}
         if self.solved_at is not None:  # carried in every later row, so a resumed run finds it
             row.update(target_seconds=self.solved_at[0], target_steps=self.solved_at[1])
