@@ -48,6 +48,7 @@ from typing import Any, Literal, Protocol
 
 import jaxdist as jd
 from jaxdist.agents import sweep
+from jaxdist.envs import atari
 from jaxdist.envs.ports import jax_version_missing
 from jaxdist.envs.spaces import EnvInfo, env_info
 from jaxdist.envs.vector import EnvSpec, backend_unavailable
@@ -157,6 +158,13 @@ def check_network_input(network: Any, env_id: str, obs_shape: tuple[int, ...]) -
                          f"images or a torso of your own")
 
 
+def check_sticky_actions(env_id: str, probability: float) -> None:
+    """Refuse sticky actions for an env that has none: only EnvPool's Atari games take them."""
+    if probability and not atari.is_atari(env_id):
+        raise ValueError(f"repeat_action_probability makes EnvPool's Atari games' actions sticky; {env_id} is not "
+                         f"one of them: drop --repeat-action-probability")
+
+
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
@@ -179,6 +187,10 @@ class AgentConfig:
     total_steps: int = 500_000
     """Env steps the learner learns from: sets its number of updates; training then ends."""
     seed: int = 0
+    repeat_action_probability: float = 0.0
+    """Sticky actions of EnvPool's Atari games, for actors and evaluator alike: at every frame the
+    emulator repeats the previous action instead of the agent's with this probability (0.25 in
+    Machado et al. 2018's protocol; 0, EnvPool's default, in DQN's, Ape-X's, IMPALA's and Cleanba's)."""
 
     # Network.
     network: str = "mlp"
@@ -265,9 +277,10 @@ class AgentConfig:
                              "core_size"), AT_LEAST_ONE),
             **dict.fromkeys(("sweep_random", "pbt"), NON_NEGATIVE), "pbt_fraction": Bound(0, 0.5, low_open=True),
             **dict.fromkeys(("learner_prefetch", "param_refresh_seconds", "max_send_wait"), NON_NEGATIVE),
-            "seed": SEED, "replay_checkpoint_seconds": POSITIVE})
+            "seed": SEED, "replay_checkpoint_seconds": POSITIVE, "repeat_action_probability": UNIT_INTERVAL})
         check_network_name(self.network)
         check_core(self)
+        check_sticky_actions(self.env_id, self.repeat_action_probability)
         missing = backend_unavailable(self.env_backend)
         if missing:
             raise ValueError(missing)
@@ -705,10 +718,11 @@ def actor_seed(seed: int, index: int) -> int:
 def env_spec(config: AgentConfig, num_envs: int, evaluation: bool = False) -> EnvSpec:
     """The actors' envs, or the evaluator's (one episode per env): with the JAX backend it plays
     all its episodes in one jitted call, on the port that is checked against gymnasium's env. An
-    Atari game is evaluated on whole games with the game's scores (``jaxdist.envs.atari``)."""
-    from jaxdist.envs import atari
-
-    kwargs = atari.EVALUATION if evaluation and atari.is_atari(config.env_id) else {}
+    Atari game is evaluated on whole games with the game's scores, both with the config's sticky
+    actions (``jaxdist.envs.atari``)."""
+    kwargs = dict(atari.EVALUATION) if evaluation and atari.is_atari(config.env_id) else {}
+    if config.repeat_action_probability:
+        kwargs["repeat_action_probability"] = config.repeat_action_probability
     return EnvSpec(config.env_id, num_envs, config.env_backend, kwargs)
 
 

@@ -4,9 +4,16 @@ channels-last, ``(84, 84, 4)`` uint8, as the agents' CNN takes images.
 
 EnvPool's preprocessing (Machado et al. 2018's protocol as Cleanba and CleanRL train): 84x84
 grayscale frames, 4 stacked, a frame skip of 4 (an env step is 4 frames: ``FRAME_SKIP``), up to
-30 no-ops at reset, fire at reset, 27,000-step (108k-frame) episodes, no sticky actions. Actors
-train with ``TRAINING`` on top (a lost life ends an episode, rewards clipped to their sign); the
-evaluator plays whole games with the game's own scores.
+30 no-ops at reset, fire at reset, 27,000-step (108k-frame) episodes. Actors train with
+``TRAINING`` on top (a lost life ends an episode, rewards clipped to their sign); the evaluator
+plays whole games with the game's own scores.
+
+Sticky actions are an option (a config's ``repeat_action_probability``, given to EnvPool as
+its own ``repeat_action_probability`` for actors and evaluator alike): off by default, as
+EnvPool's ``-v5`` ids are (its default is 0), since the IMPALA and Ape-X papers and Cleanba,
+whose settings the presets take, trained and scored without them; Machado et al. 2018's
+protocol uses 0.25, the default of gymnasium's own ``ALE/...-v5`` ids, so compare a score with
+the literature's at the probability it was measured at.
 
 Nothing here imports EnvPool until an id has to be looked up in its registry (it takes seconds).
 """

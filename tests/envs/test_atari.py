@@ -9,6 +9,7 @@ import pytest
 from jaxdist.agents import impala
 from jaxdist.agents.actor_critic import ActorCriticPolicy
 from jaxdist.agents.experiment import env_spec, with_preset
+from jaxdist.agents.run import parse
 from jaxdist.envs import atari
 from jaxdist.envs.spaces import env_info
 from jaxdist.envs.vector import EnvSpec, resolve_backend
@@ -31,6 +32,38 @@ def test_actors_train_on_lives_and_clipped_rewards_and_the_evaluator_plays_whole
     assert env_spec(config, 4).kwargs == {}  # TRAINING, added where EnvPool makes the envs
     assert env_spec(config, 4, evaluation=True).kwargs == atari.EVALUATION
     assert env_spec(impala.IMPALAConfig(), 4, evaluation=True).kwargs == {}
+
+
+def _frames(spec, action: int, steps: int = 40) -> np.ndarray:
+    """The observations of one env of ``spec`` pressing ``action`` from a seeded reset."""
+    env = spec.make(seed=3)
+    try:
+        return np.stack([env.reset().obs] + [env.step(np.array([action])).obs for _ in range(steps)])
+    finally:
+        env.close()
+
+
+def test_sticky_actions_set_on_the_command_line_reach_envpool_for_actors_and_evaluator():
+    up, down = 2, 3  # Pong's paddle
+    free = with_preset(impala.IMPALAConfig, "Pong-v5", impala.PRESETS)
+    assert (_frames(env_spec(free, 1), up) != _frames(env_spec(free, 1), down)).any()
+    stuck, _ = parse(impala.IMPALAConfig, impala.PRESETS, None, ["--env-id", "Pong-v5",
+                                                                 "--repeat-action-probability", "1"])
+    # Every frame repeats the previous action (the no-op of a reset): the agent's never reach the game.
+    np.testing.assert_array_equal(_frames(env_spec(stuck, 1), up), _frames(env_spec(stuck, 1), down))
+    assert env_spec(stuck, 4, evaluation=True).kwargs == {**atari.EVALUATION, "repeat_action_probability": 1.0}
+
+
+@pytest.mark.parametrize("probability", [-0.25, 1.25])
+def test_a_sticky_action_probability_outside_the_unit_interval_is_refused(probability):
+    with pytest.raises(SystemExit, match=rf"repeat_action_probability must be in \[0, 1\], got {probability}"):
+        parse(impala.IMPALAConfig, impala.PRESETS, None, ["--env-id", "Pong-v5", "--repeat-action-probability",
+                                                          str(probability)])
+
+
+def test_sticky_actions_are_refused_for_an_env_that_is_no_atari_game():
+    with pytest.raises(ValueError, match="CartPole-v1 is not one of them: drop --repeat-action-probability"):
+        impala.IMPALAConfig(env_id="CartPole-v1", repeat_action_probability=0.25)
 
 
 def test_an_actor_steps_real_atari_envs_into_trajectories_of_frames():
