@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jaxdist.agents import impala
+from jaxdist.agents import apex, impala
 from jaxdist.agents.actor_critic import ActorCriticPolicy
 from jaxdist.agents.experiment import env_spec, with_preset
 from jaxdist.agents.run import parse
@@ -85,3 +85,21 @@ def test_an_actor_steps_real_atari_envs_into_trajectories_of_frames():
     assert item["obs"].shape == (17, 84, 84, 4) and item["obs"].dtype == np.uint8
     assert item["obs"].max() > 0 and set(np.unique(item["reward"])) <= {-1.0, 0.0, 1.0}
     assert item["action"].shape == (17,) and 0 <= item["action"].min() and item["action"].max() < 6
+
+
+@pytest.mark.slow
+def test_apexs_actor_steps_real_atari_envs_and_inserts_their_n_step_transitions_into_its_replay(tmp_path):
+    from replay_actors import act_into_replay
+
+    config = with_preset(apex.ApexConfig, "Pong-v5", apex.PRESETS, envs_per_actor=2, trajectory_length=16,
+                         batch_size=8, min_replay=16)
+    assert (config.network, config.env_backend, config.n_step, config.total_steps * atari.FRAME_SKIP) == \
+        ("cnn", "envpool", 3, 50_000_000)
+    played = act_into_replay(apex.agent(config), str(tmp_path), max_steps=2 * 33, learn=False)
+    assert 2 * 2 * 16 - 2 * 4 <= played["stored"] <= 2 * 2 * 16  # 2 trajectories of 2 envs, but not across lost lives
+    sample = played["sample"]
+    assert sample["obs"].shape == sample["next_obs"].shape == (8, 84, 84, 4) and sample["obs"].dtype == np.uint8
+    assert sum(leaf[0].nbytes for leaf in sample.values()) == 56_460  # a transition's bytes, as the preset says
+    assert ((0 <= sample["action"]) & (sample["action"] < 6)).all() and (np.abs(sample["reward"]) <= 3).all()
+    full = sample["discount"] == np.float32(config.gamma ** 3)  # 3 steps ahead: the stack moved 3 frames on
+    np.testing.assert_array_equal(sample["next_obs"][full][..., 0], sample["obs"][full][..., 3])

@@ -1,5 +1,6 @@
 """MinAtar's games (gymnax's) under their gymnax ids: gymnasium's spaces and ``sync`` envs, the
-JAX version the agents' JAX backend and Anakin play, and PPO's MinAtar preset on them."""
+JAX version the agents' JAX backend and Anakin play, PPO's MinAtar preset on them, and Ape-X's
+and R2D2's actors playing them on the JAX backend into their replays."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdist.agents import ppo
+from jaxdist.agents import apex, ppo, r2d2
 from jaxdist.agents.experiment import with_preset
 from jaxdist.envs import gymnax_as_gym
 from jaxdist.envs.gymnax_as_gym import MINATAR_IDS
@@ -77,3 +78,22 @@ def test_ppos_minatar_preset_trains_with_minatars_cnn_under_anakin():
     assert state["agent"]["params"]["params"]["torso"]["Conv_0"]["kernel"].shape == (1, 3, 3, 4, 16)  # seed axis
     state, metrics = jax.jit(logic.update)(state, {}, jax.random.key(1))
     assert int(metrics["env_steps"]) == 4 * 8 and np.isfinite(np.asarray(metrics["loss"])).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,fields", [
+    ("apex", {"trajectory_length": 8, "batch_size": 8, "min_replay": 8}),
+    ("r2d2", {"trajectory_length": 4, "burn_in": 4, "sequence_length": 8, "batch_size": 2, "min_replay": 2}),
+])
+def test_the_replay_agents_preset_play_minatar_on_the_jax_backend_with_minatars_cnn_and_learn(tmp_path, name, fields):
+    from replay_actors import act_into_replay
+
+    module = {"apex": apex, "r2d2": r2d2}[name]
+    config_type = {"apex": apex.ApexConfig, "r2d2": r2d2.R2D2Config}[name]
+    config = with_preset(config_type, "Breakout-MinAtar", module.PRESETS, num_actors=1, envs_per_actor=2, **fields)
+    assert (config.network, config.env_backend) == ("cnn", "jax")
+    played = act_into_replay(module.agent(config), str(tmp_path), max_steps=2 * 4 * config.trajectory_length)
+    assert played["stored"] >= config.batch_size and played["sample"]["obs"].shape[-3:] == (10, 10, 4)
+    kernels = {leaf.shape for leaf in jax.tree.leaves(played["state"]["params"]) if leaf.ndim == 4}
+    assert kernels == {(3, 3, 4, 16)}  # MinAtar's one convolution, not the Nature CNN's three
+    assert int(played["state"]["updates"]) == 1 and np.isfinite(np.asarray(played["metrics"]["loss"]))

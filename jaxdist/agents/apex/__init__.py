@@ -13,6 +13,7 @@ import math
 import jaxdist as jd
 from jaxdist.agents.experiment import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Agent, AgentConfig, Bound,
                                        Presets, check_bounds)
+from jaxdist.envs.gymnax_as_gym import MINATAR_IDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +116,32 @@ class ApexConfig(AgentConfig):
         return self.batch_size / self.samples_per_insert
 
 
-PRESETS: Presets = {"CartPole-v1": {"target_return": 475.0}}
+ATARI = {"network": "cnn", "env_backend": "envpool", "num_actors": 2, "envs_per_actor": 16, "total_steps": 12_500_000,
+         "n_step": 3, "gamma": 0.99, "learning_rate": 6.25e-5, "adam_eps": 1.5e-4, "max_grad_norm": 40.0,
+         "batch_size": 512, "target_update_period": 2_500, "replay_size": 100_000, "min_replay": 20_000,
+         "samples_per_insert": 8.0, "replay_checkpoint_seconds": None, "eval_episodes": 4,
+         "eval_every_updates": 2_500, "checkpoint_every_updates": 2_500}
+"""Atari through EnvPool (``jaxdist.envs.atari``), 50M frames (12.5M env steps of 4 frames);
+not tuned here. Horgan et al. 2018's learner: 3-step returns, batches of 512, the target
+network copied every 2,500 updates, a gradient norm clipped at 40, a learning rate of
+0.00025 / 4 (with Adam, and Rainbow's epsilon, for their centred RMSProp); DQN's replay ratio
+(a batch of 32 every 4 env steps: 8 samples per insert) for their 360 actors' far higher rate.
+
+**Memory.** A transition stores its observation and its n-step successor's, two 84x84x4 uint8
+stacks, and an action, a return and a discount: 56,460 bytes. The replay holds 100,000
+transitions, 5.6 GB (Horgan et al. held 2M, compressed); each ``--replay-size`` of 100,000
+more takes 5.6 GB more. The replay is not saved (``--replay-checkpoint-seconds`` saves it, 5.6
+GB each time): a resumed run refills ``min_replay`` (1.1 GB) first."""
+
+MINATAR = {"network": "cnn", "env_backend": "jax"}
+"""MinAtar (gymnax): MinAtar's CNN, its envs played in JAX a trajectory per dispatch; not tuned here."""
+
+PRESETS: Presets = {
+    "CartPole-v1": {"target_return": 475.0},
+    "Pong-v5": {**ATARI, "target_return": 18.0},
+    "Breakout-v5": {**ATARI, "target_return": 400.0},
+    **dict.fromkeys(MINATAR_IDS, MINATAR),
+}
 """Tuned defaults per env id; every field stays overridable flag by flag."""
 
 

@@ -13,6 +13,8 @@ from typing import ClassVar
 
 from jaxdist.agents.experiment import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Agent, AgentConfig, Bound,
                                        Presets, check_bounds)
+from jaxdist.agents.apex import MINATAR
+from jaxdist.envs.gymnax_as_gym import MINATAR_IDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +118,7 @@ class R2D2Config(AgentConfig):
 
 PRESETS: Presets = {
     "CartPoleNoVel-v1": {"target_return": 475.0},
+    **dict.fromkeys(MINATAR_IDS, MINATAR),  # Ape-X's: MinAtar's CNN, then the LSTM; played in JAX
 }
 """Tuned defaults per env id; every field stays overridable flag by flag."""
 
