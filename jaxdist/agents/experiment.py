@@ -49,7 +49,7 @@ from typing import Any, Literal, Protocol
 import jaxdist as jd
 from jaxdist.agents import sweep
 from jaxdist.envs import atari
-from jaxdist.envs.ports import jax_version_missing
+from jaxdist.envs.ports import envpool_installed, jax_version_missing
 from jaxdist.envs.spaces import EnvInfo, env_info
 from jaxdist.envs.vector import EnvSpec, backend_unavailable
 
@@ -161,8 +161,9 @@ def check_network_input(network: Any, env_id: str, obs_shape: tuple[int, ...]) -
 def check_sticky_actions(env_id: str, probability: float) -> None:
     """Refuse sticky actions for an env that has none: only EnvPool's Atari games take them."""
     if probability and not atari.is_atari(env_id):
+        missing = "" if envpool_installed() else " (EnvPool, which has them, is not installed: pip install envpool)"
         raise ValueError(f"repeat_action_probability makes EnvPool's Atari games' actions sticky; {env_id} is not "
-                         f"one of them: drop --repeat-action-probability")
+                         f"one of them{missing}: drop --repeat-action-probability")
 
 
 def _number(value: float) -> str:
@@ -718,8 +719,8 @@ def actor_seed(seed: int, index: int) -> int:
 def env_spec(config: AgentConfig, num_envs: int, evaluation: bool = False) -> EnvSpec:
     """The actors' envs, or the evaluator's (one episode per env): with the JAX backend it plays
     all its episodes in one jitted call, on the port that is checked against gymnasium's env. An
-    Atari game is evaluated on whole games with the game's scores, both with the config's sticky
-    actions (``jaxdist.envs.atari``)."""
+    Atari game is evaluated on whole games with the game's scores; actors and evaluator play it
+    with the config's sticky actions (``jaxdist.envs.atari``)."""
     kwargs = dict(atari.EVALUATION) if evaluation and atari.is_atari(config.env_id) else {}
     if config.repeat_action_probability:
         kwargs["repeat_action_probability"] = config.repeat_action_probability
