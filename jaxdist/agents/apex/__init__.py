@@ -129,7 +129,7 @@ network copied every 2,500 updates, a gradient norm clipped at 40, a learning ra
 
 **Memory.** A transition stores its observation and its n-step successor's, two 84x84x4 uint8
 stacks, and an action, a return and a discount: 56,460 bytes. The replay holds 100,000
-transitions, 5.6 GB (Horgan et al. held 2M, compressed); each ``--replay-size`` of 100,000
+transitions, 5.6 GB (Horgan et al. held 2M); each ``--replay-size`` of 100,000
 more takes 5.6 GB more. The replay is not saved (``--replay-checkpoint-seconds`` saves it, 5.6
 GB each time): a resumed run refills ``min_replay`` (1.1 GB) first."""
 
