@@ -170,6 +170,14 @@ class Running(abc.ABC):
                 self._statuses.pop(name, None)
                 self.addresses.pop(name, None)
 
+    def peer_nodes_changed(self, joined: dict[str, str], left: list[str]) -> None:
+        """For the multihost launcher: nodes that `scale` started on another host (where they
+        serve) or removed there, which `members` and `client` follow from then on."""
+        with self._lock:
+            for name in left:
+                self.addresses.pop(name, None)
+            self.addresses.update(joined)
+
     # The user's view ------------------------------------------------------------------------
 
     def wait(self, timeout: float | None = None) -> bool:
