@@ -151,7 +151,8 @@ class Running(abc.ABC):
             f"'processes', 'multihost' or 'ray' to use running.scale")
 
     def _add_nodes(self, group: str, nodes: list[Node]) -> None:
-        """Start `nodes`, just added to `group`, and return once they run (see `scale`)."""
+        """Start `nodes`, just added to `group`, and return once they run (see `scale`); a
+        ValueError only before any of them started (they cannot be placed)."""
         raise NotImplementedError
 
     def _remove_nodes(self, nodes: list[Node]) -> None:
@@ -224,11 +225,11 @@ class Running(abc.ABC):
                 added = [program.grow(group) for _ in range(n - size)]
                 try:
                     preflight.check_shippable(program)  # every launcher that scales ships nodes
-                except TypeError:
+                    self._add_nodes(group, added)
+                except (TypeError, ValueError):  # refused before any node started: the group stays as it was
                     for _ in added:
                         program.shrink(group)
                     raise
-                self._add_nodes(group, added)
                 return [node.name for node in added]
             removed = [program.shrink(group) for _ in range(size - n)]
             self._remove_nodes(removed)
