@@ -12,6 +12,8 @@ learner restores its checkpoint), and stops its whole tree. This launcher adds t
   top-level node is a bundle (its colocated parts together), spread over the cluster; with it,
   each host is a bundle (``STRICT_SPREAD``: one Ray node each) and groups go to hosts as under
   `multihost` (`jd.per_host()`, `jd.spread()`, `jd.on_host(k)`; unplaced groups on host 0).
+  Actors that `running.scale` adds join the same placement group (it cannot grow): on their
+  host's bundle with `placement`, else on a bundle with room for what they ask Ray for.
 - Resources per group: Ray's ``num_cpus``, ``num_gpus``, ``memory`` and ``resources`` (custom
   ones, ``{"TPU": 4}``) for each node's actor, plus ``env`` as under `processes`.
 - The two-phase start across actors: every actor's node binds and reports its addresses and
