@@ -502,7 +502,7 @@ class _RayRunning(Running):
         so one whose bundles still hold what the node asks Ray for (nothing: any bundle, taken
         in turn from the node's index, as the group's first nodes were spread; else the room
         that removed nodes left); a ValueError saying what to do when none has it."""
-        demand_of = {part.name: _bundle_resources(self._resources.get(group, {})) for node in nodes for part in node.units()}
+        each = _bundle_resources(self._resources.get(group, {}))  # what one unit of the group asks for
         free = [dict(bundle) for bundle in self._layout.bundles]
         for unit in self._units.values():
             if not unit.leaving:
@@ -510,13 +510,10 @@ class _RayRunning(Running):
                     free[unit.bundle][key] = free[unit.bundle].get(key, 0) - amount
         chosen = []
         for index, node in enumerate(nodes, offset):
-            demand: dict[str, float] = {}
-            for part in node.units():
-                for key, amount in demand_of[part.name].items():
-                    demand[key] = demand.get(key, 0) + amount
+            demand = {key: amount * len(node.units()) for key, amount in each.items()}  # its colocated parts together
             turn = [(index + step) % len(free) for step in range(len(free))]
-            room = [bundle for bundle in turn if all(free[bundle].get(key, 0) >= amount - 1e-9
-                                                     for key, amount in demand.items())]
+            room = [bundle for bundle in turn
+                    if all(free[bundle].get(key, 0) >= amount - 1e-9 for key, amount in demand.items())]
             if not room:
                 left = [{key: round(amount, 6) for key, amount in bundle.items()} for bundle in free]
                 raise ValueError(
