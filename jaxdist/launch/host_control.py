@@ -7,16 +7,24 @@ then know that its control port going away is not a launcher that died (see
 
 Without this, a host that stops leaves the others running: their learner processes wait in a
 collective for peers that are gone, and their actors act for nothing.
+
+The control ports also carry what the plan cannot fix in advance: the nodes that
+``running.scale`` starts or removes on a host. Every host knows where the nodes placed at launch
+serve (the plan gives every address), but a node added later binds a fresh port of its host;
+its host tells the others where (``nodes_changed``), and tells them again when it is removed,
+so host 0's monitor counts and polls the actors every host adds, and only while they run.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Callable
 from concurrent import futures
 
 from jaxdist import courier
 from jaxdist.launch.running import WORK_DONE, Running
+from jaxdist.program import AddressTable
 
 PEER_PREFIX = "host "
 TELL_TIMEOUT = 5.0
@@ -29,6 +37,8 @@ class _Control:
         self._running, self._host_index = running, host_index
         self.finished_hosts: set[int] = set()  # peers that finished their share and said so
         self.seen_hosts: set[int] = set()  # peers that called this host: they were up
+        self.announce: Callable[[AddressTable, list[str]], None] = lambda joined, left: None
+        """Tells the other hosts which nodes `scale` started here (where they serve) or removed."""
 
     def stop(self, reason: str, from_host: int) -> int:
         self._running.request_stop(f"{PEER_PREFIX}{from_host} stopped the program: {reason}")
@@ -41,6 +51,10 @@ class _Control:
     def ping(self, from_host: int | None = None) -> int:
         if from_host is not None:
             self.seen_hosts.add(int(from_host))
+        return self._host_index
+
+    def nodes_changed(self, joined: AddressTable, left: list[str], from_host: int) -> int:
+        self._running.peer_nodes_changed(dict(joined), list(left))
         return self._host_index
 
 
@@ -62,7 +76,39 @@ def serve(running: Running, host_index: int, controls: tuple[str, ...], bind_hos
         threading.Thread(target=server.stop, kwargs={"grace": 1.0}, daemon=True).start()
 
     running.on_stop(tell_peers)
+    control.announce = _Announcer(peers, token, host_index, running).announce
     return control
+
+
+class _Announcer:
+    """Tells each peer, in the order they happened, the nodes `scale` started or removed here:
+    one thread per peer, whose client waits for a peer not up yet (it is told once it is), so
+    neither `scale` nor the supervisor that reports a node bound ever waits on another host.
+    This host's stop ends the telling."""
+
+    def __init__(self, peers: list[str], token: str | None, host_index: int, running: Running) -> None:
+        self._host_index = host_index
+        self._peers = [(courier.Client(address, token=token, timeout=None), queue.SimpleQueue()) for address in peers]
+        for client, pending in self._peers:
+            threading.Thread(target=self._tell, args=(client, pending), name="jaxdist-announce", daemon=True).start()
+        running.on_stop(self._end)
+
+    def announce(self, joined: AddressTable, left: list[str]) -> None:
+        for _, pending in self._peers:
+            pending.put((dict(joined), list(left)))
+
+    def _end(self, reason: str) -> None:
+        for client, pending in self._peers:
+            pending.put(None)
+            client.close()
+
+    def _tell(self, client: courier.Client, pending: queue.SimpleQueue) -> None:
+        while (message := pending.get()) is not None:
+            joined, left = message
+            try:
+                client.nodes_changed(joined, left, self._host_index)
+            except (courier.CourierError, futures.CancelledError, ValueError):
+                return  # this host's stop closed the client (ValueError: on a closed channel), or the peer is gone
 
 
 def _tell(peers: list[str], token: str | None, call: Callable[[courier.Client], object]) -> None:

@@ -151,7 +151,8 @@ class Running(abc.ABC):
             f"'processes', 'multihost' or 'ray' to use running.scale")
 
     def _add_nodes(self, group: str, nodes: list[Node]) -> None:
-        """Start `nodes`, just added to `group`, and return once they run (see `scale`)."""
+        """Start `nodes`, just added to `group`, and return once they run (see `scale`); a
+        ValueError only before any of them started (they cannot be placed)."""
         raise NotImplementedError
 
     def _remove_nodes(self, nodes: list[Node]) -> None:
@@ -169,6 +170,14 @@ class Running(abc.ABC):
             for name in names:
                 self._statuses.pop(name, None)
                 self.addresses.pop(name, None)
+
+    def peer_nodes_changed(self, joined: dict[str, str], left: list[str]) -> None:
+        """For the multihost launcher: nodes that `scale` started on another host (where they
+        serve) or removed there, which `members` and `client` follow from then on."""
+        with self._lock:
+            for name in left:
+                self.addresses.pop(name, None)
+            self.addresses.update(joined)
 
     # The user's view ------------------------------------------------------------------------
 
@@ -216,11 +225,11 @@ class Running(abc.ABC):
                 added = [program.grow(group) for _ in range(n - size)]
                 try:
                     preflight.check_shippable(program)  # every launcher that scales ships nodes
-                except TypeError:
+                    self._add_nodes(group, added)
+                except (TypeError, ValueError):  # refused before any node started: the group stays as it was
                     for _ in added:
                         program.shrink(group)
                     raise
-                self._add_nodes(group, added)
                 return [node.name for node in added]
             removed = [program.shrink(group) for _ in range(size - n)]
             self._remove_nodes(removed)

@@ -389,3 +389,26 @@ def test_under_ray_with_placement_a_group_grows_on_its_hosts_bundles_unless_it_c
         assert running.scale("worker", 0) == ["worker/2", "worker/1", "worker/0"]
         assert running.members("worker") == []
 
+
+
+def cpus_free_in_the_placement_group() -> float:
+    """CPUs the launch's placement group (the one placed now) still holds free: Ray names them
+    CPU_group_<its id>, apart from the cluster's free CPUs."""
+    (group,) = [group for group, info in ray.util.placement_group_table().items() if info["state"] == "CREATED"]
+    return ray.available_resources().get(f"CPU_group_{group}", 0.0)
+
+
+def test_under_ray_without_placement_new_actors_join_the_placement_group_and_say_when_it_has_no_room(cluster, tmp_path):
+    program = nodes.scalable_program()
+    with jd.launch(program, launcher="ray", run_dir=str(tmp_path), echo=False, grace=3.0,
+                   resources={"worker": {"num_cpus": 1}}) as running:
+        # Two CPUs of the cluster's four are reserved for the two workers: a third finds no room.
+        with pytest.raises(ValueError, match=r"group 'worker' cannot grow to worker/2: a node of it asks Ray for "
+                                             r"\{'CPU': 1\}, and no bundle of the launch's placement group has that "
+                                             r"free .* Launch the group at its largest size and scale it down"):
+            running.scale("worker", 3)
+        assert running.members("worker") == ["worker/0", "worker/1"] and len(program.groups["worker"]) == 2
+        assert running.scale("worker", 1) == ["worker/1"]
+        wait_until(lambda: cpus_free_in_the_placement_group() >= 1, "the removed worker's CPU free in its bundle")
+        assert running.scale("worker", 2) == ["worker/1"] and running.client("worker/1").index() == 1
+        wait_until(lambda: cpus_free_in_the_placement_group() < 1, "the new worker to take its CPU in the group")

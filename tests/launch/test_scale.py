@@ -1,8 +1,14 @@
 """`running.scale(group, n)`: a group made by `Program.add_group` grows and shrinks while the
-program runs, under processes and multihost (this host's share); bad requests say what is wrong.
-The ray launcher's scaling is tested with its cluster in test_ray_launcher.py."""
+program runs, under processes and multihost (this host's share, and what the other hosts add and
+remove); bad requests say what is wrong. The ray launcher's scaling is tested with its cluster in
+test_ray_launcher.py."""
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
 
 import psutil
 import pytest
@@ -10,6 +16,9 @@ import pytest
 import jaxdist as jd
 import launch_nodes as nodes
 from ports import reserve_base_port
+from waiting import wait_until
+
+SCALING_HOST = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scaling_host.py")
 
 
 def launch(program: jd.Program, tmp_path, launcher: str = "processes", **options) -> jd.Running:
@@ -84,3 +93,39 @@ def test_under_multihost_a_host_starts_its_share_of_a_spread_group_and_a_per_hos
         assert running.client("worker/0").index() == 0
         with pytest.raises(ValueError, match=r"group 'learner' is placed per_host\(\): .* cannot grow or shrink"):
             running.scale("learner", 3)
+
+
+@pytest.mark.slow
+def test_under_multihost_host_0_follows_the_nodes_another_host_adds_and_removes(tmp_path):
+    base = reserve_base_port()
+    host1 = subprocess.Popen([sys.executable, SCALING_HOST, "--hosts", "127.0.0.1,127.0.0.1", "--host-index", "1",
+                              "--base-port", str(base), "--run-dir", str(tmp_path / "h1")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def scale_host1(n: int) -> list[str]:
+        host1.stdin.write(f"{n}\n")
+        host1.stdin.flush()
+        while not (line := host1.stdout.readline()).startswith("scaled "):
+            assert line, "host 1 ended before it scaled"
+        return json.loads(line.removeprefix("scaled "))
+
+    try:
+        with launch(nodes.scalable_program(), tmp_path / "h0", "multihost", hosts="127.0.0.1,127.0.0.1", host_index=0,
+                    token="shared", base_port=base, distributed=None, placement={"worker": jd.spread()}) as running:
+            # Host 1 grows first: host 0 learns where its new node serves, before growing itself.
+            assert scale_host1(4) == ["worker/2", "worker/3"]
+            wait_until(lambda: running.members("worker") == ["worker/0", "worker/1", "worker/3"],
+                       "host 0 to follow the node host 1 added", timeout=20)
+            assert running.scale("worker", 4) == ["worker/2", "worker/3"]
+            assert [running.client(name, timeout=20).index() for name in running.members("worker")] == [0, 1, 2, 3]
+            # Host 1 shrinks first: host 0 stops following host 1's removed nodes (the one placed at launch too).
+            assert scale_host1(1) == ["worker/3", "worker/2", "worker/1"]
+            wait_until(lambda: running.members("worker") == ["worker/0", "worker/2"],
+                       "host 0 to drop the nodes host 1 removed", timeout=20)
+            assert running.scale("worker", 1) == ["worker/3", "worker/2", "worker/1"]
+            assert running.members("worker") == ["worker/0"]
+        host1.stdin.close()
+        assert host1.wait(timeout=60) == 0
+    finally:
+        if host1.poll() is None:
+            host1.kill()

@@ -12,6 +12,8 @@ The two-phase start holds per host: a host's nodes all bind before any of them i
 Across hosts nothing is exchanged, so a node may be constructed before a server on another host
 is bound; that is fine because every address is known in advance and courier clients wait for
 a server to come up (gRPC `wait_for_ready`): a call to a peer not yet up waits, it does not fail.
+Only the nodes `running.scale` adds later bind ports no plan fixed: their host tells the others
+where they serve, and that they left when removed, over the control ports (`host_control`).
 
 A host's program ends when its nodes with work finish, on `jd.stop()` in one of its nodes, on
 SIGTERM (`srun`/`scancel` send it to every host), or on a failure; whichever host stops first
@@ -127,12 +129,14 @@ def launch(
     )
     running.runs_here = lambda label, index: (placement or {}).get(label, placement_module.DEFAULT).host_of(
         label, index, len(cluster.hosts)) == cluster.host_index  # what `scale` adds: this host's share
+    running.node_host = cluster.host
     if len(cluster.hosts) > 1:
         try:
             control = host_control.serve(running, cluster.host_index, the_plan.controls, bind_host, token)
         except BaseException:
             running.stop()
             raise
+        running.announce = control.announce
         _check_peers(running, the_plan.controls, cluster.host_index, token, control)
     return running
 

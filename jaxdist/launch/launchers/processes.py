@@ -34,6 +34,7 @@ from typing import Any, Callable, Collection, Iterator
 
 from jaxdist.launch import preflight, sigterm, worker
 from jaxdist.launch.output import log_path
+from jaxdist.launch.placement import serving_names
 from jaxdist.launch.process_tree import describe_exit, signal_tree
 from jaxdist.launch.restart import Restart
 from jaxdist.launch.restart import policies as restart_policies
@@ -147,6 +148,12 @@ class _ProcessesRunning(Running):
         self.runs_here: Callable[[str, int], bool] = lambda label, index: True
         """Whether node `index` of group `label`, added by `scale`, runs in this launch (the
         multihost launcher's rule: this host's share); raises for a group that cannot scale."""
+        self.node_host: str | None = None
+        """Under multihost, this host's name in the host list: a node `scale` adds here binds a
+        fresh port of it (on `bind_host` if given), which the other hosts can call."""
+        self.announce: Callable[[AddressTable, list[str]], None] = lambda joined, left: None
+        """Under multihost, tells the other hosts which nodes `scale` started here (where they
+        serve) or removed: their tables hold only the nodes placed at launch."""
 
     def fix_addresses(self, units: Collection[str] | None, addresses: AddressTable, bind_host: str | None) -> None:
         """Start only `units`; keep `addresses` as given (see `launch`)."""
@@ -180,7 +187,11 @@ class _ProcessesRunning(Running):
         echo, interrupt_after = self._spawn_options
         env = {key: str(value) for key, value in self._resources.get(child.label, {}).get("env", {}).items()}
         parent_end, child_end = spawn.Pipe()
-        node_context = NodeContext(child.name, self.run_dir, self.token, self._bind_addresses(), self._socket_dir)
+        bind = self._bind_addresses()
+        if self.node_host is not None:  # added by `scale` under multihost: any port other hosts can reach
+            bind.update({name: f"{self._bind_host or self.node_host}:0"
+                         for name in serving_names(child.node) if name not in bind})
+        node_context = NodeContext(child.name, self.run_dir, self.token, bind, self._socket_dir)
         process = spawn.Process(
             target=worker.main,
             args=(pickle.dumps(child.node), node_context, child_end, echo, interrupt_after),
@@ -219,7 +230,12 @@ class _ProcessesRunning(Running):
             return False
         if kind == "bound":
             (addresses,) = body
-            self.addresses.update({name: address for name, address in addresses.items() if name not in self._fixed})
+            fresh = {name: address for name, address in addresses.items() if name not in self._fixed}
+            if self.node_host is not None and fresh:  # a node `scale` added here: fixed from now on, and told
+                fresh = {name: f"{self.node_host}:{address.rsplit(':', 1)[1]}" for name, address in fresh.items()}
+                self._fixed.update(fresh)
+                self.announce(fresh, [])
+            self.addresses.update(fresh)
             child.stage = "bound"
             if self._started.is_set():  # a restarted node joins a program already running
                 self._construct(child)
@@ -367,9 +383,11 @@ class _ProcessesRunning(Running):
         while any(child.stage != "exited" for child in leaving):  # the monitor reaps them
             time.sleep(0.02)
         self._children = {name: child for name, child in self._children.items() if child not in leaving}
-        for name in names:  # under multihost, one grown again binds anew, not its launch-time port
+        served = [name for node in nodes for unit in node.units() for name in serving_names(unit)]
+        for name in served:  # under multihost, one grown again binds anew, not its launch-time port
             self._fixed.pop(name, None)
-        self._forget(names)
+        self._forget([*names, *served])
+        self.announce({}, [name for child in leaving for name in serving_names(child.node)])
 
     # Stopping -------------------------------------------------------------------------------
 

@@ -12,6 +12,8 @@ learner restores its checkpoint), and stops its whole tree. This launcher adds t
   top-level node is a bundle (its colocated parts together), spread over the cluster; with it,
   each host is a bundle (``STRICT_SPREAD``: one Ray node each) and groups go to hosts as under
   `multihost` (`jd.per_host()`, `jd.spread()`, `jd.on_host(k)`; unplaced groups on host 0).
+  Actors that `running.scale` adds join the same placement group (it cannot grow): on their
+  host's bundle with `placement`, else on a bundle with room for what they ask Ray for.
 - Resources per group: Ray's ``num_cpus``, ``num_gpus``, ``memory`` and ``resources`` (custom
   ones, ``{"TPU": 4}``) for each node's actor, plus ``env`` as under `processes`.
 - The two-phase start across actors: every actor's node binds and reports its addresses and
@@ -284,6 +286,8 @@ class _Unit:
     """Its actor's deaths brought back so far (its node's own crashes are counted in the actor)."""
     leaving: bool = False
     """Removed by `scale`: no longer watched, restarted or reported."""
+    bundle: int = 0
+    """Its bundle in the launch's placement group."""
 
 
 class _RayRunning(Running):
@@ -310,16 +314,13 @@ class _RayRunning(Running):
     def start(self, layout: _Layout, resources: dict[str, dict[str, Any]], restart: dict[str, Restart] | None,
               serving: tuple[str, str | None], distributed: str | None, spawn_options: tuple[bool, float, float]) -> None:
         """`serving`: (the bind host, the TLS directory or None)."""
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
         sigterm.watch(self)
         self._layout, self._resources, self._restart = layout, resources, restart
         self._serving, self._spawn_options = serving, spawn_options
         self._actor_class, self._main = self._ray.remote(UnitActor), _main_preparation()
         payload, policies = self._ray.put(pickle.dumps(self._program)), restart_policies(self._program, restart)  # stored once, for all
         for unit in self._units.values():
-            self._make_actor(unit, PlacementGroupSchedulingStrategy(
-                self._group, placement_group_bundle_index=layout.bundle_of[unit.name]), payload, policies)
+            self._make_actor(unit, layout.bundle_of[unit.name], payload, policies)
         unit_resources = self._unit_resources(layout, resources, distributed)
         for unit in self._units.values():
             unit.bind_arguments = (unit_resources[unit.name], *spawn_options)
@@ -328,9 +329,13 @@ class _RayRunning(Running):
         self._watcher = threading.Thread(target=self._watch, name="jaxdist-ray-watch", daemon=True)
         self._watcher.start()
 
-    def _make_actor(self, unit: _Unit, strategy: Any, payload: Any, policies: dict[str, Restart]) -> None:
-        """`unit`'s actor, scheduled by `strategy`; `payload`: the program it finds its unit in."""
-        unit.policy = policies[unit.name]
+    def _make_actor(self, unit: _Unit, bundle: int, payload: Any, policies: dict[str, Restart]) -> None:
+        """`unit`'s actor, on `bundle` of the launch's placement group; `payload`: the program it
+        finds its unit in."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        unit.policy, unit.bundle = policies[unit.name], bundle
+        strategy = PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=bundle)
         unit.make_actor = functools.partial(self._actor_class.options(
             scheduling_strategy=strategy, max_concurrency=4, **_actor_options(self._resources.get(unit.label, {})),
         ).remote, payload, self._main, unit.name, self.run_dir, self.token, policies, self._grace, *self._serving)
@@ -472,27 +477,55 @@ class _RayRunning(Running):
         return self._layout.placement.get(group, placement_module.DEFAULT)
 
     def _add_nodes(self, group: str, nodes: list[Node]) -> None:
-        """New actors for `nodes`, started as the first were (bind, the table, construct): on
-        their host's bundle with placement=, else spread over the cluster outside the placement
-        group (it cannot grow); each finds its unit in the program as it is now."""
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
+        """New actors for `nodes` in the launch's placement group, started as the first were
+        (bind, the table, construct): on their host's bundle with placement=, else on a bundle
+        with room (see `_bundles_for`); each finds its unit in the program as it is now."""
+        offset, plan = len(self._program.groups[group]) - len(nodes), self._layout.plan
+        bundles = [self._placement_of(group).host_of(group, index, len(plan.hosts)) for index in
+                   range(offset, offset + len(nodes))] if plan is not None else self._bundles_for(group, nodes, offset)
         payload = self._ray.put(pickle.dumps(self._program))
         policies = restart_policies(self._program, self._restart)
-        offset, plan = len(self._program.groups[group]) - len(nodes), self._layout.plan
         units = []
-        for index, node in enumerate(nodes, offset):
-            strategy = "SPREAD" if plan is None else PlacementGroupSchedulingStrategy(
-                self._group, placement_group_bundle_index=self._placement_of(group).host_of(group, index, len(plan.hosts)))
+        for node, bundle in zip(nodes, bundles):
             for part in node.units():
                 unit = _Unit(part.name, group, part, NEVER, bind_arguments=(self._resources, *self._spawn_options))
-                self._make_actor(unit, strategy, payload, policies)
+                self._make_actor(unit, bundle, payload, policies)
                 units.append(unit)
         self._track([unit.name for unit in units])
         self._units = {**self._units, **{unit.name: unit for unit in units}}  # a new dict: the watcher may iterate the old
         if not self._start_units(units):
             raise RuntimeError(f"nodes added to group '{group}' failed to start; the program stops: {self.stop_reason}")
         self._look()
+
+    def _bundles_for(self, group: str, nodes: list[Node], offset: int) -> list[int]:
+        """Without placement=, the bundle each new node goes to: a placement group cannot grow,
+        so one whose bundles still hold what the node asks Ray for (nothing: any bundle, taken
+        in turn from the node's index, as the group's first nodes were spread; else the room
+        that removed nodes left); a ValueError saying what to do when none has it."""
+        each = _bundle_resources(self._resources.get(group, {}))  # what one unit of the group asks for
+        free = [dict(bundle) for bundle in self._layout.bundles]
+        for unit in self._units.values():
+            if not unit.leaving:
+                for key, amount in _bundle_resources(self._resources.get(unit.label, {})).items():
+                    free[unit.bundle][key] = free[unit.bundle].get(key, 0) - amount
+        chosen = []
+        for index, node in enumerate(nodes, offset):
+            demand = {key: amount * len(node.units()) for key, amount in each.items()}  # its colocated parts together
+            turn = [(index + step) % len(free) for step in range(len(free))]
+            room = [bundle for bundle in turn
+                    if all(free[bundle].get(key, 0) >= amount - 1e-9 for key, amount in demand.items())]
+            if not room:
+                left = [{key: round(amount, 6) for key, amount in bundle.items()} for bundle in free]
+                raise ValueError(
+                    f"group '{group}' cannot grow to {node.name}: a node of it asks Ray for {demand}, and no bundle of "
+                    f"the launch's placement group has that free (a placement group cannot grow: its bundles were "
+                    f"sized for the nodes at launch, and hold {left} free now). Launch the group at its largest size "
+                    f"and scale it down at the start (a removed node's room is taken by the next one added), or "
+                    f"have the group ask for no resources")
+            for key, amount in demand.items():
+                free[room[0]][key] -= amount
+            chosen.append(room[0])
+        return chosen
 
     def _remove_nodes(self, nodes: list[Node]) -> None:
         """Each removed unit's stop as under `processes`, its actor killed, then forgotten."""
