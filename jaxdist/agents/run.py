@@ -76,7 +76,8 @@ class RunOptions:
     allow_config_change: bool = False
     """Resume even though the config differs from the one the run was started with."""
     compilation_cache: str = os.path.join("~", ".cache", "jaxdist", "jax")
-    """JAX's persistent compilation cache ('' to turn it off)."""
+    """JAX's persistent compilation cache, shared by the run's processes ('': JAX's own settings
+    decide, off unless JAX_COMPILATION_CACHE_DIR is set)."""
     quiet: bool = False
     """Do not echo the nodes' output."""
     track: str | None = None
