@@ -1,0 +1,129 @@
+"""Population-based training under Sebulba (``--pbt N`` without ``--architecture anakin``): the
+topology of a population of N actor-learner runs in one program.
+
+Member ``m`` is Sebulba's run of one learner host: a process ``learner/m`` of threads (its
+replay, its learner, its evaluator), its share of the actors (``actor/i`` feeds member
+``i % N``), in ``<run_dir>/config-<m>`` (its checkpoints, metrics, evaluations, best policy).
+Its learner starts from the member's drawn hyperparameters, which it keeps in its state, and
+every ``pbt_interval`` updates takes part in the round of the ``pbt`` node, the population's
+coordinator (:mod:`jaxdist.learning.population`): the copies go through the members'
+checkpoints, so the population runs on every launcher that shares the run directory between
+its hosts. The run's ``evaluations.csv`` holds every member's return of each round
+(``seed/<m>/mean_return``), ``lineage.csv`` each member's parent and hyperparameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Any
+
+import jaxdist as jd
+from jaxdist.agents import sweep
+from jaxdist.agents.experiment import (ACTOR_RESTART, LEARNER_RESTART, Agent, Policy, actor, actor_policies,
+                                       actor_seed, best_policy, evaluator, learner_template, pbt_ranges,
+                                       program_name, restore_learner, sebulba_learner, traced_logic)
+
+LEARNER = "learner"
+"""A member's learner's name: its checkpoints are ``<run_dir>/config-<m>/checkpoints/learner``."""
+
+
+@dataclasses.dataclass
+class Population:
+    """N members, each a learner with its replay, evaluator and actors, and their coordinator."""
+
+    agent: Agent
+
+    def __post_init__(self) -> None:
+        agent, config = self.agent, self.agent.config
+        self.program = jd.Program(program_name(agent))
+        coordinator = self.program.add_node(jd.CourierNode(coordinator_node, agent).with_options(
+            restart=ACTOR_RESTART), label="pbt")
+        replays, learners = [], []
+        for member in range(config.pbt):
+            replay_node = jd.ReplayNode(agent.part("replay_table", config),
+                                        checkpoint=config.replay_checkpoint_seconds is not None,
+                                        checkpoint_every_seconds=config.replay_checkpoint_seconds)
+            replays.append(replay_node.create_handle())
+            learner_node = jd.CourierNode(member_learner, agent, member, replays[-1], coordinator).with_options(
+                stops_first=True, restart=LEARNER_RESTART)
+            learners.append(learner_node.create_handle())
+            evaluator_node = jd.CourierNode(member_evaluator, agent, member, learners[-1])
+            self.program.add_node(jd.ColocationNode([replay_node, learner_node, evaluator_node], mode="threads"),
+                                  label="learner")
+        self.acting = self.program.add_group("actor", functools.partial(member_actor, agent, learners, replays),
+                                             config.num_actors * config.pbt)
+        self.learner = learners[0]
+        self.placement = {"pbt": jd.on_host(0), "learner": jd.spread(), "actor": jd.spread()}
+        self.last_update, self.seeds = config.total_updates, config.pbt
+
+    def checkpoints(self, run_dir: str) -> str:
+        return member_checkpoints(run_dir, 0)
+
+    def keeps_best(self, run_dir: str) -> bool:
+        from jaxdist.learning.layout import checkpoint_dir
+        from jaxdist.nodes.evaluator import BEST_POLICY
+
+        return os.path.isdir(checkpoint_dir(sweep.config_dir(run_dir, 0), BEST_POLICY))
+
+    def trained(self, run_dir: str, step: int | None, run_seed: int, best: bool) -> Policy:
+        """Member ``run_seed``'s latest (or ``step``'s) parameters, or its best evaluated ones."""
+        agent, member_dir = self.agent, sweep.config_dir(run_dir, run_seed)
+        if best:
+            return best_policy(agent, member_dir)
+        logic = logic_of(agent, run_seed)
+        restored = restore_learner(member_dir, member_checkpoints(run_dir, run_seed), learner_template(logic), step,
+                                   f"{agent.config.pbt_interval} updates")
+        return Policy(logic.params(restored["state"]), int(restored["step"]), actor_policies(agent),
+                      agent.env.obs_shape)
+
+
+def member_checkpoints(run_dir: str, member: int) -> str:
+    from jaxdist.learning.layout import checkpoint_dir
+
+    return checkpoint_dir(sweep.config_dir(run_dir, member), LEARNER)
+
+
+def logic_of(agent: Agent, member: int) -> Any:
+    """Member ``member``'s learner logic, from its drawn hyperparameters."""
+    from jaxdist.learning.population import member_logic
+
+    return member_logic(functools.partial(traced_logic, agent), sweep.configurations(agent.config)[member])
+
+
+# Node factories: each runs in its node's own process. ------------------------------------------
+
+
+def coordinator_node(agent: Agent) -> Any:
+    from jaxdist.learning.population import Coordinator
+
+    config, run_dir = agent.config, jd.current_node().run_dir
+    return Coordinator(run_dir, [sweep.config_dir(run_dir, member) for member in range(config.pbt)],
+                       sweep.configurations(config), final_step=config.total_updates, fraction=config.pbt_fraction,
+                       rule=config.pbt_explore, ranges=pbt_ranges(config), exploit=config.pbt_exploit != "none",
+                       seed=config.seed)
+
+
+def member_learner(agent: Agent, member: int, replay: Any, coordinator: Any) -> Any:
+    """Member ``member``'s learner: its own seed and directory, saving at every round."""
+    from jaxdist.learning.population import Member
+    from jaxdist.nodes.learner import CheckpointOptions
+
+    config, run_dir = agent.config, jd.current_node().run_dir
+    checkpoints = [member_checkpoints(run_dir, other) for other in range(config.pbt)]
+    return sebulba_learner(agent, replay, logic_of(agent, member), run_dir=sweep.config_dir(run_dir, member),
+                           name=LEARNER, seed=actor_seed(config.seed, member),
+                           checkpointing=CheckpointOptions(save_every_steps=config.pbt_interval, keep=3),
+                           population=Member(coordinator, member, config.pbt_interval, checkpoints))
+
+
+def member_evaluator(agent: Agent, member: int, learner: Any) -> Any:
+    """Member ``member``'s evaluator, in its directory; the coordinator ends the program."""
+    return evaluator(agent, learner, run_dir=sweep.config_dir(jd.current_node().run_dir, member), ends_program=False)
+
+
+def member_actor(agent: Agent, learners: list[jd.Handle], replays: list[jd.Handle], index: int) -> jd.CourierNode:
+    """Actor ``index``, of member ``index % N``: the actor group's factory."""
+    member = index % len(learners)
+    return jd.CourierNode(actor, agent, index, learners[member], replays[member]).with_options(restart=ACTOR_RESTART)
