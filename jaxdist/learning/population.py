@@ -21,6 +21,7 @@ member's final version is evaluated: the coordinator then stops the program.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -102,7 +103,7 @@ class Coordinator:
                  seed: int) -> None:
         self._dirs, self._size = list(member_dirs), len(member_dirs)
         self._final_step, self._exploit = final_step, exploit
-        self._rules = dict(fraction=fraction, rule=rule, ranges=ranges)
+        self._step = jax.jit(functools.partial(pbt.exploit_and_explore, fraction=fraction, rule=rule, ranges=ranges))
         self._key = jax.random.key(seed)
         self._lock = threading.Lock()
         self._asked: dict[int, set[int]] = {}  # step -> the members waiting in its round
@@ -155,12 +156,11 @@ class Coordinator:
                   for field in fields}
         parents = np.arange(self._size)
         if self._exploit:
-            _, values, parents = pbt.exploit_and_explore(jax.random.fold_in(self._key, step), jnp.asarray(scores), {},
-                                                         values, **self._rules)
-        values = jax.device_get(values)
-        self._decided[step] = [{"parent": int(parent), "hyperparams": {field: float(values[field][member])
-                                                                        for field in fields}}
-                               for member, parent in enumerate(np.asarray(parents))]
+            _, values, parents = jax.device_get(self._step(jax.random.fold_in(self._key, step), jnp.asarray(scores),
+                                                           {}, values))
+        self._decided[step] = [  # a member that kept its state keeps its values exactly
+            {"parent": int(parent), "hyperparams": latest[member]["hyperparams"] if parent == member else
+             {field: float(values[field][member]) for field in fields}} for member, parent in enumerate(parents)]
         self._write_lineage(step)
         self._record(step, scores)
         self._asked.pop(step, None)
