@@ -10,7 +10,8 @@ policy, replay table, sink), imported where a node runs them.
 
 **Topology.** Where the architecture is read: :data:`ARCHITECTURES` maps
 ``config.architecture`` to a :class:`Topology`, the one protocol the runner, the monitor and
-``load_policy`` see (an agent with a program of its own, ES, implements it too):
+``load_policy`` see (an agent with a program of its own, ES, implements it too; so does a PBT
+population of Sebulba runs, :mod:`jaxdist.agents.population`):
 
 - :class:`Sebulba` (Acme's ``make_distributed_experiment``): per learner host h, a process
   ``learner/h`` of threads: the agent's replay table (a FIFO for on-policy agents, prioritized
@@ -554,9 +555,7 @@ class Sebulba:
         hosts = config.learner_hosts
         replays, learners = [], []
         for host in range(hosts):
-            replay_node = jd.ReplayNode(agent.part("replay_table", config),
-                                        checkpoint=config.replay_checkpoint_seconds is not None,
-                                        checkpoint_every_seconds=config.replay_checkpoint_seconds)
+            replay_node = learner_replay(agent)
             replays.append(replay_node.create_handle())
             learner_node = jd.CourierNode(sebulba_learner, agent, replays[-1]).with_options(
                 stops_first=True, restart=LEARNER_RESTART)
@@ -600,6 +599,13 @@ class Sebulba:
                                    saves_every(agent.config))
         return Policy(logic.params(restored["state"]), int(restored["step"]), actor_policies(agent),
                       agent.env.obs_shape)
+
+
+def learner_replay(agent: Agent) -> jd.ReplayNode:
+    """The replay node beside a learner: the agent's table, checkpointed as the config says."""
+    config = agent.config
+    return jd.ReplayNode(agent.part("replay_table", config), checkpoint=config.replay_checkpoint_seconds is not None,
+                         checkpoint_every_seconds=config.replay_checkpoint_seconds)
 
 
 def best_policy(agent: Agent, run_dir: str) -> Policy:

@@ -22,7 +22,7 @@ from typing import Any
 import jaxdist as jd
 from jaxdist.agents import sweep
 from jaxdist.agents.experiment import (ACTOR_RESTART, LEARNER_RESTART, Agent, Policy, actor, actor_policies,
-                                       actor_seed, best_policy, evaluator, learner_template, pbt_ranges,
+                                       actor_seed, best_policy, evaluator, learner_replay, learner_template, pbt_ranges,
                                        program_name, restore_learner, sebulba_learner, traced_logic)
 
 LEARNER = "learner"
@@ -42,9 +42,7 @@ class Population:
             restart=ACTOR_RESTART), label="pbt")
         replays, learners = [], []
         for member in range(config.pbt):
-            replay_node = jd.ReplayNode(agent.part("replay_table", config),
-                                        checkpoint=config.replay_checkpoint_seconds is not None,
-                                        checkpoint_every_seconds=config.replay_checkpoint_seconds)
+            replay_node = learner_replay(agent)
             replays.append(replay_node.create_handle())
             learner_node = jd.CourierNode(member_learner, agent, member, replays[-1], coordinator).with_options(
                 stops_first=True, restart=LEARNER_RESTART)

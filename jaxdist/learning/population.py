@@ -111,7 +111,8 @@ class Coordinator:
         self._lineage = MetricsWriter(metrics_path(run_dir, LINEAGE))
         self._evaluations = MetricsWriter(metrics_path(run_dir, EVALUATIONS))
         if not self._decided:  # the drawn population, as step 0
-            self._decided[0] = [{"parent": member, "hyperparams": dict(values)} for member, values in enumerate(initial)]
+            self._decided[0] = [{"parent": member, "hyperparams": dict(values)}
+                                for member, values in enumerate(initial)]
             self._write_lineage(0)
 
     def decision(self, member: int, step: int) -> dict[str, Any] | None:
@@ -132,7 +133,8 @@ class Coordinator:
             scores = self._scores(self._final_step)
             if scores is not None:
                 self._record(self._final_step, scores)
-                context.stop(f"training is over: every member's final policy (version {self._final_step}) was evaluated")
+                context.stop(f"training is over: every member's final policy (version {self._final_step}) "
+                             f"was evaluated")
                 return
 
     def close(self) -> None:
