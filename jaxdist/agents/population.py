@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from typing import Any
 
 import jaxdist as jd
@@ -54,16 +53,17 @@ class Population:
                                              config.num_actors * config.pbt)
         self.learner = learners[0]
         self.placement = {"pbt": jd.on_host(0), "learner": jd.spread(), "actor": jd.spread()}
-        self.last_update, self.seeds = config.total_updates, config.pbt
+        # One run to the monitor: its env steps are every member's actors', and its evaluation return
+        # the members' mean; each member's return is in the ranking (sweep.csv).
+        self.last_update, self.seeds = config.total_updates, 1
 
     def checkpoints(self, run_dir: str) -> str:
         return member_checkpoints(run_dir, 0)
 
     def keeps_best(self, run_dir: str) -> bool:
-        from jaxdist.learning.layout import checkpoint_dir
-        from jaxdist.nodes.evaluator import BEST_POLICY
-
-        return os.path.isdir(checkpoint_dir(sweep.config_dir(run_dir, 0), BEST_POLICY))
+        """No one policy scored the run's best (the members' mean): each member keeps its own best
+        (``load_policy(run_dir, config_index=m, best=True)``)."""
+        return False
 
     def trained(self, run_dir: str, step: int | None, run_seed: int, best: bool) -> Policy:
         """Member ``run_seed``'s latest (or ``step``'s) parameters, or its best evaluated ones."""

@@ -274,6 +274,7 @@ def test_a_population_of_sebulba_learners_copies_through_checkpoints_and_a_kille
     assert int(saved["step"]) == 20
     assert np.isclose(saved["state"]["hyperparams"]["learning_rate"], last["learning_rate"])
     assert load_policy(str(tmp_path), config_index=last["member"]).step == 20
+    assert load_policy(str(tmp_path), config_index=last["member"], best=True).step % 5 == 0  # its evaluator's best
 
 
 def sigterm_after_a_checkpoint(command: list[str], checkpoints, log) -> str:
