@@ -761,14 +761,15 @@ def actor_policies(agent: Agent) -> dict[bool, Any]:
 # Node factories: each runs in its node's own process, where handles have become clients. ------
 
 
-def _learner_parts(agent: Agent) -> dict[str, Any]:
+def _learner_parts(agent: Agent, config_dir: str | None = None) -> dict[str, Any]:
     """What every learner of ``agent`` is built with, whatever feeds it: the loop's settings, its
     checkpointing and its publishing. A learner spanning hosts joins their jax.distributed
-    group here, before anything touches JAX's devices."""
+    group here, before anything touches JAX's devices. It saves the run's config, however it was
+    launched, in ``config_dir`` (default: the node's run directory)."""
     from jaxdist.nodes.learner import CheckpointOptions, PublishOptions, join_hosts
 
     config = agent.config
-    save(jd.current_node().run_dir, agent.factory, config)  # the run's config, however it was launched
+    save(config_dir or jd.current_node().run_dir, agent.factory, config)
     join_hosts(config.learner_hosts)
     return dict(steps_per_call=config.learner_steps_per_call, seed=config.seed, max_steps=config.total_updates,
                 prefetch=config.learner_prefetch,
@@ -776,15 +777,17 @@ def _learner_parts(agent: Agent) -> dict[str, Any]:
                 publishing=PublishOptions(every=config.publish_every_updates, log_every=config.log_every_updates))
 
 
-def sebulba_learner(agent: Agent, replay: Any, logic: Any = None, **options: Any) -> Any:
+def sebulba_learner(agent: Agent, replay: Any, logic: Any = None, config_dir: str | None = None,
+                    **options: Any) -> Any:
     """The learner of a replay fed by actors; the evaluator ends the program, after the final
     version. A prioritized agent's learner samples the keys and probabilities with the data and
     writes new priorities back behind it. ``logic`` and the ``Learner``'s ``options`` replace
-    the agent's own (a PBT member's: :mod:`jaxdist.agents.population`)."""
+    the agent's own, ``config_dir`` is where it saves the config (a run of a population's:
+    :mod:`jaxdist.agents.population`)."""
     from jaxdist.nodes.learner import Learner, ReplaySource
     from jaxdist.nodes.replay import PriorityWriter
 
-    config, parts = agent.config, {**_learner_parts(agent), **options}
+    config, parts = agent.config, {**_learner_parts(agent, config_dir), **options}
     multihost = config.learner_hosts > 1
     source = ReplaySource(replay, config.batch_size // config.learner_hosts,
                           field=None if agent.prioritized else "data", end_on_stop=not multihost)

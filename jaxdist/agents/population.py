@@ -20,7 +20,7 @@ from typing import Any
 
 import jaxdist as jd
 from jaxdist.agents import sweep
-from jaxdist.agents.experiment import (ACTOR_RESTART, LEARNER_RESTART, Agent, Policy, actor, actor_policies,
+from jaxdist.agents.experiment import (ACTOR_RESTART, LEARNER_RESTART, Agent, Lazy, Policy, actor, actor_policies,
                                        actor_seed, best_policy, evaluator, learner_replay, learner_template, pbt_ranges,
                                        program_name, restore_learner, sebulba_learner, traced_logic)
 
@@ -49,8 +49,8 @@ class Population:
             evaluator_node = jd.CourierNode(member_evaluator, agent, member, learners[-1])
             self.program.add_node(jd.ColocationNode([replay_node, learner_node, evaluator_node], mode="threads"),
                                   label="learner")
-        self.acting = self.program.add_group("actor", functools.partial(member_actor, agent, learners, replays),
-                                             config.num_actors * config.pbt)
+        self.acting = self.program.add_group("actor", functools.partial(member_actor, [agent] * config.pbt, learners,
+                                                                        replays), config.num_actors * config.pbt)
         self.learner = learners[0]
         self.placement = {"pbt": jd.on_host(0), "learner": jd.spread(), "actor": jd.spread()}
         # One run to the monitor: its env steps are every member's actors', and its evaluation return
@@ -117,11 +117,99 @@ def member_learner(agent: Agent, member: int, replay: Any, coordinator: Any) -> 
 
 
 def member_evaluator(agent: Agent, member: int, learner: Any) -> Any:
-    """Member ``member``'s evaluator, in its directory; the coordinator ends the program."""
+    """Member (or run) ``member``'s evaluator, in its directory; the program's end is not its own."""
     return evaluator(agent, learner, run_dir=sweep.config_dir(jd.current_node().run_dir, member), ends_program=False)
 
 
-def member_actor(agent: Agent, learners: list[jd.Handle], replays: list[jd.Handle], index: int) -> jd.CourierNode:
-    """Actor ``index``, of member ``index % N``: the actor group's factory."""
+def member_actor(agents: list[Agent], learners: list[jd.Handle], replays: list[jd.Handle],
+                 index: int) -> jd.CourierNode:
+    """Actor ``index``, of member (or run) ``index % N``: the actor group's factory."""
     member = index % len(learners)
-    return jd.CourierNode(actor, agent, index, learners[member], replays[member]).with_options(restart=ACTOR_RESTART)
+    return jd.CourierNode(actor, agents[member], index, learners[member], replays[member]).with_options(
+        restart=ACTOR_RESTART)
+
+
+# A sweep side by side ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SideBySide:
+    """A Sebulba sweep to train side by side: the record ``train`` launches as one program of
+    every configuration's run (:class:`Together`), where a launcher has hosts to spread them
+    over (ray, multihost); each run is the one ``<run_dir>/config-<c>`` would hold had it run
+    alone, so the ranking, ``load_policy`` and a relaunch read it as they read those."""
+
+    agent: Agent
+
+    @property
+    def name(self) -> str:
+        return self.agent.name
+
+    @property
+    def factory(self) -> str:
+        return self.agent.factory
+
+    @property
+    def config(self) -> Any:
+        return self.agent.config
+
+    def topology(self) -> Together:
+        return Together(self.agent)
+
+
+@dataclasses.dataclass
+class Together:
+    """Each configuration's Sebulba run (its learner process and actors) beside the others', in
+    ``<run_dir>/config-<c>``, placed by the launcher; a ``sweep`` node ends the program once every
+    run's final version is evaluated."""
+
+    agent: Agent
+
+    def __post_init__(self) -> None:
+        agent, config = self.agent, self.agent.config
+        self.runs = [Lazy(agent.factory)(sweep.configured(config, values)) for values in sweep.configurations(config)]
+        self.program = jd.Program(program_name(agent))
+        self.program.add_node(jd.CourierNode(finish_node, agent), label="sweep")
+        replays, learners = [], []
+        for index, run in enumerate(self.runs):
+            replay_node = learner_replay(run)
+            replays.append(replay_node.create_handle())
+            learner_node = jd.CourierNode(run_learner, run, index, replays[-1]).with_options(
+                stops_first=True, restart=LEARNER_RESTART)
+            learners.append(learner_node.create_handle())
+            evaluator_node = jd.CourierNode(member_evaluator, run, index, learners[-1])
+            self.program.add_node(jd.ColocationNode([replay_node, learner_node, evaluator_node], mode="threads"),
+                                  label="learner")
+        self.acting = self.program.add_group("actor", functools.partial(member_actor, self.runs, learners, replays),
+                                             config.num_actors * len(self.runs))
+        self.learner = learners[0]
+        self.placement = {"sweep": jd.on_host(0), "learner": jd.spread(), "actor": jd.spread()}
+        self.last_update, self.seeds = config.total_updates, 1
+
+    def checkpoints(self, run_dir: str) -> str:
+        """The checkpoints of the run that has saved the fewest updates: the sweep is over once it is."""
+        from jaxdist.agents.run import saved_update
+
+        directories = [run.topology().checkpoints(sweep.config_dir(run_dir, index))
+                       for index, run in enumerate(self.runs)]
+        return min(directories, key=lambda directory: saved_update(directory) or 0)
+
+    def keeps_best(self, run_dir: str) -> bool:
+        return False  # each run keeps its own: load_policy(run_dir, config_index=c, best=True)
+
+    def trained(self, run_dir: str, step: int | None, run_seed: int, best: bool) -> Policy:
+        return self.runs[run_seed].topology().trained(sweep.config_dir(run_dir, run_seed), step, 0, best)
+
+
+def finish_node(agent: Agent) -> Any:
+    from jaxdist.learning.population import Finish
+
+    run_dir = jd.current_node().run_dir
+    return Finish([sweep.config_dir(run_dir, index) for index in range(len(sweep.configurations(agent.config)))],
+                  agent.config.total_updates)
+
+
+def run_learner(run: Agent, index: int, replay: Any) -> Any:
+    """Configuration ``index``'s learner, as its Sebulba run alone has it: its name, its directory."""
+    run_dir = sweep.config_dir(jd.current_node().run_dir, index)
+    return sebulba_learner(run, replay, config_dir=run_dir, run_dir=run_dir, name=run.topology().learner.node_name)

@@ -42,6 +42,35 @@ from jaxdist.records.metrics import MetricsWriter, metrics_path, read_metrics
 POLL_SECONDS = 0.1  # how often a member waiting in a round asks again
 
 
+def evaluated(run_dirs: Sequence[str], step: int) -> np.ndarray | None:
+    """Each run's evaluation return of version ``step`` (its latest), if every run has one."""
+    scores = []
+    for directory in run_dirs:
+        rows = [row["mean_return"] for row in recorded_evaluations(directory) if row["step"] == step]
+        if not rows:
+            return None
+        scores.append(rows[-1])
+    return np.asarray(scores, np.float32)
+
+
+class Finish:
+    """Ends a program of several runs (in ``run_dirs``) once each has evaluated its final version
+    ``final_step``, having handed their returns to ``then``: their evaluators leave the end to it."""
+
+    def __init__(self, run_dirs: Sequence[str], final_step: int,
+                 then: Callable[[int, np.ndarray], None] | None = None) -> None:
+        self._dirs, self._final_step, self._then = list(run_dirs), final_step, then
+
+    def run(self) -> None:
+        while not context.wait_for_stop(0.5):
+            returns = evaluated(self._dirs, self._final_step)
+            if returns is not None:
+                if self._then is not None:
+                    self._then(self._final_step, returns)
+                context.stop(f"training is over: every run's final policy (version {self._final_step}) was evaluated")
+                return
+
+
 def member_logic(logic_of: Callable[[Mapping[str, Any]], LearnerLogic], values: Mapping[str, float]) -> LearnerLogic:
     """A member's logic: the agent's ``logic_of(hyperparameters)``, with ``values`` kept in the
     state (``{"agent", "hyperparams"}``) and passed to it traced in the update, so a member's
@@ -122,34 +151,18 @@ class Coordinator:
             if step not in self._decided:
                 waiting = self._asked.setdefault(step, set())
                 waiting.add(member)
-                scores = self._scores(step) if len(waiting) == self._size else None
+                scores = evaluated(self._dirs, step) if len(waiting) == self._size else None
                 if scores is None:
                     return None
                 self._decide(step, scores)
             return self._decided[step][member]
 
     def run(self) -> None:
-        while not context.wait_for_stop(0.5):
-            scores = self._scores(self._final_step)
-            if scores is not None:
-                self._record(self._final_step, scores)
-                context.stop(f"training is over: every member's final policy (version {self._final_step}) "
-                             f"was evaluated")
-                return
+        Finish(self._dirs, self._final_step, self._record).run()
 
     def close(self) -> None:
         self._lineage.close()
         self._evaluations.close()
-
-    def _scores(self, step: int) -> np.ndarray | None:
-        """Each member's evaluation return of version ``step`` (its latest), if all are recorded."""
-        scores = []
-        for directory in self._dirs:
-            rows = [row["mean_return"] for row in recorded_evaluations(directory) if row["step"] == step]
-            if not rows:
-                return None
-            scores.append(rows[-1])
-        return np.asarray(scores, np.float32)
 
     def _decide(self, step: int, scores: np.ndarray) -> None:
         latest = self._decided[max(self._decided)]
