@@ -21,6 +21,7 @@ from jaxdist.learning import anakin
 from jaxdist.nodes.evaluator import EVALUATIONS, record
 from jaxdist.nodes.learner import Learner, PublishOptions
 from jaxdist.records.metrics import MetricsWriter, metrics_path, read_metrics
+from ports import reserve_base_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = with_preset(ppo.PPOConfig, "CartPole-v1", ppo.PRESETS, architecture="anakin", num_actors=1,
@@ -183,6 +184,28 @@ def test_a_sweep_under_sebulba_runs_each_configuration_after_the_other_and_resum
     ranked = read_metrics(tmp_path / sweep.SWEEP_FILE)
     assert sorted(row["config_index"] for row in ranked) == [0, 1]
     assert load_policy(str(tmp_path), config_index=1).step == 30
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_sweep_under_sebulba_on_two_hosts_trains_its_configurations_side_by_side(tmp_path):
+    """Two hosts (both on 127.0.0.1) run the same command; configuration c's learner process and
+    actor are on host c, and host 0 ranks both runs."""
+    base = reserve_base_port()
+    command = [sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--launcher", "multihost", "--hosts",
+               "127.0.0.1,127.0.0.1", "--base-port", str(base), "--compilation-cache", "", "--run-dir",
+               str(tmp_path), "--num-actors", "1", "--envs-per-actor", "8", "--total-steps", str(8 * 32 * 10),
+               "--eval-every-updates", "5", "--sweep", "learning_rate=1e-3,3e-3"]
+    env = dict(os.environ, JAXDIST_TOKEN="shared-secret", PYTHONUNBUFFERED="1")
+    hosts = [subprocess.Popen(command + ["--host-index", str(index)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env) for index in (0, 1)]
+    outputs = [host.communicate(timeout=500)[0] for host in hosts]
+    assert [host.returncode for host in hosts] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    assert "2 configurations x 1 seed(s)" in outputs[0] and "every run's final policy (version 10)" in outputs[0]
+    assert "[learner/1] " in outputs[1] and "[actor/1] " in outputs[1], outputs[1][-3000:]  # run 1 on host 1
+    assert "[learner/0] " not in outputs[1] and "[learner/0] " in outputs[0]
+    assert sorted(row["config_index"] for row in read_metrics(tmp_path / sweep.SWEEP_FILE)) == [0, 1]
+    assert [load_policy(str(tmp_path), config_index=index).step for index in (0, 1)] == [10, 10]
 
 
 @pytest.mark.slow
