@@ -1,5 +1,6 @@
-"""Population-based training under Sebulba (``--pbt N`` without ``--architecture anakin``): the
-topology of a population of N actor-learner runs in one program.
+"""Several Sebulba runs in one program: a population of N members for population-based
+training (``--pbt N`` without ``--architecture anakin``, :class:`Population`), or a sweep's
+configurations side by side (:class:`SideBySide`, under the ray and multihost launchers).
 
 Member ``m`` is Sebulba's run of one learner host: a process ``learner/m`` of threads (its
 replay, its learner, its evaluator), its share of the actors (``actor/i`` feeds member
@@ -10,12 +11,17 @@ coordinator (:mod:`jaxdist.learning.population`): the copies go through the memb
 checkpoints, so the population runs on every launcher that shares the run directory between
 its hosts. The run's ``evaluations.csv`` holds every member's return of each round
 (``seed/<m>/mean_return``), ``lineage.csv`` each member's parent and hyperparameters.
+
+A sweep side by side is the same runs without the rounds: configuration ``c``'s run with its
+own config, exactly as ``<run_dir>/config-<c>`` holds it when the configurations run one after
+another, and a ``sweep`` node that ends the program once every run has evaluated its last.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import jaxdist as jd
@@ -39,18 +45,8 @@ class Population:
         self.program = jd.Program(program_name(agent))
         coordinator = self.program.add_node(jd.CourierNode(coordinator_node, agent).with_options(
             restart=ACTOR_RESTART), label="pbt")
-        replays, learners = [], []
-        for member in range(config.pbt):
-            replay_node = learner_replay(agent)
-            replays.append(replay_node.create_handle())
-            learner_node = jd.CourierNode(member_learner, agent, member, replays[-1], coordinator).with_options(
-                stops_first=True, restart=LEARNER_RESTART)
-            learners.append(learner_node.create_handle())
-            evaluator_node = jd.CourierNode(member_evaluator, agent, member, learners[-1])
-            self.program.add_node(jd.ColocationNode([replay_node, learner_node, evaluator_node], mode="threads"),
-                                  label="learner")
-        self.acting = self.program.add_group("actor", functools.partial(member_actor, [agent] * config.pbt, learners,
-                                                                        replays), config.num_actors * config.pbt)
+        learners, self.acting = add_runs(self.program, [agent] * config.pbt, lambda member, replay: jd.CourierNode(
+            member_learner, agent, member, replay, coordinator))
         self.learner = learners[0]
         self.placement = {"pbt": jd.on_host(0), "learner": jd.spread(), "actor": jd.spread()}
         # One run to the monitor: its env steps are every member's actors', and its evaluation return
@@ -75,6 +71,25 @@ class Population:
                                    f"{agent.config.pbt_interval} updates")
         return Policy(logic.params(restored["state"]), int(restored["step"]), actor_policies(agent),
                       agent.env.obs_shape)
+
+
+def add_runs(program: jd.Program, agents: list[Agent],
+             learner: Callable[[int, jd.Handle], jd.CourierNode]) -> tuple[list[jd.Handle], list[jd.Handle]]:
+    """Run ``i`` of ``agents`` as Sebulba's learner host: a process ``learner/i`` of threads (its
+    replay, ``learner(i, replay)`` and its evaluator) and ``num_actors`` actors (``actor/j`` feeds
+    run ``j % len(agents)``). The learners' and the actors' handles."""
+    replays, learners = [], []
+    for index, agent in enumerate(agents):
+        replay_node = learner_replay(agent)
+        replays.append(replay_node.create_handle())
+        learner_node = learner(index, replays[-1]).with_options(stops_first=True, restart=LEARNER_RESTART)
+        learners.append(learner_node.create_handle())
+        evaluator_node = jd.CourierNode(member_evaluator, agent, index, learners[-1])
+        program.add_node(jd.ColocationNode([replay_node, learner_node, evaluator_node], mode="threads"),
+                         label="learner")
+    acting = program.add_group("actor", functools.partial(member_actor, agents, learners, replays),
+                               agents[0].config.num_actors * len(agents))
+    return learners, acting
 
 
 def member_checkpoints(run_dir: str, member: int) -> str:
@@ -170,25 +185,15 @@ class Together:
         self.runs = [Lazy(agent.factory)(sweep.configured(config, values)) for values in sweep.configurations(config)]
         self.program = jd.Program(program_name(agent))
         self.program.add_node(jd.CourierNode(finish_node, agent), label="sweep")
-        replays, learners = [], []
-        for index, run in enumerate(self.runs):
-            replay_node = learner_replay(run)
-            replays.append(replay_node.create_handle())
-            learner_node = jd.CourierNode(run_learner, run, index, replays[-1]).with_options(
-                stops_first=True, restart=LEARNER_RESTART)
-            learners.append(learner_node.create_handle())
-            evaluator_node = jd.CourierNode(member_evaluator, run, index, learners[-1])
-            self.program.add_node(jd.ColocationNode([replay_node, learner_node, evaluator_node], mode="threads"),
-                                  label="learner")
-        self.acting = self.program.add_group("actor", functools.partial(member_actor, self.runs, learners, replays),
-                                             config.num_actors * len(self.runs))
+        learners, self.acting = add_runs(self.program, self.runs, lambda index, replay: jd.CourierNode(
+            run_learner, self.runs[index], index, replay))
         self.learner = learners[0]
         self.placement = {"sweep": jd.on_host(0), "learner": jd.spread(), "actor": jd.spread()}
         self.last_update, self.seeds = config.total_updates, 1
 
     def checkpoints(self, run_dir: str) -> str:
         """The checkpoints of the run that has saved the fewest updates: the sweep is over once it is."""
-        from jaxdist.agents.run import saved_update
+        from jaxdist.learning.layout import saved_update
 
         directories = [run.topology().checkpoints(sweep.config_dir(run_dir, index))
                        for index, run in enumerate(self.runs)]

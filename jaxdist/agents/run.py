@@ -53,7 +53,7 @@ import jaxdist as jd
 from jaxdist import courier
 from jaxdist.agents import experiment, sweep
 from jaxdist.agents.experiment import AgentConfig, Presets, Topology, env_slug, qualified_name, resources
-from jaxdist.learning.layout import LINEAGE
+from jaxdist.learning.layout import LINEAGE, saved_update
 from jaxdist.nodes.evaluator import EVALUATIONS, recorded_evaluations
 from jaxdist.program import group_of
 from jaxdist.records.metrics import MetricsWriter, metrics_path, read_metrics
@@ -427,15 +427,6 @@ def finished_summary(run_dir: str, topology: Topology, config: Any) -> dict[str,
                 f"nothing launched: the run reached its target {target:g} at the evaluation of version {reached[0]} "
                 f"and stopped at update {saved}: without --stop-at-target it trains on, --fresh starts over"))
     return None
-
-
-def saved_update(checkpoints: str) -> int | None:
-    """The newest complete learner checkpoint's update in ``checkpoints`` (after a stop, the one it saved)."""
-    try:
-        steps = [int(name) for name in os.listdir(checkpoints) if name.isdigit()]
-    except OSError:
-        return None
-    return max(steps, default=None)
 
 
 def default_run_dir(agent: Trainable) -> str:

@@ -12,8 +12,9 @@ relaunch expands the same configurations.
 learner; a seed's runs share their initial parameters and keys across configurations (common
 random numbers, and configuration ``c`` trains as it would alone with the same seed and
 ``num_seeds``). PBT's members are each a configuration of one seed, with keys of their own.
-Under Sebulba each configuration is a program of its own, run after the previous one in
-``<run_dir>/config-<c>`` (:func:`apart`); a PBT population is one program whose members are
+Under Sebulba each configuration is a run of its own in ``<run_dir>/config-<c>`` (:func:`apart`):
+a program after the previous one, or, under the ray and multihost launchers, side by side in one
+program (:class:`jaxdist.agents.population.Together`); a PBT population is one program whose members are
 each a learner with its actors and evaluator, member ``m`` in ``<run_dir>/config-<m>``
 (:mod:`jaxdist.agents.population`).
 

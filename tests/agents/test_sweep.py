@@ -80,6 +80,23 @@ def test_under_sebulba_each_configuration_is_a_run_of_its_own_and_under_anakin_n
         dataclasses.replace(population, pbt_interval=7)
 
 
+def test_side_by_side_every_configuration_is_a_learner_process_with_its_actors_in_its_own_directory(tmp_path):
+    config = dataclasses.replace(CONFIG, architecture="sebulba", num_actors=2,
+                                 sweep=("learning_rate=1e-3,3e-3", "gamma=0.9,0.99"))
+    record = population.SideBySide(ppo.agent(config))
+    together = record.topology()
+    assert [(one.config.learning_rate, one.config.gamma, one.config.sweep) for one in together.runs] == [
+        (1e-3, 0.9, ()), (1e-3, 0.99, ()), (3e-3, 0.9, ()), (3e-3, 0.99, ())]
+    groups = together.program.groups
+    assert len(groups["learner"]) == 4 and len(groups["actor"]) == 8 and len(groups["sweep"]) == 1
+    assert together.placement["learner"] == jd.spread() and record.config is config
+    # the slowest run says where the sweep is: it is over once every run is
+    for index, step in enumerate((10, 4, 10, 10)):
+        os.makedirs(os.path.join(together.runs[index].topology().checkpoints(sweep.config_dir(str(tmp_path), index)),
+                                 str(step)))
+    assert run.saved_update(together.checkpoints(str(tmp_path))) == 4
+
+
 def test_the_command_line_takes_sweep_again_and_again_and_refuses_a_shape_in_one_line(capsys):
     config, _ = run.parse(ppo.PPOConfig, ppo.PRESETS, None, [
         "--architecture", "anakin", "--sweep", "learning-rate=1e-3,2e-3", "--num-seeds", "2", "--sweep",
