@@ -26,6 +26,8 @@ from jaxdist.courier import tls
 from jaxdist.nodes.learner import Learner, PublishOptions
 from jaxdist.nodes.replay import Fifo, ReplayClient, ReplayNode
 from jaxdist.launch.running import WORK_DONE
+from jaxdist.agents import load_policy
+from jaxdist.records.metrics import read_metrics
 from run_checks import check_solved_and_final_policy_evaluated
 from waiting import wait_until
 
@@ -216,6 +218,25 @@ def solve_cartpole_with_ppo(cluster, run_dir, *flags: str) -> None:
         capture_output=True, text=True, timeout=400, env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "tests", "support")))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "reached evaluation return 475" in done.stdout, done.stdout
+    wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
+
+
+def test_a_sebulba_sweep_trains_its_configurations_side_by_side_on_the_cluster_and_ranks_them(cluster, tmp_path):
+    done = subprocess.run(
+        [sys.executable, os.path.join(EXPERIMENTS, "ppo.py"), "--launcher", "ray", "--ray-address", cluster.address,
+         "--quiet", "--compilation-cache", "", "--run-dir", str(tmp_path), "--num-actors", "1", "--envs-per-actor",
+         "8", "--total-steps", str(8 * 32 * 10), "--eval-every-updates", "5", "--log-every-updates", "1",
+         "--sweep", "learning_rate=1e-3,3e-3"],
+        capture_output=True, text=True, timeout=400,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "tests", "support")])))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 configurations x 1 seed(s)" in done.stdout, done.stdout
+    assert sorted(row["config_index"] for row in read_metrics(tmp_path / "sweep.csv")) == [0, 1]
+    # One program of both runs, each in its configuration's directory, ended once both were done.
+    assert "every run's final policy (version 10) was evaluated (node 'sweep/0')" in done.stdout, done.stdout
+    assert {"learner-0.log", "learner-1.log", "actor-0.log", "actor-1.log"} <= set(os.listdir(tmp_path / "logs"))
+    policies = [load_policy(str(tmp_path), config_index=index) for index in (0, 1)]
+    assert [policy.step for policy in policies] == [10, 10] and policies[1].config.learning_rate == 3e-3
     wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
 
 
