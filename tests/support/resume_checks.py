@@ -35,3 +35,24 @@ def assert_resumes_exactly(logic: Any, make_source: Callable[[], Any], tmp_path:
     assert (restored, fresh) == (stop, None)
     chex.assert_trees_all_equal(resumed, whole)
     return resumed
+
+
+def saved_state(directory: str, step: int | None = None, item: str = "default") -> tuple[int, Any]:
+    """(step, the tree an Orbax checkpoint in `directory` holds at `step`, default the latest), read
+    from disk as it was written, without a template (typed PRNG keys as their key data): what a
+    relaunch finds there."""
+    import os
+
+    import orbax.checkpoint as ocp
+
+    steps = sorted(int(name) for name in os.listdir(directory) if name.isdigit())
+    step = steps[-1] if step is None else step
+    tree = ocp.StandardCheckpointer().restore(os.path.join(directory, str(step), item))
+    return step, host_tree(tree)
+
+
+def host_tree(tree: Any) -> Any:
+    """`tree` on the host, typed PRNG keys as their key data: comparable leaf for leaf."""
+    return jax.device_get(jax.tree.map(
+        lambda x: jax.random.key_data(x) if isinstance(x, jax.Array) and jax.dtypes.issubdtype(
+            x.dtype, jax.dtypes.prng_key) else x, tree))
