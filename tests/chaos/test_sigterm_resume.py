@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -54,7 +53,7 @@ def stop(process: subprocess.Popen) -> str:
 
 @pytest.mark.timeout(400)
 def test_es_relaunched_after_a_sigterm_ends_exactly_where_a_run_that_never_stopped_does(tmp_path):
-    flags = ["--total-steps", "30000", "--seed", "3", "--checkpoint-every-generations", "1000"]
+    flags = ["--total-steps", "20000", "--seed", "3", "--checkpoint-every-generations", "1000"]
     run_dir, whole_dir = str(tmp_path / "stopped"), str(tmp_path / "whole")
     checkpoints = os.path.join(run_dir, "checkpoints", "master", "0")
     launch = script("es.py", run_dir, flags)
@@ -64,8 +63,8 @@ def test_es_relaunched_after_a_sigterm_ends_exactly_where_a_run_that_never_stopp
     finally:
         launch.kill()
     stopped_at, state = saved_state(checkpoints)  # the stop's own save: the interval never came
-    assert re.search(rf"stopped at generation {stopped_at}\b|at update {stopped_at}\b", output), output[-3000:]
-    assert state["generation"] == stopped_at >= 2 and state["env_steps"] < 30_000
+    assert "the launcher got SIGTERM" in output, output[-3000:]
+    assert state["generation"] == stopped_at >= 2 and state["env_steps"] < 20_000
 
     relaunch = script("es.py", run_dir, flags)
     output, _ = relaunch.communicate(timeout=300)
@@ -75,7 +74,7 @@ def test_es_relaunched_after_a_sigterm_ends_exactly_where_a_run_that_never_stopp
     config, _ = parse(es.ESConfig, es.PRESETS, None, args=flags)
     train(es.agent(config), launcher="threads", run_dir=whole_dir, echo=False, out=io.StringIO())
     end, resumed = saved_state(checkpoints)
-    assert end > stopped_at and resumed["env_steps"] >= 30_000
+    assert end > stopped_at and resumed["env_steps"] >= 20_000
     chex.assert_trees_all_equal(resumed, saved_state(os.path.join(whole_dir, "checkpoints", "master", "0"))[1])
     # One metrics row per generation across both segments, as the run that never stopped wrote them.
     learned = ("step", "population_return", "population_best", "grad_norm", "env_steps")
