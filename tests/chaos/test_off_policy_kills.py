@@ -19,6 +19,7 @@ import pytest
 
 from jaxdist.learning.layout import checkpoint_dir
 from jaxdist.records.metrics import read_metrics
+from resume_checks import committed_steps
 from waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -26,10 +27,6 @@ pytestmark = pytest.mark.slow
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "experiments", "td3.py")
 TARGET = -200.0
-
-
-def committed(directory: str) -> list[int]:
-    return sorted(int(name) for name in os.listdir(directory) if name.isdigit()) if os.path.isdir(directory) else []
 
 
 def node_process(launcher: subprocess.Popen, run_dir: str, node: str) -> psutil.Process | None:
@@ -56,13 +53,13 @@ def test_td3_reaches_its_target_through_a_sigkill_of_its_learner_and_replay_and_
     try:
         # Learning has begun and both have saved: the learner its first checkpoint, the replay
         # contents worth learning from (it saves every 2 s).
-        wait_until(lambda: committed(learner_checkpoints) and committed(replay_checkpoints), "both checkpoints",
-                   timeout=240)
+        wait_until(lambda: committed_steps(learner_checkpoints) and committed_steps(replay_checkpoints),
+                   "both checkpoints", timeout=240)
         process = wait_until(lambda: node_process(script, run_dir, "learner/0"), "the learner's process")
         killed_at = time.time()
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=60)
-        saved = committed(learner_checkpoints)[-1]  # the newest complete one: what a restart restores
+        saved = committed_steps(learner_checkpoints)[-1]  # the newest complete one: what a restart restores
         output, _ = script.communicate(timeout=300)
     finally:
         if script.poll() is None:

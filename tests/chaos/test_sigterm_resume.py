@@ -23,6 +23,8 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import chex
 import numpy as np
@@ -47,12 +49,23 @@ def script(name: str, run_dir: str, flags: list[str], observe: str | None = None
                             text=True, env=env)
 
 
-def stop(process: subprocess.Popen) -> str:
-    """SIGTERM, as a scheduler's preemption: the launch stops in order and exits 0."""
-    process.send_signal(signal.SIGTERM)
-    output, _ = process.communicate(timeout=180)
-    assert process.returncode == 0, output[-3000:]
+def sigterm_once(name: str, run_dir: str, flags: list[str], condition: Callable[[], Any], what: str,
+                 observe: str | None = None) -> str:
+    """The script run until `condition()`, then SIGTERM, as a scheduler's preemption: the launch
+    stops in order and exits 0. Its output."""
+    launch = script(name, run_dir, flags, observe)
+    try:
+        wait_until(condition, what, timeout=240)
+        launch.send_signal(signal.SIGTERM)
+        output, _ = launch.communicate(timeout=180)
+    finally:
+        launch.kill()
+    assert launch.returncode == 0, output[-3000:]
     return output
+
+
+def logged(run_dir: str, rows: int) -> Callable[[], bool]:
+    return lambda: len(rows_so_far(os.path.join(run_dir, "metrics.csv"))) >= rows
 
 
 @pytest.mark.timeout(400)
@@ -60,12 +73,7 @@ def test_es_relaunched_after_a_sigterm_ends_exactly_where_a_run_that_never_stopp
     flags = ["--total-steps", "20000", "--seed", "3", "--checkpoint-every-generations", "1000"]
     run_dir, whole_dir = str(tmp_path / "stopped"), str(tmp_path / "whole")
     checkpoints = os.path.join(run_dir, "checkpoints", "master", "0")
-    launch = script("es.py", run_dir, flags)
-    try:
-        wait_until(lambda: len(rows_so_far(os.path.join(run_dir, "metrics.csv"))) >= 2, "two generations", timeout=240)
-        output = stop(launch)
-    finally:
-        launch.kill()
+    output = sigterm_once("es.py", run_dir, flags, logged(run_dir, 2), "two generations")
     stopped_at, state = saved_state(checkpoints)  # the stop's own save: the interval never came
     assert "the launcher got SIGTERM" in output, output[-3000:]
     assert state["generation"] == stopped_at >= 2 and state["env_steps"] < 20_000
@@ -93,12 +101,7 @@ def test_apex_relaunched_after_a_sigterm_restores_its_learner_and_replay_exactly
              "--replay-checkpoint-seconds", "100000"]  # only the stop saves
     run_dir, restores = str(tmp_path / "run"), tmp_path / "restores"
     learner_dir, replay_dir = (os.path.join(run_dir, "checkpoints", "learner", "0", part) for part in ("1", "0"))
-    launch = script("apex_dqn.py", run_dir, flags)
-    try:
-        wait_until(lambda: len(rows_so_far(os.path.join(run_dir, "metrics.csv"))) >= 2, "40 learner updates", timeout=240)
-        output = stop(launch)
-    finally:
-        launch.kill()
+    sigterm_once("apex_dqn.py", run_dir, flags, logged(run_dir, 2), "40 learner updates")
     log = open(os.path.join(run_dir, "logs", "learner-0.log")).read()
     stopped_at = int(re.findall(r"learner/0/1: stopped at step (\d+): .* \(checkpoint saved\)", log)[-1])
     step, learner = saved_state(learner_dir)
@@ -110,13 +113,9 @@ def test_apex_relaunched_after_a_sigterm_restores_its_learner_and_replay_exactly
     env_steps = json.loads(open(os.path.join(run_dir, "summary.json")).read())["env_steps"]
 
     restores.mkdir()
-    relaunch = script("apex_dqn.py", run_dir, flags, observe=str(restores))
-    try:
-        wait_until(lambda: {"learner-0.npz", f"replay-{table_step}.json"} <= set(os.listdir(restores)),
-                   "the relaunched learner and replay to restore", timeout=240)
-        output = stop(relaunch)
-    finally:
-        relaunch.kill()
+    output = sigterm_once("apex_dqn.py", run_dir, flags,
+                          lambda: {"learner-0.npz", f"replay-{table_step}.json"} <= set(os.listdir(restores)),
+                          "the relaunched learner and replay to restore", observe=str(restores))
     assert f"resuming from the learner's checkpoint at update {stopped_at} ({env_steps:,} env steps" in output, \
         output[-3000:]
     with np.load(restores / "learner-0.npz") as restored:
