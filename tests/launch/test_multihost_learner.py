@@ -184,18 +184,22 @@ def test_sigterm_to_every_process_of_both_hosts_saves_one_step_and_a_relaunch_re
              for log in logs]
     assert stops[0] and stops[0] == stops[1], (stops, logs[0][-2000:], logs[1][-2000:])
     stopped_at = int(stops[0][-1])
-    assert committed_steps(run_dir / "checkpoints" / "learner") == [stopped_at]  # the stop's own: the interval never came
-    _, saved = saved_state(str(run_dir / "checkpoints" / "learner"))
+    checkpoints = str(run_dir / "checkpoints" / "learner")
+    assert committed_steps(checkpoints) == [stopped_at]  # the stop's own save: the interval never came
+    _, saved = saved_state(checkpoints)
 
     restores.mkdir()
     with loopback_hosts() as (hosts, prefixes):
-        processes = start_hosts(hosts, prefixes, run_dir, base_port, *flags, environ=observed_environment(str(restores)))
-        wait_for_rows(processes, metrics, "a row after its restore", lambda rows: rows and rows[-1]["step"] > stopped_at)
+        processes = start_hosts(hosts, prefixes, run_dir, base_port, *flags,
+                                environ=observed_environment(str(restores)))
+        wait_for_rows(processes, metrics, "a row after its restore",
+                      lambda rows: rows and rows[-1]["step"] > stopped_at)
         sigterm_everyone(processes)
         out0, out1 = finish(processes, timeout=120)
     assert processes[0][0].returncode == 0 and processes[1][0].returncode == 0, out0[-3000:] + out1[-3000:]
     for host in (0, 1):
-        assert f"restored step {stopped_at} on 2 cpu device(s)" in (run_dir / "logs" / f"learner-{host}.log").read_text()
+        log = (run_dir / "logs" / f"learner-{host}.log").read_text()
+        assert f"restored step {stopped_at} on 2 cpu device(s)" in log, log[-3000:]
         with np.load(restores / f"learner-{host}.npz") as restored:
             assert_same_leaves(dict(restored), flat_leaves(saved), f"host {host}'s restored learner state")
 

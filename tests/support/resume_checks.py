@@ -1,5 +1,7 @@
-"""The full-state resume check every architecture's learner gets: stopped at a step and restored
-from its checkpoint, it goes on exactly as one that never stopped."""
+"""The full-state resume checks. In a process: every architecture's learner, stopped at a step
+and restored from its checkpoint, goes on exactly as one that never stopped. Across a SIGTERM
+and a relaunch: what a checkpoint holds on disk (a learner's, a replay node's), read as written,
+against what the relaunched nodes restored (written down by ``restore_observer``), leaf for leaf."""
 
 from __future__ import annotations
 
@@ -47,7 +49,8 @@ def saved_state(directory: str, step: int | None = None) -> tuple[int, Any]:
 
     step = committed_steps(directory)[-1] if step is None else step
     path, checkpointer = os.path.join(directory, str(step), "default"), ocp.PyTreeCheckpointer()
-    as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), checkpointer.metadata(path).item_metadata.tree)
+    as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray),
+                            checkpointer.metadata(path).item_metadata.tree)
     return step, checkpointer.restore(path, args=ocp.args.PyTreeRestore(restore_args=as_numpy))
 
 
