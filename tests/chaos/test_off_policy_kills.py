@@ -51,10 +51,12 @@ def test_td3_reaches_its_target_through_a_sigkill_of_its_learner_and_replay_and_
                                "--replay-checkpoint-seconds", "2", "--quiet", "--compilation-cache", ""],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        # Learning has begun and both have saved: the learner its first checkpoint, the replay
-        # contents worth learning from (it saves every 2 s).
-        wait_until(lambda: committed_steps(learner_checkpoints) and committed_steps(replay_checkpoints),
-                   "both checkpoints", timeout=240)
+        # Learning has begun and both have saved since: the learner its first checkpoint, then the
+        # replay (every 2 s) the transitions learned from.
+        wait_until(lambda: committed_steps(learner_checkpoints), "the learner's first checkpoint", timeout=240)
+        replay_step = max(committed_steps(replay_checkpoints), default=0)
+        wait_until(lambda: max(committed_steps(replay_checkpoints), default=0) > replay_step,
+                   "the replay's next checkpoint")
         process = wait_until(lambda: node_process(script, run_dir, "learner/0"), "the learner's process")
         killed_at = time.time()
         process.send_signal(signal.SIGKILL)
