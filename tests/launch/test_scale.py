@@ -4,12 +4,15 @@ The ray launcher's scaling is tested with its cluster in test_ray_launcher.py.""
 
 from __future__ import annotations
 
+import os
+
 import psutil
 import pytest
 
 import jaxdist as jd
 import launch_nodes as nodes
 from ports import reserve_base_port
+from waiting import wait_until
 
 
 def launch(program: jd.Program, tmp_path, launcher: str = "processes", **options) -> jd.Running:
@@ -35,6 +38,25 @@ def test_a_group_grows_with_nodes_made_for_their_index_and_shrinks_from_its_high
         assert running.scale("worker", 2) == ["worker/1"]  # names continue the group again
         assert running.client("worker/1").index() == 1
     assert running.stop_reason == "stopped by the user"
+
+
+def test_the_launching_process_holds_no_descriptor_of_a_removed_node(tmp_path):
+    """A removed node's pipes (its output, its control) close with it: the launching process's
+    descriptors come back to where they were after every grow-and-shrink cycle."""
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    with launch(nodes.scalable_program(workers=1), tmp_path) as running:
+        running.scale("worker", 2)
+        running.scale("worker", 1)  # the first cycle opens what the launcher keeps for good
+        before = open_fds()
+        for _ in range(4):
+            running.scale("worker", 2)
+            with running.client("worker/1") as client:
+                assert client.index() == 1
+            running.scale("worker", 1)
+        wait_until(lambda: open_fds() <= before, f"the launcher's descriptors back to {before} (now {open_fds()})",
+                   timeout=10)
 
 
 def test_bad_scale_requests_say_what_is_wrong(tmp_path):
