@@ -13,12 +13,20 @@ policy's ``reset_after``, and would spend its budget).
 Every ``--sample-every`` seconds (offset by half a period from the kills) it samples, per node
 (its process and the processes under it) and for the launching process: resident memory, open
 file descriptors and threads; and the run's shared-memory segments in ``/dev/shm`` (made by any
-process of the run, living or dead) and the run directory's size. At the end it prints, per
-series, the value at the end of the warm-up (the baseline, ``--warmup`` minutes in) and at the
-end, their ratio, and two least-squares slopes per minute over the settled samples (those taken
-``--warmup`` minutes or more after the first of their process's life: a restarted node imports
-and compiles again): spanning a killed node's lives (what survives a restart, a segment or a
-file, counts), and the steepest within one life (growth that the restarts would hide).
+process of the run, living or dead) and the run directory's size. The threads counted are those
+alive at the process's previous sample too, tensorstore's worker pool aside: a checkpoint save
+starts Orbax's threads for its few seconds and fills tensorstore's pool, whose idle workers
+leave later, so both follow the saves' cadence (which follows the machine's load), not a leak;
+a leaked thread counts from its second sample on. The pool's threads are a series of their own,
+with no bound on their slope (the pool is bounded by its size), and their maximum is printed.
+
+At the end it prints, per series, the value at the end of the warm-up (the baseline,
+``--warmup`` minutes in) and at the end, their ratio, and two least-squares slopes per minute
+over the settled samples (those taken ``--warmup`` minutes or more after the first of their
+process's life: a restarted node imports and compiles again): one spanning a killed node's lives
+(what survives a restart, a segment or a file, counts), and one within lives (every life's
+samples around their own life's mean, fitted together: growth that the restarts would hide, read
+from all of them, since one life of a few minutes is too short to tell a slope from the noise).
 
 It fails (exit 1) on a slope above its bound -- resident memory 1 MiB/min, descriptors and
 threads 0.2/min per process, segments 0.1/min, the run directory 2 MiB/min (its logs and
