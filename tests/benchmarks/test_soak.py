@@ -65,12 +65,14 @@ def test_threads_count_from_their_second_sample_and_tensorstores_pool_apart():
 
     transient = threading.Thread(target=release.wait)
     worker = threading.Thread(target=pool_worker)
-    transient.start(), worker.start()
+    transient.start()
+    worker.start()
     try:
-        named.wait(10)
+        assert named.wait(10)
         assert soak.lasting_threads(pid, seen) == (first, 1)  # the new thread has not lived a sample period
         assert soak.lasting_threads(pid, seen) == (first + 1, 1)  # now it has: a leaked thread would count
     finally:
         release.set()
-        transient.join(), worker.join()
+        transient.join()
+        worker.join()
     wait_until(lambda: soak.lasting_threads(pid, seen) == (first, 0), "the threads' end to show")
