@@ -13,12 +13,20 @@ policy's ``reset_after``, and would spend its budget).
 Every ``--sample-every`` seconds (offset by half a period from the kills) it samples, per node
 (its process and the processes under it) and for the launching process: resident memory, open
 file descriptors and threads; and the run's shared-memory segments in ``/dev/shm`` (made by any
-process of the run, living or dead) and the run directory's size. At the end it prints, per
-series, the value at the end of the warm-up (the baseline, ``--warmup`` minutes in) and at the
-end, their ratio, and two least-squares slopes per minute over the settled samples (those taken
-``--warmup`` minutes or more after the first of their process's life: a restarted node imports
-and compiles again): spanning a killed node's lives (what survives a restart, a segment or a
-file, counts), and the steepest within one life (growth that the restarts would hide).
+process of the run, living or dead) and the run directory's size. The threads counted are those
+alive at the process's previous sample too, tensorstore's worker pool aside: a checkpoint save
+starts Orbax's threads for its few seconds and fills tensorstore's pool, whose idle workers
+leave later, so both follow the saves' cadence (which follows the machine's load), not a leak;
+a leaked thread counts from its second sample on. The pool's threads are a series of their own,
+with no bound on their slope (the pool is bounded by its size), and their maximum is printed.
+
+At the end it prints, per series, the value at the end of the warm-up (the baseline,
+``--warmup`` minutes in) and at the end, their ratio, and two least-squares slopes per minute
+over the settled samples (those taken ``--warmup`` minutes or more after the first of their
+process's life: a restarted node imports and compiles again): one spanning a killed node's lives
+(what survives a restart, a segment or a file, counts), and one within lives (every life's
+samples around their own life's mean, fitted together: growth that the restarts would hide, read
+from all of them, since one life of a few minutes is too short to tell a slope from the noise).
 
 It fails (exit 1) on a slope above its bound -- resident memory 1 MiB/min, descriptors and
 threads 0.2/min per process, segments 0.1/min, the run directory 2 MiB/min (its logs and
@@ -55,6 +63,9 @@ from jaxdist.courier import shared_memory
 MARKER = "JAXDIST_SOAK"  # in every process of the run's environment: an orphan is found by it
 MIB = 1 << 20
 BOUNDS = {"rss_mib": 1.0, "fds": 0.2, "threads": 0.2, "segments": 0.1, "run_dir_mib": 2.0}  # per minute
+# Tensorstore (under Orbax) names its worker pool's threads so: each checkpoint save fills the pool
+# up to its fixed size and idle workers leave, so its count follows the saves, not a leak.
+TENSORSTORE_POOL = "ts_pool_worker"
 SEGMENT = re.compile(rf"{re.escape(shared_memory.PREFIX)}\d+-(\d+)-")
 
 
@@ -84,10 +95,19 @@ class Series:
         return fit(self.after(warmup))
 
     def life_slope(self, warmup: float) -> float | None:
-        """The steepest slope within one life's settled samples: growth that a node's restarts
-        would hide from the slope across lives."""
-        slopes = [fit(points) for points in self.settled(warmup).values()]
-        return max((slope for slope in slopes if slope is not None), default=None)
+        """One least-squares slope per minute within lives: every life's settled samples, each
+        taken from its own life's mean (its own intercept), fitted together. Growth that a
+        node's restarts would hide from the slope across lives, read from every life at once: a
+        life of a few minutes alone is too short to tell a slope from the noise, and the
+        steepest of several such fits is biased upward."""
+        deviations = [(minute - mean_minute, value - mean_value)
+                      for points in self.settled(warmup).values() if len(points) >= 2
+                      for mean_minute, mean_value in [np.mean(points, axis=0)] for minute, value in points]
+        if len(deviations) < 4:
+            return None
+        minutes, values = np.array(deviations).T
+        spread = float(np.dot(minutes, minutes))
+        return float(np.dot(minutes, values)) / spread if spread else None
 
 
 def fit(points: list[tuple[float, float]]) -> float | None:
@@ -112,8 +132,27 @@ def node_processes(running: jd.Running) -> dict[str, list[psutil.Process]]:
     return found
 
 
-def measure(processes: list[psutil.Process]) -> dict[str, float] | None:
-    totals = {"rss_mib": 0.0, "fds": 0.0, "threads": 0.0}
+def lasting_threads(pid: int, seen: dict[int, set[int]]) -> tuple[int, int]:
+    """(threads of `pid` alive at its previous sample too, tensorstore's pool aside; that pool's
+    threads now). `seen` keeps each process's thread ids from one sample to the next."""
+    kept, pool = set(), 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as comm:
+                name = comm.read().strip()
+        except OSError:
+            continue  # ended while listed
+        if name == TENSORSTORE_POOL:
+            pool += 1
+        else:
+            kept.add(int(tid))
+    lasting = kept & seen.get(pid, kept)  # a process's first sample: all of them
+    seen[pid] = kept
+    return len(lasting), pool
+
+
+def measure(processes: list[psutil.Process], seen: dict[int, set[int]]) -> dict[str, float] | None:
+    totals = {"rss_mib": 0.0, "fds": 0.0, "threads": 0.0, "pool_threads": 0.0}
     try:
         for process in processes:
             if process.status() == psutil.STATUS_ZOMBIE:
@@ -121,8 +160,10 @@ def measure(processes: list[psutil.Process]) -> dict[str, float] | None:
             with process.oneshot():
                 totals["rss_mib"] += process.memory_info().rss / MIB
                 totals["fds"] += process.num_fds()
-                totals["threads"] += process.num_threads()
-    except psutil.NoSuchProcess:
+            threads, pool = lasting_threads(process.pid, seen)
+            totals["threads"] += threads
+            totals["pool_threads"] += pool
+    except (psutil.NoSuchProcess, FileNotFoundError):
         return None  # a node killed mid-sample: no reading this time
     return totals
 
@@ -170,6 +211,7 @@ class Soak:
         self.args, self.run_dir = args, run_dir
         self.series: dict[tuple[str, str], Series] = {}
         self.pids: set[int] = {os.getpid()}
+        self.threads_seen: dict[int, set[int]] = {}
         self.orphans: dict[int, str] = {}
         self.strays: dict[int, str] = {}  # outside the launcher's tree at the last sample
         self.kills = {"actor": 0, "learner": 0}
@@ -185,7 +227,7 @@ class Soak:
         tree = node_processes(running)
         for name, processes in tree.items():
             self.pids.update(process.pid for process in processes)
-            reading = measure(processes)
+            reading = measure(processes, self.threads_seen)
             for metric, value in (reading or {}).items():
                 self.series.setdefault((name, metric), Series()).add(now, value, processes[0].pid)
         inside = {process.pid for processes in tree.values() for process in processes}
@@ -286,22 +328,27 @@ class Soak:
               f"{psutil.virtual_memory().total / (1 << 30):.0f} GiB); {self.kills['actor']} actor kills, "
               f"{self.kills['learner']} learner kills, {self.scalings} scalings up and down. Baseline: the "
               f"first settled sample ({args.warmup:g} min into its process's life).\n")
-        print("| process | quantity | at warm-up | at end | ratio | slope per minute | within a life | bound | |")
+        print("| process | quantity | at warm-up | at end | ratio | slope per minute | within lives | bound | |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for (name, metric), series in sorted(self.series.items()):
             points = series.after(args.warmup)
             if not points:
                 continue
             first, last = points[0][1], points[-1][1]
-            slopes = {"across lives": series.slope(args.warmup), "within a life": series.life_slope(args.warmup)}
-            grows = [f"{name} {metric} grows {slope:.3g}/min {how} (bound {BOUNDS[metric]:g})"
-                     for how, slope in slopes.items() if slope is not None and slope > BOUNDS[metric]]
+            slopes = {"across lives": series.slope(args.warmup), "within lives": series.life_slope(args.warmup)}
+            bound = BOUNDS.get(metric)  # none for the tensorstore pool: its maximum is printed below
+            grows = [f"{name} {metric} grows {slope:.3g}/min {how} (bound {bound:g})"
+                     for how, slope in slopes.items() if slope is not None and bound is not None and slope > bound]
             failures += grows
             ratio = f"{last / first:.2f}" if first else "-"
             shown = ["-" if slope is None else f"{slope:+.3f}" for slope in slopes.values()]
             print(f"| {name} | {metric} | {first:.1f} | {last:.1f} | {ratio} | {' | '.join(shown)} | "
-                  f"{BOUNDS[metric]:g} | {'GROWS' if grows else 'ok'} |")
-        print(f"\norphaned processes: {len(self.orphans)}; segments left in {shared_memory.DIRECTORY}: {len(leftover)}")
+                  f"{'-' if bound is None else f'{bound:g}'} | {'GROWS' if grows else 'ok'} |")
+        pools = {name: max(value for _, value in series.points)
+                 for (name, metric), series in sorted(self.series.items()) if metric == "pool_threads"}
+        print(f"\nmost threads seen in tensorstore's pool: "
+              + ", ".join(f"{name} {count:.0f}" for name, count in pools.items() if count))
+        print(f"orphaned processes: {len(self.orphans)}; segments left in {shared_memory.DIRECTORY}: {len(leftover)}")
         failures += [f"orphaned process {pid}: {command}" for pid, command in self.orphans.items()]
         failures += [f"segment left: {name}" for name in leftover]
         for failure in failures:

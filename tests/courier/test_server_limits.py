@@ -26,6 +26,7 @@ from jaxdist.courier import server as server_module
 from jaxdist.courier import wire
 
 TOKEN = "s3cret"
+PEER = os.path.join(os.path.dirname(__file__), "shm_peer.py")
 AUTH = ((wire.TOKEN_KEY, TOKEN),)
 
 
@@ -143,6 +144,30 @@ def test_tokenless_calls_answered_without_the_token_hold_no_server_thread_when_t
                 assert answer.result(timeout=5)  # answered, not refused
         finally:
             release.set()
+
+
+def pool_threads() -> int:
+    return sum(thread.name.startswith("courier_") for thread in threading.enumerate())
+
+
+def test_clients_killed_mid_call_and_reconnecting_leave_no_thread_behind(server):
+    """A node restarted after a SIGKILL reconnects to its peers' servers: neither its new
+    connection nor the calls its old one left cut leave a thread behind. The server's pool
+    grows to what the calls in flight at once need, and never past its 16 threads; every other
+    thread of this process stays as it was."""
+    others, pools = [], []
+    for _ in range(4):
+        peer = subprocess.Popen([sys.executable, PEER, "call", server.address, TOKEN], stdout=subprocess.PIPE, text=True)
+        try:
+            assert peer.stdout.readline().strip() == "calling"
+        finally:
+            peer.kill()
+            peer.wait()
+            peer.stdout.close()
+        pools.append(pool_threads())
+        others.append(len(os.listdir("/proc/self/task")) - pools[-1])
+    assert others == others[:1] * 4, f"threads outside the pool after each killed client: {others}"
+    assert max(pools) <= 16, f"the pool's threads after each killed client: {pools}"
 
 
 def test_an_empty_token_is_refused_at_construction():

@@ -46,6 +46,25 @@ def test_a_group_grows_with_nodes_made_for_their_index_and_shrinks_from_its_high
     assert running.stop_reason == "stopped by the user"
 
 
+def test_the_launching_process_holds_no_descriptor_of_a_removed_node(tmp_path):
+    """A removed node's pipes (its output, its control) close with it: the launching process's
+    descriptors come back to where they were after every grow-and-shrink cycle."""
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    with launch(nodes.scalable_program(workers=1), tmp_path) as running:
+        running.scale("worker", 2)
+        running.scale("worker", 1)  # the first cycle opens what the launcher keeps for good
+        before = open_fds()
+        for _ in range(4):
+            running.scale("worker", 2)
+            with running.client("worker/1") as client:
+                assert client.index() == 1
+            running.scale("worker", 1)
+        wait_until(lambda: open_fds() <= before, f"the launcher's descriptors back to {before} (now {open_fds()})",
+                   timeout=10)
+
+
 def test_bad_scale_requests_say_what_is_wrong(tmp_path):
     program = nodes.scalable_program()
     # A factory whose later nodes cannot reach a process: the group stays as it was.
