@@ -136,8 +136,7 @@ def _make_raw(spec: EnvSpec, backend: str, seed: int) -> Any:
 
         kwargs = {"seed": seed, **kwargs}  # EnvPool seeds its envs where it makes them, not at reset
         if atari.is_atari(spec.env_id):
-            env = envpool.make_gymnasium(spec.env_id, num_envs=spec.num_envs, **{**atari.TRAINING, **kwargs})
-            return atari.ChannelsLast(env, spec.env_id)
+            return atari.make(spec.env_id, spec.num_envs, **kwargs)
         return envpool.make_gymnasium(spec.env_id, num_envs=spec.num_envs, **kwargs)
     route_mujoco_warnings(gym.spec(spec.env_id).entry_point)  # in this process: sync and vector backends
     if backend == "vector":

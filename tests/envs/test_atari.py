@@ -34,6 +34,22 @@ def test_actors_train_on_lives_and_clipped_rewards_and_the_evaluator_plays_whole
     assert env_spec(impala.IMPALAConfig(), 4, evaluation=True).kwargs == {}
 
 
+def test_an_evaluation_game_of_a_policy_that_never_presses_fire_ends_at_game_over_well_before_the_cap():
+    """Whole games were EnvPool's without its life-by-life resets: after Breakout's first lost life
+    nothing served the ball, and a policy that never pressed FIRE (trained on lives that EnvPool
+    always served) sat until the 27,000-step cap."""
+    config = with_preset(impala.IMPALAConfig, "Breakout-v5", impala.PRESETS)
+    env = env_spec(config, 1, evaluation=True).make(seed=3)
+    noop, steps = np.zeros(1, np.int64), 0
+    try:
+        step = env.reset()
+        while not (step.terminated | step.truncated).any():
+            step, steps = env.step(noop), steps + 1
+    finally:
+        env.close()
+    assert step.terminated[0] and not step.truncated[0] and steps < 27_000 // 10, steps
+
+
 def _frames(spec, action: int, steps: int = 40) -> np.ndarray:
     """The observations of one env of ``spec`` pressing ``action`` from a seeded reset."""
     env = spec.make(seed=3)
