@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import gymnasium
 import numpy as np
 
 from jaxdist.envs.ports import envpool_installed
@@ -59,7 +60,6 @@ def _atari_ids() -> frozenset[str]:
 def spaces(env_id: str) -> tuple[Any, Any]:
     """(observation space, action space) of one env of the game, channels-last."""
     import envpool
-    import gymnasium
 
     spec = envpool.make_spec(env_id)
     obs, action = spec.observation_space, spec.action_space
@@ -70,7 +70,8 @@ def spaces(env_id: str) -> tuple[Any, Any]:
 
 def make(env_id: str, num_envs: int, *, whole_games: bool = False, **kwargs: Any) -> ChannelsLast:
     """EnvPool's vector env of the game: ``TRAINING``'s preprocessing unless ``kwargs`` (EnvPool's
-    options) say otherwise; with ``whole_games``, episodes end at game over (the module docstring)."""
+    options, its ``seed`` among them) say otherwise; with ``whole_games``, episodes end at game
+    over (the module docstring)."""
     import envpool
 
     options = {**TRAINING, **kwargs}
@@ -79,23 +80,28 @@ def make(env_id: str, num_envs: int, *, whole_games: bool = False, **kwargs: Any
     return ChannelsLast(envpool.make_gymnasium(env_id, num_envs=num_envs, **options), env_id, whole_games)
 
 
-class ChannelsLast:
+class ChannelsLast(gymnasium.vector.VectorWrapper):
     """An EnvPool Atari vector env whose observations come ``(envs, H, W, stacked frames)``; with
-    ``whole_games``, a lost life is no termination (EnvPool's next step begins the next life)."""
+    ``whole_games``, a lost life is no termination (EnvPool's next step begins the next life,
+    while its ``reset()`` begins new games). Made with ``render_mode="rgb_array"``, it renders
+    each env's screen, as gymnasium's vector ``RecordVideo`` records them."""
 
     def __init__(self, env: Any, env_id: str, whole_games: bool = False) -> None:
-        self._env, self.num_envs, self._whole_games = env, env.config["num_envs"], whole_games
+        super().__init__(env)
+        self._whole_games = whole_games
         self.single_observation_space, self.single_action_space = spaces(env_id)
+        self.observation_space = gymnasium.vector.utils.batch_space(self.single_observation_space, self.num_envs)
 
     def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
-        obs, info = self._env.reset(**kwargs)
+        obs, info = self.env.reset(**kwargs)
         return obs.transpose(0, 2, 3, 1), info
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, Any, Any, Any, dict]:
-        obs, reward, terminated, truncated, info = self._env.step(actions)
+        obs, reward, terminated, truncated, info = self.env.step(actions)
         if self._whole_games:
             terminated = terminated & info["terminated"].astype(bool)  # EnvPool's: the game is over
         return obs.transpose(0, 2, 3, 1), reward, terminated, truncated, info
 
-    def close(self) -> None:
-        self._env.close()
+    def render(self) -> list[np.ndarray] | None:
+        frames = self.env.render()
+        return None if frames is None else list(frames)

@@ -50,6 +50,21 @@ def test_an_evaluation_game_of_a_policy_that_never_presses_fire_ends_at_game_ove
     assert step.terminated[0] and not step.truncated[0] and steps < 27_000 // 10, steps
 
 
+def test_a_reset_in_the_middle_of_a_whole_game_begins_a_new_game():
+    """Where a lost life ends no episode, EnvPool's own step after it begins the next life; a
+    reset (the next evaluation's, or an episode the evaluate tool cut short) begins a new game."""
+    env = atari.make("Breakout-v5", 1, seed=3, **atari.EVALUATION)
+    noop = np.zeros(1, np.int64)
+    try:
+        _, info = env.reset()
+        while info["lives"][0] == 5:
+            *_, info = env.step(noop)
+        _, info = env.reset()
+    finally:
+        env.close()
+    assert info["lives"][0] == 5 and info["elapsed_step"][0] == 0
+
+
 def _frames(spec, action: int, steps: int = 40) -> np.ndarray:
     """The observations of one env of ``spec`` pressing ``action`` from a seeded reset."""
     env = spec.make(seed=3)
