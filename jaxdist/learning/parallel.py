@@ -272,10 +272,11 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         return
     if jax.config.jax_cpu_collectives_implementation is None:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    before = _sigterm_disposition()
     jax.distributed.initialize(**args)
     _init_args = args
-    if _jax_syncs_preemption() and threading.current_thread() is threading.main_thread():
-        install_sigterm_flag()  # in place of the preemption service's own handler (see there)
+    if _jax_syncs_preemption():
+        _reclaim_sigterm(before)
 
 
 def is_primary() -> bool:
@@ -303,7 +304,7 @@ def install_sigterm_flag() -> None:
     what that handler did (the program stopping); the default action (terminate) is not.
 
     Under ``jax.distributed`` the handler also gives JAX's preemption service its notice, as
-    the service's own SIGTERM handler would (which :func:`initialize` replaces with this one):
+    the service's own SIGTERM handler would (which :func:`initialize` takes SIGTERM back from):
     that handler's C++ log line, ``SIGTERM caught at <time>``, read as a crash in the output of
     every ordered stop. Called again, it installs the same handler again.
     """
@@ -317,16 +318,22 @@ def install_sigterm_flag() -> None:
                     previous(signum, frame)
             finally:
                 _sigterm.set()
-                if _jax_syncs_preemption():
-                    _post_preemption_notice()
+                post_preemption_notice()
 
         _handler = handler
     signal.signal(signal.SIGTERM, _handler)
 
 
-def _post_preemption_notice() -> None:
-    """The notice JAX's preemption service posts on SIGTERM: a death time of now, so that every
-    process of the group reaches the sync point at one step."""
+_notice_posted = False
+
+
+def post_preemption_notice() -> None:
+    """The notice JAX's preemption service posts on SIGTERM: a death time of now, after which
+    every process of the ``jax.distributed`` group reaches the sync point at one step. A learner
+    spanning hosts posts it when its program stops; SIGTERM's handler posts it (once each)."""
+    global _notice_posted
+    if _notice_posted or not _jax_syncs_preemption():
+        return
     import datetime
 
     from jax._src import distributed
@@ -334,8 +341,37 @@ def _post_preemption_notice() -> None:
     now = datetime.datetime.now(datetime.timezone.utc).isoformat()
     try:
         distributed.global_state.client.key_value_set(PREEMPTION_NOTICE_KEY, now, allow_overwrite=True)
-    except Exception as error:  # in a signal handler: never raise into whatever the main thread was doing
-        print(f"SIGTERM: the preemption notice could not reach JAX's coordination service ({error})", flush=True)
+        _notice_posted = True
+    except Exception as error:  # from a signal handler: never raise into whatever the main thread was doing
+        print(f"the preemption notice could not reach JAX's coordination service ({error})", flush=True)
+
+
+_SIGACTION_BYTES = 512
+"""More than any libc's ``struct sigaction``, saved and restored whole."""
+
+
+def _sigterm_disposition() -> Any:
+    """The process's SIGTERM disposition as the C library holds it (None off POSIX)."""
+    if os.name != "posix":
+        return None
+    import ctypes
+
+    saved = ctypes.create_string_buffer(_SIGACTION_BYTES)
+    ctypes.CDLL(None).sigaction(signal.SIGTERM, None, saved)
+    return saved
+
+
+def _reclaim_sigterm(before: Any) -> None:
+    """SIGTERM back from the C++ handler ``jax.distributed.initialize`` installs for its
+    preemption service: :func:`install_sigterm_flag`'s handler on the main thread; elsewhere (a
+    node's parts are built on threads of their own) the Python handler there was before, whose
+    stop the learner turns into the notice (:func:`post_preemption_notice`)."""
+    if threading.current_thread() is threading.main_thread():
+        install_sigterm_flag()
+    elif before is not None and callable(signal.getsignal(signal.SIGTERM)):
+        import ctypes
+
+        ctypes.CDLL(None).sigaction(signal.SIGTERM, before, None)
 
 
 def preemption_requested(step: int) -> bool:

@@ -37,7 +37,8 @@ class Arguments:
     video: str | None = None
     """Write one MP4 per episode into this directory (the env must render rgb_array frames)."""
     seed: int = 1_000_000
-    """Episode i is seeded seed + i (away from the actors' and the evaluator's seeds)."""
+    """Episode i is seeded seed + i (away from the actors' and the evaluator's seeds); EnvPool's
+    Atari games are seeded once, with seed, where EnvPool makes its envs: later episodes draw on from there."""
     trust_run_dir: bool = False
     """Import modules config.json names even where their code lies inside the run directory."""
     stochastic: bool = False

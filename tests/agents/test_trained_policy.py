@@ -97,6 +97,7 @@ def test_the_command_plays_the_step_it_is_given(run_dir, monkeypatch, capsys):
     (("--step", "3"), "error: no checkpoint of step 3 in .*; the saved steps are 2, 4"),
     (("--run-seed", "1"), "error: .* trained 1 seed.*run_seed must be 0, got 1"),
     (("--episodes", "0"), "error: --episodes must be at least 1, got 0"),
+    (("--max-episode-steps", "0"), "error: --max-episode-steps must be at least 1, got 0"),
     (("--best", "--step", "2"), "error: --best and --step name two policies: pass one"),
     (("--best",), "error: .* has no best policy: the evaluator node saves one at each better evaluation"),
 ])
