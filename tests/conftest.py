@@ -1,8 +1,11 @@
-"""The run's harness: CPU burners on demand, keeping the machine's cores busy while the tests run."""
+"""The run's harness: one JAX compilation cache for the run, and CPU burners on demand, keeping
+the machine's cores busy while the tests run."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import cpu_burners
 import pytest
@@ -17,9 +20,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
-        return  # an xdist worker: its controller started the burners
+        return  # an xdist worker: its controller made the cache and started the burners
+    share_one_compilation_cache(config)
     burners = cpu_burners.start(config.getoption("cpu_burners"))
     config.add_cleanup(lambda: cpu_burners.stop(burners))
+
+
+def share_one_compilation_cache(config: pytest.Config) -> None:
+    """Every process of the run (the workers, and the nodes and scripts the tests start) shares one
+    persistent compilation cache, new for the run: a relaunched or restarted run, a resumed segment
+    and the tests that train the same agent load their long compilations instead of doing them
+    again, and no run depends on what an earlier one left (JAX's default threshold: what took a
+    second or more)."""
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ:
+        return  # the caller's own
+    directory = tempfile.mkdtemp(prefix="jaxdist-tests-jax-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = directory
+    config.add_cleanup(lambda: shutil.rmtree(directory, ignore_errors=True))
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

@@ -10,7 +10,8 @@ policy, replay table, sink), imported where a node runs them.
 
 **Topology.** Where the architecture is read: :data:`ARCHITECTURES` maps
 ``config.architecture`` to a :class:`Topology`, the one protocol the runner, the monitor and
-``load_policy`` see (an agent with a program of its own, ES, implements it too):
+``load_policy`` see (an agent with a program of its own, ES, implements it too; so does a PBT
+population of Sebulba runs, :mod:`jaxdist.agents.population`):
 
 - :class:`Sebulba` (Acme's ``make_distributed_experiment``): per learner host h, a process
   ``learner/h`` of threads: the agent's replay table (a FIFO for on-policy agents, prioritized
@@ -254,7 +255,8 @@ class AgentConfig:
     sweep_random: int = 0
     """Draw this many configurations from the --sweep ranges instead of the grid."""
     pbt: int = 0
-    """Population-based training of this many members drawn from the --sweep ranges (0: none)."""
+    """Population-based training of this many members drawn from the --sweep ranges (0: none): anakin trains them in
+    one learner, sebulba each as a learner with its own actors and evaluator (<run-dir>/config-<m>)."""
     pbt_interval: int = 20
     """Updates between PBT's exploit-and-explore steps (each after an evaluation of every member)."""
     pbt_exploit: Literal["truncation", "none"] = "truncation"
@@ -567,9 +569,7 @@ class Sebulba:
         hosts = config.learner_hosts
         replays, learners = [], []
         for host in range(hosts):
-            replay_node = jd.ReplayNode(agent.part("replay_table", config),
-                                        checkpoint=config.replay_checkpoint_seconds is not None,
-                                        checkpoint_every_seconds=config.replay_checkpoint_seconds)
+            replay_node = learner_replay(agent)
             replays.append(replay_node.create_handle())
             learner_node = jd.CourierNode(sebulba_learner, agent, replays[-1]).with_options(
                 stops_first=True, restart=LEARNER_RESTART)
@@ -605,22 +605,33 @@ class Sebulba:
 
     def trained(self, run_dir: str, step: int | None, run_seed: int, best: bool) -> Policy:
         """The learner's published parameters, or those the evaluator saved at the run's best evaluation."""
-        from jaxdist.learning.checkpoint import restore_saved
-        from jaxdist.learning.layout import checkpoint_dir
-        from jaxdist.nodes.evaluator import BEST_POLICY
-
         agent = self.agent
         if best:
-            no_best = FileNotFoundError(f"{run_dir} has no best policy: the evaluator node saves one at each better "
-                                        f"evaluation; load the latest checkpoint's instead (best=False)")
-            version, params = restore_saved(checkpoint_dir(run_dir, BEST_POLICY), published_shapes(agent), None,
-                                            no_best)
-        else:
-            logic = agent.part("learner_logic", agent.config, agent.env)
-            restored = restore_learner(run_dir, self.checkpoints(run_dir), learner_template(logic), step,
-                                       saves_every(agent.config))
-            version, params = int(restored["step"]), logic.params(restored["state"])
-        return Policy(params, version, actor_policies(agent), agent.env.obs_shape)
+            return best_policy(agent, run_dir)
+        logic = agent.part("learner_logic", agent.config, agent.env)
+        restored = restore_learner(run_dir, self.checkpoints(run_dir), learner_template(logic), step,
+                                   saves_every(agent.config))
+        return Policy(logic.params(restored["state"]), int(restored["step"]), actor_policies(agent),
+                      agent.env.obs_shape)
+
+
+def learner_replay(agent: Agent) -> jd.ReplayNode:
+    """The replay node beside a learner: the agent's table, checkpointed as the config says."""
+    config = agent.config
+    return jd.ReplayNode(agent.part("replay_table", config), checkpoint=config.replay_checkpoint_seconds is not None,
+                         checkpoint_every_seconds=config.replay_checkpoint_seconds)
+
+
+def best_policy(agent: Agent, run_dir: str) -> Policy:
+    """The parameters the evaluator node of the run in ``run_dir`` saved at its best evaluation."""
+    from jaxdist.learning.checkpoint import restore_saved
+    from jaxdist.learning.layout import checkpoint_dir
+    from jaxdist.nodes.evaluator import BEST_POLICY
+
+    no_best = FileNotFoundError(f"{run_dir} has no best policy: the evaluator node saves one at each better "
+                                f"evaluation; load the latest checkpoint's instead (best=False)")
+    version, params = restore_saved(checkpoint_dir(run_dir, BEST_POLICY), published_shapes(agent), None, no_best)
+    return Policy(params, version, actor_policies(agent), agent.env.obs_shape)
 
 
 @dataclasses.dataclass
@@ -670,7 +681,12 @@ class Anakin:
         return Policy(params, version, actor_policies(self.agent), self.agent.env.obs_shape)
 
 
-ARCHITECTURES: dict[str, Callable[[Agent], Topology]] = {"sebulba": Sebulba, "anakin": Anakin}
+def sebulba(agent: Agent) -> Topology:
+    """Sebulba's program, or with ``--pbt`` a population of them (:mod:`jaxdist.agents.population`)."""
+    return Lazy("jaxdist.agents.population:Population")(agent) if agent.config.pbt else Sebulba(agent)
+
+
+ARCHITECTURES: dict[str, Callable[[Agent], Topology]] = {"sebulba": sebulba, "anakin": Anakin}
 """``config.architecture`` -> the topology it builds: the one place the architecture is read."""
 
 
@@ -760,14 +776,15 @@ def actor_policies(agent: Agent) -> dict[bool, Any]:
 # Node factories: each runs in its node's own process, where handles have become clients. ------
 
 
-def _learner_parts(agent: Agent) -> dict[str, Any]:
+def _learner_parts(agent: Agent, config_dir: str | None = None) -> dict[str, Any]:
     """What every learner of ``agent`` is built with, whatever feeds it: the loop's settings, its
     checkpointing and its publishing. A learner spanning hosts joins their jax.distributed
-    group here, before anything touches JAX's devices."""
+    group here, before anything touches JAX's devices. It saves the run's config, however it was
+    launched, in ``config_dir`` (default: the node's run directory)."""
     from jaxdist.nodes.learner import CheckpointOptions, PublishOptions, join_hosts
 
     config = agent.config
-    save(jd.current_node().run_dir, agent.factory, config)  # the run's config, however it was launched
+    save(config_dir or jd.current_node().run_dir, agent.factory, config)
     join_hosts(config.learner_hosts)
     return dict(steps_per_call=config.learner_steps_per_call, seed=config.seed, max_steps=config.total_updates,
                 prefetch=config.learner_prefetch,
@@ -775,18 +792,21 @@ def _learner_parts(agent: Agent) -> dict[str, Any]:
                 publishing=PublishOptions(every=config.publish_every_updates, log_every=config.log_every_updates))
 
 
-def sebulba_learner(agent: Agent, replay: Any) -> Any:
+def sebulba_learner(agent: Agent, replay: Any, logic: Any = None, config_dir: str | None = None,
+                    **options: Any) -> Any:
     """The learner of a replay fed by actors; the evaluator ends the program, after the final
     version. A prioritized agent's learner samples the keys and probabilities with the data and
-    writes new priorities back behind it."""
+    writes new priorities back behind it. ``logic`` and the ``Learner``'s ``options`` replace
+    the agent's own, ``config_dir`` is where it saves the config (a run of a population's:
+    :mod:`jaxdist.agents.population`)."""
     from jaxdist.nodes.learner import Learner, ReplaySource
     from jaxdist.nodes.replay import PriorityWriter
 
-    config, parts = agent.config, _learner_parts(agent)
+    config, parts = agent.config, {**_learner_parts(agent, config_dir), **options}
     multihost = config.learner_hosts > 1
     source = ReplaySource(replay, config.batch_size // config.learner_hosts,
                           field=None if agent.prioritized else "data", end_on_stop=not multihost)
-    return Learner(agent.part("learner_logic", config, agent.env), source, mode=config.learner_mode,
+    return Learner(logic or agent.part("learner_logic", config, agent.env), source, mode=config.learner_mode,
                    after_update=PriorityWriter(replay) if agent.prioritized else None,
                    # Updates dispatched ahead of their results only age on-policy data (its lag counts
                    # dispatched updates); across processes an update waits on the slowest host anyway.
@@ -828,20 +848,29 @@ def anakin_logic(agent: Agent) -> Any:
 
 def swept(agent: Agent) -> Any:
     """What differs between an Anakin run's runs (``jaxdist.agents.sweep``), or None."""
-    from jaxdist.learning import anakin, pbt
+    from jaxdist.learning import anakin
 
     config = agent.config
     if not (config.sweep or config.sweep_random or config.pbt):
         return None
     population = None
     if config.pbt:
-        ranges = {spec.field: pbt.Range(spec.low, spec.high, spec.log) if spec.is_range
-                  else pbt.Range(min(spec.values), max(spec.values), values=spec.values)
-                  for spec in sweep.specs(config)}
-        population = anakin.PBT(config.pbt_interval, config.pbt_fraction, config.pbt_explore, ranges,
+        population = anakin.PBT(config.pbt_interval, config.pbt_fraction, config.pbt_explore, pbt_ranges(config),
                                 exploit=config.pbt_exploit != "none")
-    return anakin.Swept(sweep.runs(config),
-                        lambda values: agent.part("learner_logic", sweep.traced(config, values), agent.env), population)
+    return anakin.Swept(sweep.runs(config), functools.partial(traced_logic, agent), population)
+
+
+def traced_logic(agent: Agent, values: Mapping[str, Any]) -> Any:
+    """``agent``'s learner logic with ``values`` (traced, in an update) in place of its swept fields."""
+    return agent.part("learner_logic", sweep.traced(agent.config, values), agent.env)
+
+
+def pbt_ranges(config: AgentConfig) -> dict[str, Any]:
+    """Where PBT may take each swept field (``pbt.Range``): a ``--sweep`` range, or its listed values."""
+    from jaxdist.learning import pbt
+
+    return {spec.field: pbt.Range(spec.low, spec.high, spec.log) if spec.is_range
+            else pbt.Range(min(spec.values), max(spec.values), values=spec.values) for spec in sweep.specs(config)}
 
 
 def actor_node(agent: Agent, policy_source: jd.Handle, replays: list[jd.Handle], index: int) -> jd.CourierNode:
@@ -885,7 +914,9 @@ def published_shapes(agent: Agent) -> Any:
     return jax.eval_shape(lambda key: logic.params(logic.init(key)), jax.random.key(0))
 
 
-def evaluator(agent: Agent, params: Any) -> Any:
+def evaluator(agent: Agent, params: Any, **options: Any) -> Any:
+    """The evaluator of ``params`` (the learner); ``options`` go to the ``Evaluator`` (a PBT
+    member's run directory)."""
     from jaxdist.nodes.evaluator import Evaluator
 
     config = agent.config
@@ -896,4 +927,4 @@ def evaluator(agent: Agent, params: Any) -> Any:
                      final_version=config.total_updates,
                      # At the target one learner process finishes there, so that the policy it saves
                      # is evaluated; the processes of a learner spanning hosts stop together instead.
-                     finish_learner=config.learner_hosts == 1, save_best=True)
+                     finish_learner=config.learner_hosts == 1, save_best=True, **options)

@@ -53,7 +53,7 @@ import jaxdist as jd
 from jaxdist import courier
 from jaxdist.agents import experiment, sweep
 from jaxdist.agents.experiment import AgentConfig, Presets, Topology, env_slug, qualified_name, resources
-from jaxdist.learning.layout import LINEAGE
+from jaxdist.learning.layout import LINEAGE, saved_update
 from jaxdist.nodes.evaluator import EVALUATIONS, recorded_evaluations
 from jaxdist.program import group_of
 from jaxdist.records.metrics import MetricsWriter, metrics_path, read_metrics
@@ -76,7 +76,8 @@ class RunOptions:
     allow_config_change: bool = False
     """Resume even though the config differs from the one the run was started with."""
     compilation_cache: str = os.path.join("~", ".cache", "jaxdist", "jax")
-    """JAX's persistent compilation cache ('' to turn it off)."""
+    """JAX's persistent compilation cache, shared by the run's processes ('': JAX's own settings
+    decide, off unless JAX_COMPILATION_CACHE_DIR is set)."""
     quiet: bool = False
     """Do not echo the nodes' output."""
     track: str | None = None
@@ -200,13 +201,20 @@ def main(make_agent: Callable[[Any], Any], config_type: type[AgentConfig], prese
         raise SystemExit(f"error: {error}") from None
     run_dir = run.run_dir or default_run_dir(built)
     prepare_run_dir(run_dir, built.factory, config, run)
-    launch_options = run.launch_options()
-    if run.launcher == "ray":  # groups go to hosts as under multihost, a host being a Ray node
-        launch_options = {**(launch_options or {}), "placement": built.topology().placement}
-    # A sweep whose configurations cannot share a learner runs them one after another, each a
-    # program in a run directory of its own (one that is over is not launched again).
-    runs = [(make_agent(child), child_dir) for child, child_dir in sweep.apart(config, run_dir)] or [(built, run_dir)]
+    # A sweep whose configurations cannot share a learner runs each in a run directory of its own:
+    # side by side in one program where the launcher has hosts to spread them over, else one
+    # program after another (one that is over is not launched again).
+    apart = sweep.apart(config, run_dir)
+    if apart and run.launcher in SIDE_BY_SIDE:
+        from jaxdist.agents.population import SideBySide
+
+        runs = [(SideBySide(built), run_dir)]
+    else:
+        runs = [(make_agent(child), child_dir) for child, child_dir in apart] or [(built, run_dir)]
     for agent, agent_dir in runs:
+        launch_options = run.launch_options()
+        if run.launcher == "ray":  # groups go to hosts as under multihost, a host being a Ray node
+            launch_options = {**(launch_options or {}), "placement": agent.topology().placement}
         try:
             summary = train(agent, launcher=run.launcher, run_dir=agent_dir, start_time=start_time,
                             compilation_cache=os.path.expanduser(run.compilation_cache) or None, echo=not run.quiet,
@@ -229,6 +237,10 @@ def main(make_agent: Callable[[Any], Any], config_type: type[AgentConfig], prese
         print(f"PBT: {len(copies)} copies ({'; '.join(copies[-8:])}{' ...' if len(copies) > 8 else ''}); every "
               f"member's hyperparameters by update in {metrics_path(run_dir, LINEAGE)}, lineage_<field>.png")
     return summary
+
+
+SIDE_BY_SIDE = ("ray", "multihost")
+"""The launchers that run a Sebulba sweep's configurations side by side, spread over their hosts."""
 
 
 def failure_summary(failure: jd.NodeFailedError, run_dir: str) -> str:
@@ -416,15 +428,6 @@ def finished_summary(run_dir: str, topology: Topology, config: Any) -> dict[str,
                 f"nothing launched: the run reached its target {target:g} at the evaluation of version {reached[0]} "
                 f"and stopped at update {saved}: without --stop-at-target it trains on, --fresh starts over"))
     return None
-
-
-def saved_update(checkpoints: str) -> int | None:
-    """The newest complete learner checkpoint's update in ``checkpoints`` (after a stop, the one it saved)."""
-    try:
-        steps = [int(name) for name in os.listdir(checkpoints) if name.isdigit()]
-    except OSError:
-        return None
-    return max(steps, default=None)
 
 
 def default_run_dir(agent: Trainable) -> str:

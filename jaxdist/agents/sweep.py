@@ -12,8 +12,11 @@ relaunch expands the same configurations.
 learner; a seed's runs share their initial parameters and keys across configurations (common
 random numbers, and configuration ``c`` trains as it would alone with the same seed and
 ``num_seeds``). PBT's members are each a configuration of one seed, with keys of their own.
-Under Sebulba each configuration is a program of its own, run after the previous one in
-``<run_dir>/config-<c>`` (:func:`apart`).
+Under Sebulba each configuration is a run of its own in ``<run_dir>/config-<c>`` (:func:`apart`):
+a program after the previous one, or, under the ray and multihost launchers, side by side in one
+program (:class:`jaxdist.agents.population.Together`); a PBT population is one program whose members are
+each a learner with its actors and evaluator, member ``m`` in ``<run_dir>/config-<m>``
+(:mod:`jaxdist.agents.population`).
 
 **Fields.** Only the agent's own ``float`` hyperparameters (learning rate, discount, GAE lambda,
 clip range, loss coefficients, ...): under Anakin they are traced values of the learner's state,
@@ -155,8 +158,6 @@ def check(config: Any) -> None:
     """Refuse a sweep the config cannot run, in one line (called by the config's own checks)."""
     if not (config.sweep or config.sweep_random or config.pbt):
         return
-    if config.pbt and config.architecture != "anakin":
-        raise ValueError("--pbt trains its population in one learner: it needs --architecture anakin")
     if not config.sweep:
         raise ValueError("--sweep-random and --pbt draw their configurations from the --sweep FIELD=LOW:HIGH ranges "
                          "(or FIELD=V1,V2 lists): name at least one field")
@@ -164,6 +165,8 @@ def check(config: Any) -> None:
         raise ValueError("--pbt N draws its population as --sweep-random N would: give one of them")
     if config.pbt and config.num_seeds > 1:
         raise ValueError(f"--pbt's members are each a seed of their own: drop --num-seeds {config.num_seeds}")
+    if config.pbt and config.architecture == "sebulba":
+        _check_population(config)
     # PBT's perturbations stay inside a range: its ends must be values the field takes.
     ends = [{spec.field: end} for spec in specs(config) if spec.is_range for end in (spec.low, spec.high)]
     for values in [*configurations(config), *ends]:
@@ -171,6 +174,24 @@ def check(config: Any) -> None:
             configured(config, values)
         except ValueError as error:
             raise ValueError(f"--sweep: the configuration {describe(values)} is refused: {error}") from None
+
+
+def _check_population(config: Any) -> None:
+    """What a population of Sebulba learners (:mod:`jaxdist.agents.population`) cannot run."""
+    for interval in ("eval_every_updates", "publish_every_updates"):
+        if config.pbt_interval % getattr(config, interval):
+            flag = "--" + interval.replace("_", "-")
+            raise ValueError(f"--pbt-interval {config.pbt_interval} must be a multiple of {flag} "
+                             f"({getattr(config, interval)}) under --architecture sebulba: the members are ranked by "
+                             f"their evaluators' returns of the version each round is at")
+    if config.learner_hosts > 1:
+        raise ValueError("--pbt under --architecture sebulba runs each member's learner on one host (the members "
+                         "spread over the hosts): drop --learner-hosts")
+    if config.stop_at_target:
+        raise ValueError("--pbt trains every member to --total-steps: drop --stop-at-target")
+    if config.inference != "actor":
+        raise ValueError("--pbt under --architecture sebulba runs each member's policy in its actors: drop "
+                         "--inference central")
 
 
 def layout(config: Any) -> tuple[int, int]:
@@ -184,9 +205,9 @@ def layout(config: Any) -> tuple[int, int]:
 def apart(config: Any, run_dir: str) -> list[tuple[Any, str]]:
     """The configurations that run as programs of their own, one after another, with their run
     directories (``<run_dir>/config-<c>``): a sweep under Sebulba, whose every configuration has
-    its actors, learner and evaluator. None where they share one learner (Anakin), and for a
-    config without the fields (ES's)."""
-    if not getattr(config, "sweep", ()) or config.architecture == "anakin":
+    its actors, learner and evaluator. None where they share one learner (Anakin) or one program
+    (a PBT population), and for a config without the fields (ES's)."""
+    if not getattr(config, "sweep", ()) or config.architecture == "anakin" or config.pbt:
         return []
     return [(configured(config, values), config_dir(run_dir, index))
             for index, values in enumerate(configurations(config))]

@@ -12,7 +12,7 @@ import dataclasses
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
-from jaxdist.launch import preflight
+from jaxdist.launch import preflight, sigterm
 from jaxdist.launch.errors import NodeFailedError
 from jaxdist.program import Handle, Node, Program, group_of, launched
 
@@ -189,6 +189,8 @@ class Running(abc.ABC):
         except KeyboardInterrupt:
             self.stop()
             raise
+        if over:
+            sigterm.forget(self)  # seen to end: a later SIGTERM is the script's own
         if over and self._failure is not None:
             raise self._failure
         return over
@@ -197,6 +199,7 @@ class Running(abc.ABC):
         """Stop every node (SIGTERM, a grace period, then SIGKILL for processes) and wait."""
         self.request_stop("stopped by the user")
         self._done.wait()
+        sigterm.forget(self)
 
     def scale(self, group: str, n: int) -> list[str]:
         """Grow or shrink `group` to `n` nodes while the program runs (Fiber's dynamic scaling);

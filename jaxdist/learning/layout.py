@@ -14,3 +14,12 @@ def checkpoint_dir(run_dir: str | os.PathLike, node_name: str) -> str:
 
 LINEAGE = "lineage"
 """``<run_dir>/lineage.csv``: a PBT learner's members, their parents and hyperparameters by update."""
+
+
+def saved_update(checkpoints: str) -> int | None:
+    """The newest complete learner checkpoint's update in ``checkpoints`` (after a stop, the one it saved)."""
+    try:
+        steps = [int(name) for name in os.listdir(checkpoints) if name.isdigit()]
+    except OSError:
+        return None
+    return max(steps, default=None)

@@ -8,7 +8,9 @@ state, statistics) and its hyperparameters. **Explore**: a member that copied pe
 hyperparameter (times 0.8 or 1.2, kept inside the field's range) or draws it anew from the range.
 Every function is jittable: under Anakin the step runs inside the learner's update.
 
-:class:`Lineage` writes each step's parents and hyperparameters to ``lineage.csv``.
+:class:`Lineage` writes each step's parents and hyperparameters to ``lineage.csv`` (the Anakin
+learner's), as :func:`write_lineage` does for every PBT; under Sebulba the members are learners of
+their own and :mod:`jaxdist.learning.population` takes the step there.
 """
 
 from __future__ import annotations
@@ -115,10 +117,16 @@ class Lineage:
             if self._written and version % self._interval:
                 continue
             self._written = True
-            for member, parent in enumerate(per_update["pbt/parent"][row]):
-                self._writer.write(int(version), {"member": member, "parent": int(parent),
-                                                  **{f: float(per_update[f"pbt/{f}"][row][member]) for f in fields}})
+            write_lineage(self._writer, int(version), per_update["pbt/parent"][row],
+                          {field: per_update[f"pbt/{field}"][row] for field in fields})
         self._writer.flush()
 
     def flush(self) -> None:
         self._then.flush()
+
+
+def write_lineage(writer: MetricsWriter, step: int, parents: Any, hyperparams: Mapping[str, Any]) -> None:
+    """``lineage.csv``'s rows of one step: each member's parent and hyperparameters after it."""
+    for member, parent in enumerate(parents):
+        writer.write(step, {"member": member, "parent": int(parent),
+                            **{field: float(values[member]) for field, values in sorted(hyperparams.items())}})

@@ -14,7 +14,8 @@ learner finish there (``Learner.finish()``) and ends the program once it has eva
 version the learner finished at: the policy it saved.
 
 Given the learner's ``final_version`` (its ``max_steps``), the evaluator also evaluates that
-version, whatever the interval, and then ends the program itself: the learner leaves the end to
+version, whatever the interval, and then ends the program itself (with ``ends_program``; a PBT
+member's evaluator leaves that to the population's coordinator): the learner leaves the end to
 it, so the policy training ends with -- the one ``load_policy`` restores -- is always the last
 one evaluated. An evaluation cut short by a stop (Ctrl-C, a preemption) is not recorded: its
 unfinished episodes would read as a low return.
@@ -85,7 +86,7 @@ class Evaluator:
     def __init__(self, policy: Policy, env: Any, params: Any, *, every_updates: int, seed: int,
                  target_return: float | None = None, stop_at_target: bool = False,
                  final_version: int | None = None, finish_learner: bool = False, save_best: bool = False,
-                 rng_impl: str | None = "unsafe_rbg", run_dir: str = ".") -> None:
+                 rng_impl: str | None = "unsafe_rbg", run_dir: str | None = None, ends_program: bool = True) -> None:
         self._env = env.make(seed)
         self._params = params
         self._every = every_updates
@@ -102,8 +103,9 @@ class Evaluator:
         # Made at the first evaluation, not here: beside a learner spanning hosts, no JAX
         # computation may start the backend before that learner's jax.distributed.initialize().
         self._key, self._rng_impl = None, rng_impl
+        self._ends_program = ends_program  # else it returns after the final version (a PBT member's)
         node = context.current_node()
-        run_dir = node.run_dir if node else run_dir
+        run_dir = run_dir or (node.run_dir if node else ".")
         self._writer = MetricsWriter(metrics_path(run_dir, EVALUATIONS))
         self._evaluations = 0
         self._best = BestPolicy(run_dir) if save_best else None
@@ -129,7 +131,8 @@ class Evaluator:
                 return  # the learner could not finish: the program stops
             if self._last(version):
                 print(f"version {version} was the learner's last: training is over", flush=True)
-                context.stop(f"training is over: its final policy, version {version}, was evaluated")
+                if self._ends_program:
+                    context.stop(f"training is over: its final policy, version {version}, was evaluated")
                 return
             wanted = self._final_version if at_target else (version // self._every + 1) * self._every
             if self._final_version is not None:

@@ -14,12 +14,14 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdist.agents import load_policy, ppo, run, sweep
+import jaxdist as jd
+from jaxdist.agents import experiment, load_policy, population, ppo, run, sweep
 from jaxdist.agents.experiment import anakin_logic, with_preset
 from jaxdist.learning import anakin
 from jaxdist.nodes.evaluator import EVALUATIONS, record
 from jaxdist.nodes.learner import Learner, PublishOptions
 from jaxdist.records.metrics import MetricsWriter, metrics_path, read_metrics
+from ports import reserve_base_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = with_preset(ppo.PPOConfig, "CartPole-v1", ppo.PRESETS, architecture="anakin", num_actors=1,
@@ -72,8 +74,27 @@ def test_under_sebulba_each_configuration_is_a_run_of_its_own_and_under_anakin_n
     assert [(child.learning_rate, child.gamma, child.sweep) for child, _ in apart] == [
         (1e-3, 0.9, ()), (1e-3, 0.99, ()), (3e-3, 0.9, ()), (3e-3, 0.99, ())]
     assert sweep.apart(dataclasses.replace(config, architecture="anakin"), str(tmp_path)) == []
-    with pytest.raises(ValueError, match="--pbt trains its population in one learner: it needs --architecture anakin"):
-        dataclasses.replace(config, sweep=("gamma=0.9:0.99",), pbt=4)
+    population = dataclasses.replace(config, sweep=("gamma=0.9:0.99",), pbt=4, pbt_interval=20)
+    assert sweep.apart(population, str(tmp_path)) == []  # a population is one program
+    with pytest.raises(ValueError, match=r"--pbt-interval 7 must be a multiple of --eval-every-updates \(5\)"):
+        dataclasses.replace(population, pbt_interval=7)
+
+
+def test_side_by_side_every_configuration_is_a_learner_process_with_its_actors_in_its_own_directory(tmp_path):
+    config = dataclasses.replace(CONFIG, architecture="sebulba", num_actors=2,
+                                 sweep=("learning_rate=1e-3,3e-3", "gamma=0.9,0.99"))
+    record = population.SideBySide(ppo.agent(config))
+    together = record.topology()
+    assert [(one.config.learning_rate, one.config.gamma, one.config.sweep) for one in together.runs] == [
+        (1e-3, 0.9, ()), (1e-3, 0.99, ()), (3e-3, 0.9, ()), (3e-3, 0.99, ())]
+    groups = together.program.groups
+    assert len(groups["learner"]) == 4 and len(groups["actor"]) == 8 and len(groups["sweep"]) == 1
+    assert together.placement["learner"] == jd.spread() and record.config is config
+    # the slowest run says where the sweep is: it is over once every run is
+    for index, step in enumerate((10, 4, 10, 10)):
+        os.makedirs(os.path.join(together.runs[index].topology().checkpoints(sweep.config_dir(str(tmp_path), index)),
+                                 str(step)))
+    assert run.saved_update(together.checkpoints(str(tmp_path))) == 4
 
 
 def test_the_command_line_takes_sweep_again_and_again_and_refuses_a_shape_in_one_line(capsys):
@@ -184,6 +205,28 @@ def test_a_sweep_under_sebulba_runs_each_configuration_after_the_other_and_resum
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+def test_a_sweep_under_sebulba_on_two_hosts_trains_its_configurations_side_by_side(tmp_path):
+    """Two hosts (both on 127.0.0.1) run the same command; configuration c's learner process and
+    actor are on host c, and host 0 ranks both runs."""
+    base = reserve_base_port()
+    command = [sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--launcher", "multihost", "--hosts",
+               "127.0.0.1,127.0.0.1", "--base-port", str(base), "--compilation-cache", "", "--run-dir",
+               str(tmp_path), "--num-actors", "1", "--envs-per-actor", "8", "--total-steps", str(8 * 32 * 10),
+               "--eval-every-updates", "5", "--sweep", "learning_rate=1e-3,3e-3"]
+    env = dict(os.environ, JAXDIST_TOKEN="shared-secret", PYTHONUNBUFFERED="1")
+    hosts = [subprocess.Popen(command + ["--host-index", str(index)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env) for index in (0, 1)]
+    outputs = [host.communicate(timeout=500)[0] for host in hosts]
+    assert [host.returncode for host in hosts] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    assert "2 configurations x 1 seed(s)" in outputs[0] and "every run's final policy (version 10)" in outputs[0]
+    assert "[learner/1] " in outputs[1] and "[actor/1] " in outputs[1], outputs[1][-3000:]  # run 1 on host 1
+    assert "[learner/0] " not in outputs[1] and "[learner/0] " in outputs[0]
+    assert sorted(row["config_index"] for row in read_metrics(tmp_path / sweep.SWEEP_FILE)) == [0, 1]
+    assert [load_policy(str(tmp_path), config_index=index).step for index in (0, 1)] == [10, 10]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_the_script_trains_a_population_resumes_it_after_sigterm_and_records_its_lineage(tmp_path):
     """The worst member copies the best at each exploit step and perturbs what it copied; the
     lineage starts from the drawn population; a SIGTERM'd population resumes with the
@@ -220,6 +263,58 @@ def test_the_script_trains_a_population_resumes_it_after_sigterm_and_records_its
             assert np.isclose(copy[field], explored, rtol=1e-5).any(), (field, copy, parent)
     assert f"PBT: {len(copies)} copies" in done.stdout and (tmp_path / "lineage_learning_rate.png").stat().st_size > 0
     assert load_policy(str(tmp_path), config_index=3).step == 80
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_population_of_sebulba_learners_copies_through_checkpoints_and_a_killed_member_rejoins(tmp_path):
+    """Four members, each a learner with its actor and evaluator in one program on processes:
+    at every round the worst copies the best's checkpoint and perturbs its values; member 2's
+    learner, SIGKILLed after its first round's checkpoint, restarts from it and takes part in
+    every later round."""
+    ranges = ("learning_rate=1e-4:1e-2:log", "clip_eps=0.1,0.2,0.3")
+    config = dataclasses.replace(CONFIG, architecture="sebulba", total_steps=8 * 32 * 20, eval_every_updates=5,
+                                 sweep=ranges, pbt=4, pbt_interval=5)
+    topology = ppo.agent(config).topology()
+    running = jd.launch(topology.program, launcher="processes", run_dir=str(tmp_path), echo=False,
+                        resources=experiment.resources(topology.program))
+    try:
+        saved = tmp_path / "config-2" / "checkpoints" / "learner"
+        while not (saved.is_dir() and "5" in os.listdir(saved)):
+            assert not running.wait(timeout=0.05), running.status()
+        os.kill(running.status()["learner/2"]["pid"], signal.SIGKILL)
+        assert running.wait(timeout=300)  # the coordinator ends the program once every member's last is evaluated
+    finally:
+        running.stop()
+    assert running.status()["learner/2"]["restarts"] == 1
+    assert "restored step 5" in open(jd.log_path(str(tmp_path), "learner/2")).read()
+    rows = read_metrics(tmp_path / "lineage.csv")
+    assert [(row["step"], row["member"]) for row in rows] == [(step, m) for step in (0, 5, 10, 15) for m in range(4)]
+    drawn = sweep.configurations(config)
+    assert all(np.isclose(row["learning_rate"], drawn[row["member"]]["learning_rate"]) for row in rows[:4])
+    rounds = {row["step"]: row for row in read_metrics(tmp_path / "evaluations.csv")}
+    copies = [row for row in rows if row["member"] != row["parent"]]
+    assert {row["step"] for row in copies} == {5, 10, 15}  # one member of four at every round
+    for copy in copies:  # the copier ranked last at that round's evaluations, its parent first
+        scores = [rounds[copy["step"]][f"seed/{m}/mean_return"] for m in range(4)]
+        assert scores[copy["parent"]] == max(scores) and scores[copy["member"]] == min(scores)
+        parent = next(row for row in rows if row["step"] == copy["step"] - 5 and row["member"] == copy["parent"])
+        explored = np.clip(parent["learning_rate"] * np.array([0.8, 1.2]), 1e-4, 1e-2)
+        assert np.isclose(copy["learning_rate"], explored, rtol=1e-5).any(), (copy, parent)
+        log = open(jd.log_path(str(tmp_path), f"learner/{copy['member']}")).read()
+        assert f"PBT at update {copy['step']}: member {copy['member']} copies member {copy['parent']}" in log
+    assert set(rounds[20]) >= {f"seed/{m}/mean_return" for m in range(4)}  # every member's final version
+    assert sweep.plot_lineage(str(tmp_path))[0].startswith("5: member")
+    assert (tmp_path / "lineage_learning_rate.png").stat().st_size > 0
+    last = copies[-1]  # the member trained on from its copy with the values it was given
+    agent = ppo.agent(config)
+    saved = experiment.restore_learner(str(tmp_path), population.member_checkpoints(str(tmp_path), last["member"]),
+                                       experiment.learner_template(population.logic_of(agent, last["member"])),
+                                       None, "")
+    assert int(saved["step"]) == 20
+    assert np.isclose(saved["state"]["hyperparams"]["learning_rate"], last["learning_rate"])
+    assert load_policy(str(tmp_path), config_index=last["member"]).step == 20
+    assert load_policy(str(tmp_path), config_index=last["member"], best=True).step % 5 == 0  # its evaluator's best
 
 
 def sigterm_after_a_checkpoint(command: list[str], checkpoints, log) -> str:

@@ -19,12 +19,15 @@ import sys
 import time
 import uuid
 
+import numpy as np
 import psutil
 import pytest
 
 from jaxdist.agents import load_policy
 from jaxdist.records.metrics import read_metrics
 from ports import reserve_base_port
+from resume_checks import (assert_same_leaves, committed_steps, flat_leaves, observed_environment, rows_so_far,
+                           saved_state)
 
 pytestmark = pytest.mark.slow
 
@@ -88,8 +91,8 @@ def namespace_hosts():
             shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
 
 
-def start_hosts(hosts, prefixes, run_dir, base_port, *extra):
-    env = dict(os.environ, JAXDIST_TOKEN="shared-secret", PYTHONUNBUFFERED="1")
+def start_hosts(hosts, prefixes, run_dir, base_port, *extra, environ=None):
+    env = dict(os.environ if environ is None else environ, JAXDIST_TOKEN="shared-secret", PYTHONUNBUFFERED="1")
     processes = []
     for index, prefix in enumerate(prefixes):
         command = [*prefix, sys.executable, DEMO, "--launcher", "multihost", "--learner-hosts", "2", "--num-actors", "2",
@@ -145,25 +148,34 @@ def test_a_run_to_its_last_update_on_two_hosts_ends_once_host_0_has_evaluated_th
     assert load_policy(str(run_dir), best=True).step == best["step"]
 
 
+def sigterm_everyone(processes) -> None:
+    """As `scancel` or a pod-wide preemption: every process of every host gets SIGTERM at once."""
+    everyone = [psutil.Process(p.pid) for p, _ in processes]
+    everyone += [child for host in list(everyone) for child in host.children(recursive=True)]
+    for process in everyone:
+        with contextlib.suppress(psutil.Error):
+            process.send_signal(signal.SIGTERM)
+
+
+def wait_for_rows(processes, metrics, what: str, condition) -> None:
+    deadline = time.monotonic() + 300
+    while not condition(rows_so_far(metrics)):
+        assert time.monotonic() < deadline, f"the learner did not log {what}"
+        assert all(p.poll() is None for p, _ in processes), "a host exited early"
+        time.sleep(0.5)
+
+
 @pytest.mark.timeout(600)
-def test_sigterm_to_every_process_of_both_hosts_saves_one_step_and_every_host_exits_zero(tmp_path):
-    # As `scancel` or a pod-wide preemption: every process of every host gets SIGTERM at once.
+def test_sigterm_to_every_process_of_both_hosts_saves_one_step_and_a_relaunch_restores_it_on_both(tmp_path):
     # Each launcher stops its learner first, still fed by its actors, so both reach the step
-    # JAX's preemption sync point agrees on, and save it together.
-    run_dir = tmp_path / "run"
+    # JAX's preemption sync point agrees on, and save it together. The same command again
+    # restores that step on both hosts, leaf for leaf as saved.
+    run_dir, restores, base_port = tmp_path / "run", tmp_path / "restores", reserve_base_port()
+    metrics, flags = run_dir / "metrics.csv", ("--checkpoint-every-updates", "100000")
     with loopback_hosts() as (hosts, prefixes):
-        processes = start_hosts(hosts, prefixes, run_dir, reserve_base_port(), "--checkpoint-every-updates", "100000")
-        metrics = run_dir / "metrics.csv"
-        deadline = time.monotonic() + 300
-        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
-            assert time.monotonic() < deadline, "the learner did not log two rows"
-            assert all(p.poll() is None for p, _ in processes), "a host exited early"
-            time.sleep(0.5)
-        everyone = [psutil.Process(p.pid) for p, _ in processes]
-        everyone += [child for host in list(everyone) for child in host.children(recursive=True)]
-        for process in everyone:
-            with contextlib.suppress(psutil.Error):
-                process.send_signal(signal.SIGTERM)
+        processes = start_hosts(hosts, prefixes, run_dir, base_port, *flags)
+        wait_for_rows(processes, metrics, "two rows", lambda rows: len(rows) >= 2)
+        sigterm_everyone(processes)
         out0, out1 = finish(processes, timeout=120)
     assert processes[0][0].returncode == 0 and processes[1][0].returncode == 0, out0[-3000:] + out1[-3000:]
     logs = [(run_dir / "logs" / f"learner-{h}.log").read_text() for h in (0, 1)]
@@ -171,10 +183,27 @@ def test_sigterm_to_every_process_of_both_hosts_saves_one_step_and_every_host_ex
     stops = [re.findall(r"stopped at step (\d+): (?:preempted|the program is stopping) \(checkpoint saved\)", log)
              for log in logs]
     assert stops[0] and stops[0] == stops[1], (stops, logs[0][-2000:], logs[1][-2000:])
-    saved = sorted(int(name) for name in os.listdir(run_dir / "checkpoints" / "learner") if name.isdigit())
-    assert saved == [int(stops[0][-1])]  # the stop's own save: the interval never came
     # JAX's preemption service no longer catches SIGTERM itself, whose C++ line read as a crash
     assert not [text for text in [out0, out1, *logs] if "SIGTERM caught" in text], (out0[-2000:], logs[0][-2000:])
+    stopped_at = int(stops[0][-1])
+    checkpoints = str(run_dir / "checkpoints" / "learner")
+    assert committed_steps(checkpoints) == [stopped_at]  # the stop's own save: the interval never came
+    _, saved = saved_state(checkpoints)
+
+    restores.mkdir()
+    with loopback_hosts() as (hosts, prefixes):
+        processes = start_hosts(hosts, prefixes, run_dir, base_port, *flags,
+                                environ=observed_environment(str(restores)))
+        wait_for_rows(processes, metrics, "a row after its restore",
+                      lambda rows: rows and rows[-1]["step"] > stopped_at)
+        sigterm_everyone(processes)
+        out0, out1 = finish(processes, timeout=120)
+    assert processes[0][0].returncode == 0 and processes[1][0].returncode == 0, out0[-3000:] + out1[-3000:]
+    for host in (0, 1):
+        log = (run_dir / "logs" / f"learner-{host}.log").read_text()
+        assert f"restored step {stopped_at} on 2 cpu device(s)" in log, log[-3000:]
+        with np.load(restores / f"learner-{host}.npz") as restored:
+            assert_same_leaves(dict(restored), flat_leaves(saved), f"host {host}'s restored learner state")
 
 
 @pytest.mark.timeout(600)

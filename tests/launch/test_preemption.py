@@ -95,3 +95,23 @@ def test_ctrl_c_while_a_script_imports_is_one_line_and_elsewhere_a_traceback(tmp
         assert errors == "stopped by Ctrl-C while starting (importing)\n"
     else:
         assert "Traceback" in errors and "slow_module_function" in errors
+
+
+def test_a_sigterm_handled_after_the_program_ended_but_before_the_script_saw_it_is_not_the_scripts_death(tmp_path):
+    """Every process of a pod gets SIGTERM at once: a launching script's handler may run late (its
+    main thread inside a blocking call) when its program, stopped meanwhile by another host, has
+    ended. Before, the launch forgot its program as its teardown ended, and the late handler,
+    finding no program, gave the signal its old behaviour: the script died of it (-SIGTERM)
+    instead of exiting 0 after the ordered stop. A program is the script's until it has seen it end."""
+    script = (
+        "import os, signal\n"
+        "import jaxdist as jd\n"
+        "program = jd.Program('ends')\n"
+        "program.add_node(jd.PyNode(print, 'node ran'))\n"
+        f"running = jd.launch(program, launcher='threads', run_dir={str(tmp_path)!r}, echo=False)\n"
+        "running._done.wait()  # the launch's end, which the script has not seen through wait() or stop()\n"
+        "os.kill(os.getpid(), signal.SIGTERM)  # its handler runs now\n"
+        "assert running.wait(timeout=60)\n"
+        "print('the script carried on')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "the script carried on" in done.stdout, (done.returncode, done.stdout, done.stderr)

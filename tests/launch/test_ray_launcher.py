@@ -26,6 +26,8 @@ from jaxdist.courier import tls
 from jaxdist.nodes.learner import Learner, PublishOptions
 from jaxdist.nodes.replay import Fifo, ReplayClient, ReplayNode
 from jaxdist.launch.running import WORK_DONE
+from jaxdist.agents import load_policy
+from jaxdist.records.metrics import read_metrics
 from run_checks import check_solved_and_final_policy_evaluated
 from waiting import wait_until
 
@@ -219,11 +221,23 @@ def solve_cartpole_with_ppo(cluster, run_dir, *flags: str) -> None:
     wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
 
 
-def test_ppo_solves_cartpole_with_launcher_ray_through_its_script(cluster, tmp_path):
-    solve_cartpole_with_ppo(cluster, tmp_path)
-    summary = check_solved_and_final_policy_evaluated(tmp_path)
-    assert summary["stop_reason"] == (f"training is over: its final policy, version {summary['learner_version']}, "
-                                      f"was evaluated (node 'learner/0/2')")  # the colocated evaluator
+def test_a_sebulba_sweep_trains_its_configurations_side_by_side_on_the_cluster_and_ranks_them(cluster, tmp_path):
+    done = subprocess.run(
+        [sys.executable, os.path.join(EXPERIMENTS, "ppo.py"), "--launcher", "ray", "--ray-address", cluster.address,
+         "--quiet", "--compilation-cache", "", "--run-dir", str(tmp_path), "--num-actors", "1", "--envs-per-actor",
+         "8", "--total-steps", str(8 * 32 * 10), "--eval-every-updates", "5", "--log-every-updates", "1",
+         "--sweep", "learning_rate=1e-3,3e-3"],
+        capture_output=True, text=True, timeout=400,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "tests", "support")])))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 configurations x 1 seed(s)" in done.stdout, done.stdout
+    assert sorted(row["config_index"] for row in read_metrics(tmp_path / "sweep.csv")) == [0, 1]
+    # One program of both runs, each in its configuration's directory, ended once both were done.
+    assert "every run's final policy (version 10) was evaluated (node 'sweep/0')" in done.stdout, done.stdout
+    assert {"learner-0.log", "learner-1.log", "actor-0.log", "actor-1.log"} <= set(os.listdir(tmp_path / "logs"))
+    policies = [load_policy(str(tmp_path), config_index=index) for index in (0, 1)]
+    assert [policy.step for policy in policies] == [10, 10] and policies[1].config.learning_rate == 3e-3
+    wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
 
 
 def service_and_other(name: str):
@@ -352,7 +366,11 @@ def test_with_tls_dir_nodes_talk_mutual_tls_and_refuse_plaintext(cluster, tmp_pa
 
 
 def test_a_ppo_learner_spanning_two_ray_nodes_is_one_jax_distributed_learner_and_solves_cartpole(cluster, tmp_path):
+    """The script under ``--launcher ray`` to its target, its learner one JAX program over two Ray nodes."""
     solve_cartpole_with_ppo(cluster, tmp_path, "--learner-hosts", "2", "--num-actors", "2")
+    summary = check_solved_and_final_policy_evaluated(tmp_path)
+    assert summary["stop_reason"] == (f"training is over: its final policy, version {summary['learner_version']}, "
+                                      f"was evaluated (node 'learner/0/2')")  # the evaluator, colocated with rank 0
     second = (tmp_path / "logs" / "learner-1.log").read_text()
     assert "Rank 1 is connected to 1 peer ranks" in second  # the two learner processes' gloo group
     assert "fresh start on 2 cpu device(s)" in second  # one device per process, two in the group

@@ -395,7 +395,6 @@ class _ProcessesRunning(Running):
         self._stop_children([child for child in self._children.values() if child.process is not None])
         if self._monitor is not None and self._monitor is not threading.current_thread():
             self._monitor.join()
-        sigterm.forget(self)
         self.remove_sockets()
 
     def remove_sockets(self) -> None:

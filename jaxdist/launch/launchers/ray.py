@@ -563,7 +563,6 @@ class _RayRunning(Running):
             _quietly(remove_placement_group, self._group)
         if self._watcher is not None and self._watcher is not threading.current_thread():
             self._watcher.join()
-        sigterm.forget(self)
         if self._owns_connection:
             self._ray.shutdown()
 

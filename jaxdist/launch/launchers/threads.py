@@ -139,7 +139,6 @@ class _ThreadsRunning(Running):
         self._clients.close_all()
         self._output.uninstall()
         context.uninstall()
-        sigterm.forget(self)
         if busy:
             names = ", ".join(thread.name for thread in busy)
             log.warning("threads of nodes %s did not stop within %.0f s and were left running", names, self._grace)

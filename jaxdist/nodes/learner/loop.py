@@ -14,6 +14,7 @@ import jax
 from jaxdist.launch import context
 from jaxdist.launch.restart import Restart
 from jaxdist.learning import parallel
+from jaxdist.learning.checkpoint import restore_saved
 from jaxdist.learning.layout import checkpoint_dir
 from jaxdist.learning.learner_logic import LearnerLogic, PyTree
 from jaxdist.nodes.learner.checkpointing import CheckpointOptions, Checkpointing
@@ -39,7 +40,11 @@ class Learner:
     what it was handed is done: prioritized replay's priorities, Anakin's evaluations),
     ``end_program`` (call ``jd.stop()`` once ``max_steps`` are done: training ends inside the
     program; a learner spanning processes calls it from its primary one), ``run_dir`` and
-    ``name`` (default: the node's).
+    ``name`` (default: the node's), ``population`` (a PBT member's part,
+    :class:`~jaxdist.learning.population.Member`: at the steps it is ``due``, once this learner's
+    checkpoint of the step is committed, its ``exploit(step)`` may hand over another learner's
+    checkpoint directory and a change of its state, to train on from; also at the start of
+    ``run()`` when the learner was restored at such a step, so a copy lost with a crash is made).
     """
 
     default_restart = Restart(max_restarts=10, backoff=1.0)  # it resumes from its checkpoint
@@ -51,7 +56,7 @@ class Learner:
                  max_steps: int | None = None, checkpointing: CheckpointOptions | None = None,
                  publishing: PublishOptions = PublishOptions(),
                  after_update: Callable[[PyTree, PyTree], PyTree] | None = None, end_program: bool = False,
-                 run_dir: str | None = None, name: str | None = None) -> None:
+                 run_dir: str | None = None, name: str | None = None, population: Any = None) -> None:
         if not isinstance(logic, LearnerLogic):
             raise TypeError(f"Learner takes a LearnerLogic(init, update, params) first, got "
                             f"{type(logic).__name__}")
@@ -66,6 +71,10 @@ class Learner:
         self._ends_because = "max_steps reached"  # or why finish() was called
         self._end_program = end_program
         self._after_update = after_update
+        self._population = population
+        if population is not None and checkpointing is None:
+            raise ValueError(f"learner {self.name} exchanges states with its population through its checkpoints: "
+                             f"give it checkpointing=CheckpointOptions(...)")
         self._primary = parallel.is_primary()
         self._multiprocess = jax.process_count() > 1
         if self._multiprocess and self._in_program:
@@ -78,8 +87,9 @@ class Learner:
         init_key, update_key = jax.random.split(jax.random.key(seed))
         self._checkpointing = self._checkpoints(checkpointing) if checkpointing is not None else None
         self.restored_step = self._checkpointing.restored_step if self._checkpointing is not None else None
+        self._init_key = init_key
         self._train = (self._dp.replicate(initial_state(logic, init_key)) if self.restored_step is None
-                       else self._restore(init_key))
+                       else self._checkpointing.restore(self._template))
         self._step = int(jax.device_get(self._dp.unreplicate(self._train["step"])))
         key_data = jax.random.key_data(update_key)
         self._rng = self._dp.replicate(key_data) if mode == "jit" else key_data
@@ -148,6 +158,9 @@ class Learner:
     def run(self) -> None:
         """Train until max_steps (or ``finish()``), the end of the source, or a stop; then save and return."""
         reason = None
+        if self.restored_step is not None and self._exchange_due(self._step - 1):
+            with self._lock:
+                self._exchange()
         while not self._finished():
             stop = self._stop_reason()
             if stop:
@@ -193,7 +206,34 @@ class Learner:
         self._publishing.after_step(before, self._step, self._train, metrics)
         if self._checkpointing is not None and self._checkpointing.after_step(before, self._step, self._train):
             self._publishing.flush()  # rows up to a checkpoint survive a SIGKILL: none are lost for good
+        if self._exchange_due(before):
+            self._exchange()
         return metrics
+
+    @functools.cached_property
+    def _template(self) -> PyTree:
+        """The state's shapes, for a restore: a fresh state traced, not made (``eval_shape``: 0.2 s
+        where compiling and running ``init`` took 0.6-0.9 s on this 2-core CPU), so a restart
+        serves that much sooner."""
+        return jax.eval_shape(functools.partial(initial_state, self._logic), self._init_key)
+
+    def _exchange_due(self, before: int) -> bool:
+        return self._population is not None and not self._finished() and self._population.due(before, self._step)
+
+    def _exchange(self) -> None:
+        """PBT: commit this step's checkpoint (another member may copy it), then train on from
+        the state the population hands over: this one, or another learner's of this step,
+        changed (its hyperparameters explored); caller holds the lock."""
+        self._checkpointing.save(self._step, self._train)
+        self._checkpointing.wait()
+        handed = self._population.exploit(self._step)
+        if handed is None:
+            return
+        directory, change = handed
+        missing = FileNotFoundError(f"learner {self.name} was to copy the checkpoint of step {self._step} in "
+                                    f"{directory}, which has none")
+        saved = restore_saved(directory, self._template, self._step, missing)[1]
+        self._train = self._dp.replicate({"state": change(saved["state"]), "step": saved["step"]})
 
     def _finished(self) -> bool:
         return self._max_steps is not None and self._step >= self._max_steps
@@ -246,8 +286,3 @@ class Learner:
         name = self.name.split("/")[0] if self._multiprocess else self.name
         return Checkpointing(checkpoint_dir(self.run_dir, name), options, self._dp)
 
-    def _restore(self, init_key: jax.Array) -> PyTree:
-        """The latest checkpoint, in the step's layout. A fresh state is only its template, so
-        it is traced, not made (``eval_shape``: 0.2 s where compiling and running ``init`` took
-        0.6-0.9 s on this 2-core CPU): a restart serves that much sooner."""
-        return self._checkpointing.restore(jax.eval_shape(functools.partial(initial_state, self._logic), init_key))

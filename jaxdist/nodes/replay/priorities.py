@@ -17,13 +17,15 @@ class PriorityWriter:
     wire goes in the next one, as one call: the writer keeps up with any learner speed, and
     the learner waits only when ``max_pending`` dispatches are unwritten. A failed write is
     reported and skipped: priorities are a hint, and the replay (colocated with the learner)
-    only fails when the program stops or crashes."""
+    only fails when the program stops or crashes. A learner that finishes calls :meth:`flush`,
+    so the replay it stops before saves the priorities of its last updates."""
 
     def __init__(self, replay: Any, max_pending: int = 64) -> None:
         self._replay = ReplayClient(replay)
         self._max_pending = max_pending
         self._pending: list[tuple[Any, Any]] = []
         self._cond = threading.Condition()
+        self._writing = False
         self.errors = 0
         threading.Thread(target=self._loop, name="priority-writer", daemon=True).start()
 
@@ -37,6 +39,11 @@ class PriorityWriter:
             self._cond.notify_all()
         return metrics
 
+    def flush(self) -> None:
+        """Return once the priorities handed so far are written (or their write failed)."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._pending and not self._writing)
+
     def _loop(self) -> None:
         import jax
 
@@ -44,6 +51,7 @@ class PriorityWriter:
             with self._cond:
                 self._cond.wait_for(lambda: self._pending)
                 pending, self._pending = self._pending, []
+                self._writing = True
                 self._cond.notify_all()
             try:
                 pending = jax.device_get(pending)  # waits for the updates that computed them
@@ -54,3 +62,7 @@ class PriorityWriter:
                 if self.errors == 1:
                     print(f"priority writer: updating priorities failed (learning goes on): {type(exc).__name__}: "
                           f"{str(exc).splitlines()[0] if str(exc) else ''}", flush=True)
+            finally:
+                with self._cond:
+                    self._writing = False
+                    self._cond.notify_all()

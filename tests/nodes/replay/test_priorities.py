@@ -71,3 +71,21 @@ def test_a_slow_replay_never_holds_the_learner_back_and_gets_the_backlog_in_one_
     assert len(replay.calls) == 2  # the first batch, then the backlog coalesced
     expected = np.concatenate([np.arange(2)] + [np.arange(6) + 100 * s for s in range(1, 41)])
     np.testing.assert_array_equal(sent_keys(replay), expected)
+
+
+def test_a_finishing_learners_flush_returns_once_its_last_priorities_are_written():
+    """A learner calls flush when it finishes, before the replay it stops ahead of saves: the
+    priorities of its last updates must be in that save. Before, the writer had no flush and
+    the learner returned with them still on their way (or not yet sent)."""
+    replay = RecordingReplay()
+    writer = PriorityWriter(replay)
+    replay.hold.clear()
+    writer({"keys": np.arange(2)}, {"priorities": np.ones(2)})
+    assert replay.entered.wait(10)  # the first write is on the wire, held by the node
+    writer({"keys": np.arange(2, 5)}, {"priorities": np.ones(3)})  # and the last update's is pending
+    flushed = threading.Event()
+    threading.Thread(target=lambda: (writer.flush(), flushed.set()), daemon=True).start()
+    assert not flushed.wait(0.2)  # nothing written yet: flush waits
+    replay.hold.set()
+    assert flushed.wait(10), "flush did not return once the writes went through"
+    np.testing.assert_array_equal(sent_keys(replay), np.arange(5))
