@@ -4,9 +4,15 @@ channels-last, ``(84, 84, 4)`` uint8, as the agents' CNN takes images.
 
 EnvPool's preprocessing (Machado et al. 2018's protocol as Cleanba and CleanRL train): 84x84
 grayscale frames, 4 stacked, a frame skip of 4 (an env step is 4 frames: ``FRAME_SKIP``), up to
-30 no-ops at reset, fire at reset, 27,000-step (108k-frame) episodes. Actors train with
+30 no-ops at reset, fire at reset, 27,000-step (108k-frame) games. Actors train with
 ``TRAINING`` on top (a lost life ends an episode, rewards clipped to their sign); the evaluator
-plays whole games with the game's own scores.
+plays ``EVALUATION``'s whole games with the game's own scores.
+
+A whole game is played as Cleanba, CleanRL and Baselines score theirs: EnvPool begins each life
+as in training (its ``episodic_life`` reset: no-ops, then FIRE where the game has it), and the
+episode ends at game over, not at a lost life. Trained on lives that EnvPool always starts, a
+policy never learns to press FIRE itself; a game whose lives began without FIRE (Breakout's ball
+is served by it) would sit until the 27,000-step cap.
 
 Sticky actions are an option (a config's ``repeat_action_probability``, given to EnvPool as
 its own ``repeat_action_probability`` for actors and evaluator alike): off by default, as
@@ -23,6 +29,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import gymnasium
 import numpy as np
 
 from jaxdist.envs.ports import envpool_installed
@@ -31,7 +38,9 @@ FRAME_SKIP = 4
 """Frames per env step: the literature counts frames, the agents count env steps."""
 
 TRAINING = {"episodic_life": True, "reward_clip": True}
-EVALUATION = {"episodic_life": False, "reward_clip": False}
+EVALUATION = {"whole_games": True, "reward_clip": False}
+"""``whole_games`` is this module's (``make``): lives begun as in training, episodes that end at
+game over."""
 
 
 def is_atari(env_id: str) -> bool:
@@ -51,7 +60,6 @@ def _atari_ids() -> frozenset[str]:
 def spaces(env_id: str) -> tuple[Any, Any]:
     """(observation space, action space) of one env of the game, channels-last."""
     import envpool
-    import gymnasium
 
     spec = envpool.make_spec(env_id)
     obs, action = spec.observation_space, spec.action_space
@@ -60,20 +68,40 @@ def spaces(env_id: str) -> tuple[Any, Any]:
             gymnasium.spaces.Discrete(int(action.n)))
 
 
-class ChannelsLast:
-    """An EnvPool Atari vector env whose observations come ``(envs, H, W, stacked frames)``."""
+def make(env_id: str, num_envs: int, *, whole_games: bool = False, **kwargs: Any) -> ChannelsLast:
+    """EnvPool's vector env of the game: ``TRAINING``'s preprocessing unless ``kwargs`` (EnvPool's
+    options, its ``seed`` among them) say otherwise; with ``whole_games``, episodes end at game
+    over (the module docstring)."""
+    import envpool
 
-    def __init__(self, env: Any, env_id: str) -> None:
-        self._env, self.num_envs = env, env.config["num_envs"]
+    options = {**TRAINING, **kwargs}
+    if whole_games:
+        options["episodic_life"] = True  # each life begun by EnvPool's reset, as in training
+    return ChannelsLast(envpool.make_gymnasium(env_id, num_envs=num_envs, **options), env_id, whole_games)
+
+
+class ChannelsLast(gymnasium.vector.VectorWrapper):
+    """An EnvPool Atari vector env whose observations come ``(envs, H, W, stacked frames)``; with
+    ``whole_games``, a lost life is no termination (EnvPool's next step begins the next life,
+    while its ``reset()`` begins new games). Made with ``render_mode="rgb_array"``, it renders
+    each env's screen, as gymnasium's vector ``RecordVideo`` records them."""
+
+    def __init__(self, env: Any, env_id: str, whole_games: bool = False) -> None:
+        super().__init__(env)
+        self._whole_games = whole_games
         self.single_observation_space, self.single_action_space = spaces(env_id)
+        self.observation_space = gymnasium.vector.utils.batch_space(self.single_observation_space, self.num_envs)
 
     def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
-        obs, info = self._env.reset(**kwargs)
+        obs, info = self.env.reset(**kwargs)
         return obs.transpose(0, 2, 3, 1), info
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, Any, Any, Any, dict]:
-        obs, reward, terminated, truncated, info = self._env.step(actions)
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        if self._whole_games:
+            terminated = terminated & info["terminated"].astype(bool)  # EnvPool's: the game is over
         return obs.transpose(0, 2, 3, 1), reward, terminated, truncated, info
 
-    def close(self) -> None:
-        self._env.close()
+    def render(self) -> list[np.ndarray] | None:
+        frames = self.env.render()
+        return None if frames is None else list(frames)

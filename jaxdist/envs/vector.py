@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -76,14 +76,19 @@ class EnvSpec:
         if self.backend == "jax" and self.kwargs:
             raise ValueError(f"kwargs {dict(self.kwargs)} go to gymnasium's constructor; backend 'jax' takes none")
 
-    def make(self, seed: int) -> "VectorEnv | JaxVectorEnv":
+    def make(self, seed: int, wrap: Callable[[Any], Any] | None = None) -> "VectorEnv | JaxVectorEnv":
+        """The envs, seeded from ``seed``; ``wrap`` takes the backend's gymnasium vector env and
+        returns the one played (e.g. gymnasium's vector ``RecordVideo``; not for ``"jax"``)."""
         if self.backend == "jax":
+            if wrap is not None:
+                raise ValueError("backend 'jax' plays no gymnasium vector env to wrap")
             from jaxdist.envs.jax_envs import jax_env
             from jaxdist.envs.jax_rollout import JaxVectorEnv
 
             return JaxVectorEnv(jax_env(registered_id(self.env_id)), self.num_envs, seed)
         backend = resolve_backend(self.env_id, self.backend)
-        return VectorEnv(_make_raw(self, backend, seed), backend, seed)
+        env = _make_raw(self, backend, seed)
+        return VectorEnv(env if wrap is None else wrap(env), backend, seed)
 
 
 def backend_unavailable(backend: str) -> str | None:
@@ -136,8 +141,7 @@ def _make_raw(spec: EnvSpec, backend: str, seed: int) -> Any:
 
         kwargs = {"seed": seed, **kwargs}  # EnvPool seeds its envs where it makes them, not at reset
         if atari.is_atari(spec.env_id):
-            env = envpool.make_gymnasium(spec.env_id, num_envs=spec.num_envs, **{**atari.TRAINING, **kwargs})
-            return atari.ChannelsLast(env, spec.env_id)
+            return atari.make(spec.env_id, spec.num_envs, **kwargs)
         return envpool.make_gymnasium(spec.env_id, num_envs=spec.num_envs, **kwargs)
     route_mujoco_warnings(gym.spec(spec.env_id).entry_point)  # in this process: sync and vector backends
     if backend == "vector":

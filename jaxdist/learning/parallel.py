@@ -272,8 +272,11 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         return
     if jax.config.jax_cpu_collectives_implementation is None:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    before = _sigterm_disposition()
     jax.distributed.initialize(**args)
     _init_args = args
+    if _jax_syncs_preemption():
+        _reclaim_sigterm(before)
 
 
 def is_primary() -> bool:
@@ -282,10 +285,14 @@ def is_primary() -> bool:
 
 
 _sigterm = threading.Event()
-_sigterm_installed = False
+_handler: Callable[[int, Any], None] | None = None
+
+PREEMPTION_NOTICE_KEY = "RECEIVED_PREEMPTION_NOTICE"
+"""The coordination service's key whose value, a death time, starts JAX's preemption sync
+protocol on every process of the ``jax.distributed`` group (TSL's ``preemption_sync_manager``)."""
 
 
-def _jax_owns_sigterm() -> bool:
+def _jax_syncs_preemption() -> bool:
     return jax.distributed.is_initialized() and jax.config.jax_enable_preemption_service
 
 
@@ -294,34 +301,88 @@ def install_sigterm_flag() -> None:
 
     Main thread only. A Python handler already installed (a launcher's worker sets the
     program's stop event with one) is chained: it runs first, so whoever sees the flag sees
-    what that handler did (the program stopping); the default action (terminate) is not. A
-    no-op under ``jax.distributed``, whose preemption service owns SIGTERM, and when called again.
+    what that handler did (the program stopping); the default action (terminate) is not.
+
+    Under ``jax.distributed`` the handler also gives JAX's preemption service its notice, as
+    the service's own SIGTERM handler would (which :func:`initialize` takes SIGTERM back from):
+    that handler's C++ log line, ``SIGTERM caught at <time>``, read as a crash in the output of
+    every ordered stop. Called again, it installs the same handler again.
     """
-    global _sigterm_installed
-    if _jax_owns_sigterm() or _sigterm_installed:
+    global _handler
+    if _handler is None:
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def handler(signum: int, frame: Any) -> None:
+            try:
+                if callable(previous):
+                    previous(signum, frame)
+            finally:
+                _sigterm.set()
+                post_preemption_notice()
+
+        _handler = handler
+    signal.signal(signal.SIGTERM, _handler)
+
+
+_notice_posted = False
+
+
+def post_preemption_notice() -> None:
+    """The notice JAX's preemption service posts on SIGTERM: a death time of now, after which
+    every process of the ``jax.distributed`` group reaches the sync point at one step. A learner
+    spanning hosts posts it when its program stops; SIGTERM's handler posts it (once each)."""
+    global _notice_posted
+    if _notice_posted or not _jax_syncs_preemption():
         return
-    previous = signal.getsignal(signal.SIGTERM)
+    import datetime
 
-    def handler(signum: int, frame: Any) -> None:
-        try:
-            if callable(previous):
-                previous(signum, frame)
-        finally:
-            _sigterm.set()
+    from jax._src import distributed
 
-    signal.signal(signal.SIGTERM, handler)
-    _sigterm_installed = True
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat()
+    try:
+        distributed.global_state.client.key_value_set(PREEMPTION_NOTICE_KEY, now, allow_overwrite=True)
+        _notice_posted = True
+    except Exception as error:  # from a signal handler: never raise into whatever the main thread was doing
+        print(f"the preemption notice could not reach JAX's coordination service ({error})", flush=True)
+
+
+_SIGACTION_BYTES = 512
+"""More than any libc's ``struct sigaction``, saved and restored whole."""
+
+
+def _sigterm_disposition() -> Any:
+    """The process's SIGTERM disposition as the C library holds it (None off POSIX)."""
+    if os.name != "posix":
+        return None
+    import ctypes
+
+    saved = ctypes.create_string_buffer(_SIGACTION_BYTES)
+    ctypes.CDLL(None).sigaction(signal.SIGTERM, None, saved)
+    return saved
+
+
+def _reclaim_sigterm(before: Any) -> None:
+    """SIGTERM back from the C++ handler ``jax.distributed.initialize`` installs for its
+    preemption service: :func:`install_sigterm_flag`'s handler on the main thread; elsewhere (a
+    node's parts are built on threads of their own) the Python handler there was before, whose
+    stop the learner turns into the notice (:func:`post_preemption_notice`)."""
+    if threading.current_thread() is threading.main_thread():
+        install_sigterm_flag()
+    elif before is not None and callable(signal.getsignal(signal.SIGTERM)):
+        import ctypes
+
+        ctypes.CDLL(None).sigaction(signal.SIGTERM, before, None)
 
 
 def preemption_requested(step: int) -> bool:
     """Whether to save and stop at ``step``; call it at every step.
 
-    Under ``jax.distributed`` SIGTERM is swallowed by JAX's preemption service; this then turns
-    true at the same step on every process. Otherwise it reports a SIGTERM flag, installing the
-    handler on the first call from the main thread.
+    Under ``jax.distributed`` this turns true at the same step on every process, once any of
+    them got SIGTERM (JAX's preemption sync point). Otherwise it reports a SIGTERM flag. The
+    first call from the main thread installs the handler.
     """
-    if _jax_owns_sigterm():
-        return multihost_utils.reached_preemption_sync_point(step)
-    if not _sigterm_installed and threading.current_thread() is threading.main_thread():
+    if _handler is None and threading.current_thread() is threading.main_thread():
         install_sigterm_flag()
+    if _jax_syncs_preemption():
+        return multihost_utils.reached_preemption_sync_point(step)
     return _sigterm.is_set()

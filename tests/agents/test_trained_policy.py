@@ -97,6 +97,7 @@ def test_the_command_plays_the_step_it_is_given(run_dir, monkeypatch, capsys):
     (("--step", "3"), "error: no checkpoint of step 3 in .*; the saved steps are 2, 4"),
     (("--run-seed", "1"), "error: .* trained 1 seed.*run_seed must be 0, got 1"),
     (("--episodes", "0"), "error: --episodes must be at least 1, got 0"),
+    (("--max-episode-steps", "0"), "error: --max-episode-steps must be at least 1, got 0"),
     (("--best", "--step", "2"), "error: --best and --step name two policies: pass one"),
     (("--best",), "error: .* has no best policy: the evaluator node saves one at each better evaluation"),
 ])
@@ -115,6 +116,44 @@ def test_the_command_plays_an_env_of_ones_own_that_takes_no_render_mode(tmp_path
     with pytest.raises(SystemExit, match="error: --video records the frames an env renders, and "
                                          "my_envs:Corridor-v0 takes no render_mode"):
         run_cli(monkeypatch, run, "--episodes", "1", "--video", str(tmp_path / "video"))
+
+
+@pytest.mark.slow
+def test_the_command_plays_an_atari_run_on_its_evaluators_env_and_records_it(tmp_path, monkeypatch, capsys):
+    """Before, it made the env with ``gymnasium.make("Pong-v5")``, an id gymnasium does not know."""
+    config = ppo.PPOConfig(env_id="Pong-v5", network="cnn", repeat_action_probability=0.25)
+    run = untrained_run(str(tmp_path / "run"), (2,), config)
+    env = evaluate.make_env(load_policy(run), evaluate.Arguments(run))
+    try:  # EnvPool's: whole games (each life begun as in training), the game's scores, the run's sticky actions
+        options = env.env.env.config
+        assert env.single_observation_space.shape == (84, 84, 4)
+        assert (options["episodic_life"], options["reward_clip"], options["repeat_action_probability"]) == \
+            (True, False, 0.25)
+    finally:
+        env.close()
+    video = tmp_path / "video"
+    run_cli(monkeypatch, run, "--episodes", "1", "--max-episode-steps", "20", "--video", str(video))
+    out = capsys.readouterr().out
+    assert "episode 0: return" in out and "(cut at 20 steps)" in out, out
+    assert "ppo on Pong-v5 at update 2: mean return" in out and os.listdir(video) == ["ppo-update2-episode-0.mp4"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_id, network, renders", [("Breakout-MinAtar", "cnn", False),
+                                                      ("CartPoleNoVel-v1", "mlp", True)])
+def test_the_command_plays_minatar_and_masked_runs_and_records_where_the_env_renders(
+        tmp_path, monkeypatch, capsys, env_id, network, renders):
+    run = untrained_run(str(tmp_path / "run"), (2,), ppo.PPOConfig(env_id=env_id, network=network))
+    run_cli(monkeypatch, run, "--episodes", "1", "--max-episode-steps", "50")
+    assert f"ppo on {env_id} at update 2: mean return" in capsys.readouterr().out
+    video = tmp_path / "video"
+    if renders:
+        run_cli(monkeypatch, run, "--episodes", "1", "--max-episode-steps", "50", "--video", str(video))
+        assert os.listdir(video) == ["ppo-update2-episode-0.mp4"]
+    else:
+        with pytest.raises(SystemExit, match=f"error: --video records the frames an env renders, and {env_id} takes "
+                                             "no render_mode"):
+            run_cli(monkeypatch, run, "--episodes", "1", "--video", str(video))
 
 
 def test_the_command_answers_a_directory_that_is_no_run_with_one_line(tmp_path, monkeypatch):

@@ -34,6 +34,37 @@ def test_actors_train_on_lives_and_clipped_rewards_and_the_evaluator_plays_whole
     assert env_spec(impala.IMPALAConfig(), 4, evaluation=True).kwargs == {}
 
 
+def test_an_evaluation_game_of_a_policy_that_never_presses_fire_ends_at_game_over_well_before_the_cap():
+    """Whole games were EnvPool's without its life-by-life resets: after Breakout's first lost life
+    nothing served the ball, and a policy that never pressed FIRE (trained on lives that EnvPool
+    always served) sat until the 27,000-step cap."""
+    config = with_preset(impala.IMPALAConfig, "Breakout-v5", impala.PRESETS)
+    env = env_spec(config, 1, evaluation=True).make(seed=3)
+    noop, steps = np.zeros(1, np.int64), 0
+    try:
+        step = env.reset()
+        while not (step.terminated | step.truncated).any():
+            step, steps = env.step(noop), steps + 1
+    finally:
+        env.close()
+    assert step.terminated[0] and not step.truncated[0] and steps < 27_000 // 10, steps
+
+
+def test_a_reset_in_the_middle_of_a_whole_game_begins_a_new_game():
+    """Where a lost life ends no episode, EnvPool's own step after it begins the next life; a
+    reset (the next evaluation's, or an episode the evaluate tool cut short) begins a new game."""
+    env = atari.make("Breakout-v5", 1, seed=3, **atari.EVALUATION)
+    noop = np.zeros(1, np.int64)
+    try:
+        _, info = env.reset()
+        while info["lives"][0] == 5:
+            *_, info = env.step(noop)
+        _, info = env.reset()
+    finally:
+        env.close()
+    assert info["lives"][0] == 5 and info["elapsed_step"][0] == 0
+
+
 def _frames(spec, action: int, steps: int = 40) -> np.ndarray:
     """The observations of one env of ``spec`` pressing ``action`` from a seeded reset."""
     env = spec.make(seed=3)

@@ -173,6 +173,58 @@ def test_sigterm_runs_the_chained_handler_before_it_raises_the_flag():
     assert done.stdout.strip() == "[False] True", done.stdout + done.stderr
 
 
+PREEMPTED_ON_THE_MAIN_THREAD = """
+import os, signal, sys, time
+from jaxdist.learning import parallel
+parallel.initialize(coordinator_address=f"127.0.0.1:{sys.argv[1]}", num_processes=1, process_id=0)
+os.kill(os.getpid(), signal.SIGTERM)
+step = 0
+while not parallel.preemption_requested(step) and step < 600:
+    step += 1
+    time.sleep(0.05)
+print("sync point at", step, flush=True)
+"""
+
+# As in a launched node: the worker's handler on the main thread, the learner's parts built and
+# run on threads of their own, its stop seen by the learner, which posts the notice.
+PREEMPTED_IN_A_NODE = """
+import os, signal, sys, threading, time
+from jaxdist.learning import parallel
+signal.signal(signal.SIGTERM, lambda signum, frame: print("the worker's handler ran", flush=True))
+joining = threading.Thread(target=parallel.initialize, kwargs=dict(
+    coordinator_address=f"127.0.0.1:{sys.argv[1]}", num_processes=1, process_id=0))
+joining.start()
+joining.join()
+os.kill(os.getpid(), signal.SIGTERM)
+def learn():
+    parallel.post_preemption_notice()
+    step = 0
+    while not parallel.preemption_requested(step) and step < 600:
+        step += 1
+        time.sleep(0.05)
+    print("sync point at", step, flush=True)
+learning = threading.Thread(target=learn)
+learning.start()
+learning.join()
+"""
+
+
+@pytest.mark.parametrize("script", [PREEMPTED_ON_THE_MAIN_THREAD, PREEMPTED_IN_A_NODE], ids=["main", "node"])
+def test_sigterm_under_jax_distributed_reaches_the_sync_point_without_jaxs_sigterm_caught_line(script):
+    """JAX's preemption service caught SIGTERM with a C++ handler of its own, which logged
+    ``SIGTERM caught at <time>`` into the output of every stop of a learner spanning hosts (and
+    in a node, left the worker's handler unrun)."""
+    from ports import reserve_base_port
+
+    done = subprocess.run([sys.executable, "-c", script, str(reserve_base_port(1))], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    output = done.stdout + done.stderr
+    assert done.returncode == 0 and "sync point at" in done.stdout and "at 600" not in done.stdout, output[-3000:]
+    assert "SIGTERM caught" not in output and "preemption_notifier" not in output, output[-3000:]
+    if script is PREEMPTED_IN_A_NODE:
+        assert "the worker's handler ran" in done.stdout, output[-3000:]
+
+
 COORDINATOR = """
 import sys
 from jaxdist.learning import parallel

@@ -244,10 +244,10 @@ class Learner:
             if self._step == self._checked_step:
                 return None
             self._checked_step = self._step
+            if self._stopping():  # every process stops where the sync point says, once one saw the stop
+                parallel.post_preemption_notice()
             if not parallel.preemption_requested(self._step):
                 return None
-            # The launcher's ordered stop (at the target, say) reaches a learner spanning hosts as
-            # SIGTERM too, through JAX's preemption service: name the stop, not a preemption.
             return "the program is stopping" if self._stopping() else "preempted"
         if self._stopping():
             return "the program is stopping"
