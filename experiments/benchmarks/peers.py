@@ -83,9 +83,11 @@ def tree_rss(process: psutil.Process) -> int:
     return total
 
 
-def measure(command: list[str], cwd: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, int, float]:
+def measure(command: list[str], cwd: str, env: dict[str, str],
+            timeout: float | None = None) -> tuple[subprocess.CompletedProcess, int, float]:
     """The finished process, the peak resident memory of its tree (sampled every 0.1 s) and
-    the launch time (``PEERS_LAUNCHED`` in its environment)."""
+    the launch time (``PEERS_LAUNCHED`` in its environment); past ``timeout`` seconds it is sent
+    SIGTERM (a peer loop then reports as far as it got)."""
     launched = time.time()
     process = subprocess.Popen(command, cwd=cwd, env={**env, "PEERS_LAUNCHED": repr(launched)},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -97,7 +99,11 @@ def measure(command: list[str], cwd: str, env: dict[str, str]) -> tuple[subproce
             time.sleep(0.1)
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    out, err = process.communicate()
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.terminate()
+        out, err = process.communicate()
     sampler.join()
     done = subprocess.CompletedProcess(command, process.returncode, out, err)
     if done.returncode != 0:
@@ -105,8 +111,8 @@ def measure(command: list[str], cwd: str, env: dict[str, str]) -> tuple[subproce
     return done, peak[0], launched
 
 
-def run_peer(python: str, script: str, seed: int) -> dict:
-    done, peak, _ = measure([python, script, str(seed)], LOOPS, dict(os.environ, PYTHONPATH=LOOPS))
+def run_peer(python: str, script: str, seed: int, timeout: float | None) -> dict:
+    done, peak, _ = measure([python, script, str(seed)], LOOPS, dict(os.environ, PYTHONPATH=LOOPS), timeout)
     line = next(line for line in done.stdout.splitlines() if line.startswith("PEER_RESULT "))
     return dict(json.loads(line.split(" ", 1)[1]), peak_rss=peak)
 
@@ -147,6 +153,14 @@ def table(results: dict[str, dict[int, dict]], baseline: str, seeds: list[int], 
                      f"{median([r['steps_to_target'] for r in rows])} | {median([r['steps_per_second'] for r in rows])} | "
                      f"{median([r['peak_rss'] / 2 ** 20 for r in rows])} | "
                      f"{'-' if not ratio else f'{statistics.median(ratio):.2f}x'} |")
+    short = [f"{name}, seed {seed}: {row['env_steps']:,} env steps" for name, by_seed in results.items()
+             for seed, row in by_seed.items() if row["wall_time_to_target"] is None]
+    loads = [row["load"] for by_seed in results.values() for row in by_seed.values() if "load" in row]
+    if loads:
+        lines += ["", f"The machine's 1-minute load average at the runs' launches: {min(loads):.1f} to {max(loads):.1f}."]
+    if short:
+        lines += ["", "Runs that ended short of the target (their budget spent, or stopped at `--peer-timeout`): "
+                  + "; ".join(short) + "."]
     return "\n".join(lines)
 
 
@@ -172,6 +186,9 @@ def main() -> None:
     parser.add_argument("--skip", nargs="*", default=[],
                         choices=["jaxdist", *sorted({home for peers in PEERS.values() for home, _, _ in peers.values()})],
                         help="kinds not to run this time (by their venv's name)")
+    parser.add_argument("--peer-timeout", type=float, default=None,
+                        help="stop a peer's run after this many seconds (it counts as not reaching the target, "
+                             "with its env steps and rate so far)")
     parser.add_argument("--no-run", action="store_true",
                         help="run nothing: the table of the runs in peers.jsonl (others: not measured)")
     parser.add_argument("--write", action="store_true",
@@ -191,8 +208,12 @@ def main() -> None:
         for name in [jaxdist, *peers]:
             if (name, seed) in done or peers.get(name, ("jaxdist",))[0] in args.skip:
                 continue
-            row = run_jaxdist(args.env_id, seed, run_root) if name == jaxdist else run_peer(pythons[name], peers[name][2], seed)
-            done[name, seed] = row = dict(row, name=name, seed=seed)
+            load = os.getloadavg()[0]  # the machine is shared: how busy it was, for the table
+            if name == jaxdist:
+                row = run_jaxdist(args.env_id, seed, run_root)
+            else:
+                row = run_peer(pythons[name], peers[name][2], seed, args.peer_timeout)
+            done[name, seed] = row = dict(row, name=name, seed=seed, load=load)
             with open(record, "a") as f:
                 f.write(json.dumps(row) + "\n")
             print(f"seed {seed}: {name}: {row}", flush=True)
