@@ -74,8 +74,13 @@ def venv(cache: str, name: str, packages: list[str]) -> str:
 
 
 def tree_rss(process: psutil.Process) -> int:
+    """The resident memory of ``process`` and its descendants now; 0 for those gone."""
+    try:
+        tree = [process, *process.children(recursive=True)]
+    except psutil.Error:  # it exited between two samples
+        return 0
     total = 0
-    for one in [process, *process.children(recursive=True)]:
+    for one in tree:
         try:
             total += one.memory_info().rss
         except psutil.Error:
