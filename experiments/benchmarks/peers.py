@@ -8,7 +8,8 @@ use; peers of one library share one), each seed as a process of its own; jaxdist
 
 Every run stops at the first evaluation of the deterministic policy over 10 episodes at a mean
 return of 475 (jaxdist's evaluator runs beside training; the peers evaluate every 2,048 env
-steps, in the training loop). The table: wall time from launch to that evaluation (start-up
+steps, in the training loop; with ``--peer-timeout`` a peer still short of it is stopped then,
+and reports how far it got). The table: wall time from launch to that evaluation (start-up
 included), env steps then, steady env steps/s (from the first update on), peak resident memory
 of the run's process tree, and each peer's wall time over jaxdist's.
 
