@@ -1,12 +1,15 @@
 """What ``experiments/benchmarks/peers.py`` reads from a peer loop, the same for every loop (it
 imports nothing but the standard library, so each peer's venv has it): wall time from the
 launch (``PEERS_LAUNCHED``) to the first evaluation at the target, env steps then, and the
-steady rate from the first update on, printed as one ``PEER_RESULT`` line."""
+steady rate from the first update on, printed as one ``PEER_RESULT`` line: at the end of the run,
+or when it is stopped (SIGTERM: a peer past the benchmark's time limit), as far as it got."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
 import time
 
 TARGET, EVAL_EPISODES, EVAL_EVERY, MAX_ENV_STEPS = 475.0, 10, 2048, 1_000_000
@@ -17,8 +20,16 @@ class Clock:
         self.launched = float(os.environ.get("PEERS_LAUNCHED", time.time()))
         self.first_update: tuple[float, int] | None = None
         self.reached: tuple[float, int] | None = None
+        self.env_steps = 0
+        signal.signal(signal.SIGTERM, self.stopped)
+
+    def stopped(self, *_) -> None:
+        self.report(self.env_steps)
+        sys.exit(0)
 
     def updated(self, env_steps: int) -> None:
+        """After each update (the rollout before it done)."""
+        self.env_steps = env_steps
         if self.first_update is None:
             self.first_update = (time.time(), env_steps)
 
