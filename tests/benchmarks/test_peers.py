@@ -8,7 +8,8 @@ import sys
 
 import psutil
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "benchmarks"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "experiments",
+                                "benchmarks"))
 
 from peers import tree_rss  # noqa: E402
 
