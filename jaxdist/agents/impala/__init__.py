@@ -33,7 +33,7 @@ class IMPALAConfig(AgentConfig):
     value's gradient against the policy's in them. At 0.5, on CartPole's returns (tens), it drove
     the core's outputs to +-1 and the policy never left a coin's (entropy ln 2 for 1M env steps on
     CartPoleNoVel-v1); the recurrent preset takes 0.002 (0.001-0.02 measured, 2 seeds each).
-    Feed-forward MLPs have a value torso of their own, where Adam makes the weight all but moot.
+    Feed-forward MLPs have a value torso of their own, where the weight matters little.
     """
 
     recurrent_cores: ClassVar[bool] = True
