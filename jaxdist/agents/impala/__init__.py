@@ -28,7 +28,12 @@ class IMPALAConfig(AgentConfig):
     Tuned here (2 seeds each): a learning rate of 2e-3 reached the CartPole and Acrobot targets
     in about a third of the env steps 1e-3 needed; clipping the gradient norm at 0.5 matters
     (with the paper's 40, CartPole runs stalled below a mean return of 200 for 1.5M steps).
-    With a recurrent ``core`` each trajectory is unrolled from the state its actor started it with.
+    With a recurrent ``core`` each trajectory is unrolled from the state its actor started it with,
+    and the policy and value heads share the torso and the core: ``baseline_cost`` then weighs the
+    value's gradient against the policy's in them. At 0.5, on CartPole's returns (tens), it drove
+    the core's outputs to +-1 and the policy never left a coin's (entropy ln 2 for 1M env steps on
+    CartPoleNoVel-v1); the recurrent preset takes 0.002 (0.001-0.02 measured, 2 seeds each).
+    Feed-forward MLPs have a value torso of their own, where the weight matters little.
     """
 
     recurrent_cores: ClassVar[bool] = True
@@ -93,8 +98,9 @@ PRESETS: Presets = {
     "Acrobot-v1": {"target_return": -100.0},
     "Pendulum-v1": {"target_return": -250.0, "normalize_observations": True, "scale_rewards": True,
                     "gamma": 0.9, "learning_rate": 1e-3, "ent_coef": 0.0, "total_steps": 1_000_000},
+    # The heads share the core: the value's gradient, weighed at 0.5, left the policy nothing to learn from.
     "CartPoleNoVel-v1": {"target_return": 475.0, "core": "lstm", "core_size": 64, "hidden": (64,),
-                         "total_steps": 1_000_000},
+                         "baseline_cost": 0.002, "total_steps": 1_000_000},
 }
 """Tuned defaults per env id; every field stays overridable flag by flag."""
 
