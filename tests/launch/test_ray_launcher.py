@@ -365,12 +365,15 @@ def test_with_tls_dir_nodes_talk_mutual_tls_and_refuse_plaintext(cluster, tmp_pa
     assert "counter at 4" in (tmp_path / "run" / "logs" / "caller-0.log").read_text()
 
 
-def test_a_ppo_learner_spanning_two_ray_nodes_is_one_jax_distributed_learner_and_solves_cartpole(cluster, tmp_path):
-    """The script under ``--launcher ray`` to its target, its learner one JAX program over two Ray nodes."""
-    solve_cartpole_with_ppo(cluster, tmp_path, "--learner-hosts", "2", "--num-actors", "2")
+def test_ppo_solves_cartpole_with_launcher_ray_through_its_script(cluster, tmp_path):
+    solve_cartpole_with_ppo(cluster, tmp_path)
     summary = check_solved_and_final_policy_evaluated(tmp_path)
     assert summary["stop_reason"] == (f"training is over: its final policy, version {summary['learner_version']}, "
-                                      f"was evaluated (node 'learner/0/2')")  # the evaluator, colocated with rank 0
+                                      f"was evaluated (node 'learner/0/2')")  # the colocated evaluator
+
+
+def test_a_ppo_learner_spanning_two_ray_nodes_is_one_jax_distributed_learner_and_solves_cartpole(cluster, tmp_path):
+    solve_cartpole_with_ppo(cluster, tmp_path, "--learner-hosts", "2", "--num-actors", "2")
     second = (tmp_path / "logs" / "learner-1.log").read_text()
     assert "Rank 1 is connected to 1 peer ranks" in second  # the two learner processes' gloo group
     assert "fresh start on 2 cpu device(s)" in second  # one device per process, two in the group
