@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -51,28 +51,52 @@ def test_a_count_that_grows_in_every_life_is_caught_though_the_restarts_hide_it_
     assert series.slope(WARMUP) < soak.BOUNDS["threads"]  # each restart starts it again from 40
 
 
+CHILD = f"""
+import sys, threading
+release, named = threading.Event(), threading.Event()
+
+def pool_worker():  # named as tensorstore names its workers
+    with open(f"/proc/self/task/{{threading.get_native_id()}}/comm", "w") as comm:
+        comm.write({soak.TENSORSTORE_POOL!r})
+    named.set()
+    release.wait()
+
+threads = [threading.Thread(target=release.wait), threading.Thread(target=pool_worker)]
+print("ready", flush=True)
+sys.stdin.readline()
+for thread in threads:
+    thread.start()
+named.wait()
+print("started", flush=True)
+sys.stdin.readline()
+release.set()
+for thread in threads:
+    thread.join()
+print("ended", flush=True)
+sys.stdin.readline()
+"""
+
+
 def test_threads_count_from_their_second_sample_and_tensorstores_pool_apart():
-    pid, seen = os.getpid(), {}
-    first, pool = soak.lasting_threads(pid, seen)
-    assert first == len(os.listdir("/proc/self/task")) and pool == 0  # a process's first sample: every thread
-    release, named = threading.Event(), threading.Event()
+    # A child of its own: this test process's threads come and go with the tests beside it.
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
-    def pool_worker() -> None:  # named as tensorstore names its workers
-        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as comm:
-            comm.write(soak.TENSORSTORE_POOL)
-        named.set()
-        release.wait()
+    def step(expected: str) -> None:
+        if expected != "ready":
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        assert child.stdout.readline().strip() == expected
 
-    transient = threading.Thread(target=release.wait)
-    worker = threading.Thread(target=pool_worker)
-    transient.start()
-    worker.start()
     try:
-        assert named.wait(10)
-        assert soak.lasting_threads(pid, seen) == (first, 1)  # the new thread has not lived a sample period
-        assert soak.lasting_threads(pid, seen) == (first + 1, 1)  # now it has: a leaked thread would count
+        seen = {}
+        step("ready")
+        first, pool = soak.lasting_threads(child.pid, seen)
+        assert (first, pool) == (len(os.listdir(f"/proc/{child.pid}/task")), 0)  # a first sample: every thread
+        step("started")
+        assert soak.lasting_threads(child.pid, seen) == (first, 1)  # the new thread has not lived a sample period
+        assert soak.lasting_threads(child.pid, seen) == (first + 1, 1)  # now it has: a leaked thread would count
+        step("ended")  # joined, though the kernel may list a thread a moment longer
+        wait_until(lambda: soak.lasting_threads(child.pid, seen) == (first, 0), "the threads' end to show")
     finally:
-        release.set()
-        transient.join()
-        worker.join()
-    wait_until(lambda: soak.lasting_threads(pid, seen) == (first, 0), "the threads' end to show")
+        child.kill()
+        child.wait()
