@@ -6,6 +6,7 @@ so that a test run starts one cluster (a start costs 7-30 s here)."""
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import signal
 import subprocess
@@ -372,11 +373,22 @@ def test_ppo_solves_cartpole_with_launcher_ray_through_its_script(cluster, tmp_p
                                       f"was evaluated (node 'learner/0/2')")  # the colocated evaluator
 
 
-def test_a_ppo_learner_spanning_two_ray_nodes_is_one_jax_distributed_learner_and_solves_cartpole(cluster, tmp_path):
-    solve_cartpole_with_ppo(cluster, tmp_path, "--learner-hosts", "2", "--num-actors", "2")
+def test_a_ppo_learner_spanning_two_ray_nodes_is_one_jax_distributed_learner_that_trains_to_its_last_update(cluster, tmp_path):
+    """Learning itself is the single-node script's test above; here the two learner processes,
+    one on each Ray node, form one gloo group and train together to the run's final update,
+    which the evaluator scores before the program ends."""
+    done = subprocess.run(
+        [sys.executable, os.path.join(EXPERIMENTS, "ppo.py"), "--launcher", "ray", "--ray-address", cluster.address,
+         "--learner-hosts", "2", "--num-actors", "2", "--envs-per-actor", "8", "--total-steps", str(2 * 8 * 32 * 12),
+         "--eval-every-updates", "5", "--quiet", "--compilation-cache", "", "--run-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=400, env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "tests", "support")))
+    assert done.returncode == 0, done.stdout + done.stderr
     second = (tmp_path / "logs" / "learner-1.log").read_text()
     assert "Rank 1 is connected to 1 peer ranks" in second  # the two learner processes' gloo group
     assert "fresh start on 2 cpu device(s)" in second  # one device per process, two in the group
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["learner_version"] == 12 and summary["final_return_version"] == 12, summary
+    wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
 
 
 # running.scale under ray (its other launchers: test_scale.py) -------------------------------------
