@@ -13,7 +13,8 @@ Each seed is a launch of its own, unless the script's arguments ask for ``--num-
 (Anakin's seeds, vmapped in one learner): then one launch trains the N seeds and the table has a
 row for each, from its ``summary.json``'s ``seeds``, and one for their mean (what
 ``--stop-at-target`` stops on). ``--time-limit`` stops a launch still short of its target after
-that many seconds, in order (SIGTERM), and the table shows what it had reached. Each launch's
+that many seconds, in order (SIGTERM), and the table shows what it had reached; so does SIGTERM to
+this process (``timeout``'s, say), at once. Each launch's
 output is in ``RUN_ROOT/<run>.log``.
 
 With ``--write`` the table and its picture replace the block between
@@ -93,37 +94,55 @@ def commit(given: str | None = None) -> str:
     return head + ("+changes" if dirty else "")
 
 
+class Stop(Exception):
+    """SIGTERM to this process: stop the launch now, as at the time limit."""
+
+
+def _stop(signum: int, frame: Any) -> None:
+    global terminated
+    terminated = True
+    raise Stop
+
+
+terminated = False  # SIGTERM came: no further launch
+
+
 def launch(agent: str, env_id: str, name: str, run_root: str, args: list[str], time_limit: float | None) -> dict:
     """One launch of the agent's script from a fresh run directory; its summary, with ``run_dir``
-    added, and ``stopped`` where the time limit stopped it. Its output goes to ``<run_dir>.log``."""
+    added, and ``stopped``: the seconds after which the time limit (or SIGTERM to this process)
+    stopped it, None where it ended by itself. Its output goes to ``<run_dir>.log``."""
     run_dir = os.path.join(run_root, name)
     command = [sys.executable, os.path.join(REPO, "experiments", SCRIPTS[agent]), "--env-id", env_id,
                "--run-dir", run_dir, "--fresh", "--quiet", "--stop-at-target", *args]
     os.makedirs(run_root, exist_ok=True)
-    started, stopped = time.monotonic(), False
+    started, stopped = time.monotonic(), None
+    previous = signal.signal(signal.SIGTERM, _stop)
     with open(run_dir + ".log", "w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True)
         try:
             process.wait(timeout=time_limit)
-        except subprocess.TimeoutExpired:  # the ordered stop: the run saves and writes its summary
+        except (subprocess.TimeoutExpired, Stop):  # the ordered stop: the run saves and writes its summary
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM (to the process group) changes nothing
+            stopped = round(time.monotonic() - started)
             process.send_signal(signal.SIGTERM)
-            stopped = True
             try:
                 process.wait(timeout=STOP_GRACE)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     with open(run_dir + ".log") as log:
         output = log.read()
     summary_file = os.path.join(run_dir, "summary.json")
+    how = "" if stopped is None else f" (stopped after {stopped} s)"
     if process.returncode != 0 or not os.path.exists(summary_file):
-        raise SystemExit(f"{name} failed ({' '.join(command)}, exit status {process.returncode}"
-                         f"{', stopped at the time limit' if stopped else ''}); the end of {run_dir}.log:\n{output[-4000:]}")
+        raise SystemExit(f"{name} failed{how} ({' '.join(command)}, exit status {process.returncode}); the end of "
+                         f"{run_dir}.log:\n{output[-4000:]}")
     with open(summary_file) as f:
         summary = json.load(f)
     report = [line for line in output.splitlines() if line and not line.startswith("[")]  # not the nodes' or progress
-    print(f"{name}{' (stopped at the time limit)' if stopped else ''}: {time.monotonic() - started:.0f} s\n  "
-          + "\n  ".join(report[-8:]), flush=True)
+    print(f"{name}{how}: {time.monotonic() - started:.0f} s\n  " + "\n  ".join(report[-8:]), flush=True)
     return dict(summary, run_dir=run_dir, stopped=stopped)
 
 
@@ -135,8 +154,12 @@ def measure(agent: str, env_id: str, seeds: list[int] | None, run_root: str, ext
     num_seeds = vmapped_seeds(extra)
     slug = f"{agent}-{env_id.replace(':', '_')}"
     if num_seeds == 1:
-        return [dict(launch(agent, env_id, f"{slug}-seed{seed}", run_root, ["--seed", str(seed), *extra], time_limit),
-                     curve="evaluation return") for seed in seeds or DEFAULT_SEEDS]
+        rows = []
+        for seed in seeds or DEFAULT_SEEDS:
+            if not terminated:
+                rows.append(dict(launch(agent, env_id, f"{slug}-seed{seed}", run_root, ["--seed", str(seed), *extra],
+                                        time_limit), curve="evaluation return"))
+        return rows
     if seeds:
         raise SystemExit(f"error: --seeds launches once per seed, and the script's --num-seeds {num_seeds} trains "
                          f"{num_seeds} seeds in one launch: drop one of them")
@@ -163,18 +186,20 @@ def table(agent: str, env_id: str, extra: list[str], rows: list[dict], measured:
     """The page's table of ``rows`` (``measure``'s), under the sentence that says how, where and
     when they were measured."""
     seeds = [row for row in rows if not row.get("mean")]
+    count = rows[-1]["num_seeds"] if rows[-1].get("mean") else len(seeds)  # also where no seed was evaluated yet
     target = rows[0].get("target_return")
     reached = sum(row.get("steps_to_target") is not None for row in seeds)
     flags = (f" --time-limit {time_limit:g}" if time_limit else "") + (" -- " + " ".join(extra) if extra else "")
     vmapped = len(rows) > len(seeds)
-    how = (f"one Anakin launch of {len(seeds)} vmapped seeds, env steps and env steps/s per seed" if vmapped
+    how = (f"one Anakin launch of {count} vmapped seeds, env steps and env steps/s per seed" if vmapped
            else "one launch per seed")
-    stopped = [str(row["seed"]) for row in seeds if row.get("stopped")]
-    stops = (f" Stopped at the time limit of {time_limit:g} s short of the target: "
-             f"{'the launch' if vmapped else 'seeds ' + ', '.join(stopped)}." if stopped else "")
+    stopped = [row for row in seeds if row.get("stopped") is not None]
+    stops = ("" if not stopped else f" The launch was stopped after {stopped[0]['stopped']} s, short of the target."
+             if vmapped else " Stopped short of the target: " + ", ".join(f"seed {row['seed']} after {row['stopped']} s"
+                                                                         for row in stopped) + ".")
     lines = [f"Measured by `experiments/benchmarks/results.py --agent {agent} --env-id {env_id}{flags}` at commit "
              f"`{measured}` on {datetime.date.today()} ({machine()}; processes launcher, the env's preset, "
-             f"`--stop-at-target`, {how}; wall time includes start-up). {reached} of {len(seeds)} seeds reached the "
+             f"`--stop-at-target`, {how}; wall time includes start-up). {reached} of {count} seeds reached the "
              f"evaluation return {target:g}.{stops}", "",
              "| seed | env steps to target | wall time to target (s) | env steps/s | last evaluation return | env steps |",
              "| --- | --- | --- | --- | --- | --- |"]

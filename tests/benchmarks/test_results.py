@@ -104,7 +104,7 @@ def test_a_launch_of_vmapped_seeds_is_a_row_per_seed_with_its_curve(tmp_path) ->
     progress.close()
     evaluations.close()
     summary = {"target_return": 28.0, "num_seeds": 3, "env_steps": 40960, "steps_per_second": 5000,
-               "steps_to_target": 32768, "wall_time_to_target": 4.0, "final_return": 20.0, "stopped": True,
+               "steps_to_target": 32768, "wall_time_to_target": 4.0, "final_return": 20.0, "stopped": 301,
                "seeds": [{"seed": 0, "steps_to_target": None, "wall_time_to_target": None, "final_return": 10.0},
                          {"seed": 1, "steps_to_target": None, "wall_time_to_target": None, "final_return": 15.0},
                          {"seed": 2, "steps_to_target": 32768, "wall_time_to_target": 4.0, "final_return": 35.0}]}
@@ -116,7 +116,7 @@ def test_a_launch_of_vmapped_seeds_is_a_row_per_seed_with_its_curve(tmp_path) ->
     lines = text.splitlines()
     assert "one Anakin launch of 3 vmapped seeds" in lines[0] and "1 of 3 seeds reached the evaluation return 28" in lines[0]
     assert "--time-limit 300 -- --architecture anakin --num-seeds 3" in lines[0] and "`abc1234`" in lines[0]
-    assert "Stopped at the time limit of 300 s short of the target: the launch." in lines[0]
+    assert lines[0].endswith("The launch was stopped after 301 s, short of the target.")
     assert lines[4:] == ["| 0 | - | - | 5,000 | 10.0 | 40,960 |", "| 1 | - | - | 5,000 | 15.0 | 40,960 |",
                          "| 2 | 32,768 | 4.0 | 5,000 | 35.0 | 40,960 |", "| mean of 3 | 32,768 | 4.0 | 5,000 | 20.0 | 40,960 |"]
     picture = tmp_path / "curves.png"
@@ -132,3 +132,26 @@ def test_seeds_and_vmapped_seeds_are_not_both_asked_for(tmp_path) -> None:
                         None)
     assert results.vmapped_seeds(["--architecture", "anakin", "--num-seeds=4"]) == 4
     assert results.vmapped_seeds(["--total-steps", "1000"]) == 1
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_launch_of_vmapped_seeds_in_order_and_its_table_shows_what_it_reached(tmp_path) -> None:
+    """``timeout``'s SIGTERM reaches the benchmark before its runs have reached the target: the
+    launch stops in order (its summary written) and the table is of what the seeds had reached.
+    A learning rate of 0 keeps CartPole-v1 below its target, so the run does not end by itself."""
+    command = [sys.executable, SCRIPT, "--agent", "ppo", "--env-id", "CartPole-v1", "--run-root", str(tmp_path),
+               "--time-limit", "600", "--", "--architecture", "anakin", "--num-seeds", "2", "--learning-rate", "0",
+               "--compilation-cache", ""]
+    benchmark = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    evaluations = metrics_path(str(tmp_path / "ppo-CartPole-v1-2seeds"), EVALUATIONS)
+    while not (os.path.exists(evaluations) and len(open(evaluations).read().splitlines()) > 2):  # two evaluations
+        assert benchmark.poll() is None, benchmark.stdout.read()
+        time.sleep(0.2)
+    benchmark.terminate()
+    out, _ = benchmark.communicate(timeout=180)
+    assert benchmark.returncode == 0, out
+    lines = out[out.index("Measured by"):].splitlines()
+    assert "one Anakin launch of 2 vmapped seeds" in lines[0] and "0 of 2 seeds reached the evaluation return 475" in lines[0]
+    assert "The launch was stopped after " in lines[0]
+    assert [line.split(" | ")[0] for line in lines[4:]] == ["| 0", "| 1", "| mean of 2"]
+    assert all(int(line.split(" | ")[-1].strip(" |").replace(",", "")) > 0 for line in lines[4:])  # env steps made
