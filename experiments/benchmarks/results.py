@@ -6,85 +6,208 @@ evaluation return against env steps, their mean and spread).
 
     python experiments/benchmarks/results.py --agent ppo --env-id Pendulum-v1 --seeds 0 1 2 3 4
     python experiments/benchmarks/results.py --agent ppo --env-id CartPole-v1 --write
+    python experiments/benchmarks/results.py --agent ppo --env-id Breakout-MinAtar --time-limit 600 \
+        -- --architecture anakin --num-seeds 4
+
+Each seed is a launch of its own, unless the script's arguments ask for ``--num-seeds N``
+(Anakin's seeds, vmapped in one learner): then one launch trains the N seeds and the table has a
+row for each, from its ``summary.json``'s ``seeds``, and one for their mean (what
+``--stop-at-target`` stops on). ``--time-limit`` stops a launch still short of its target after
+that many seconds, in order (SIGTERM), and the table shows what it had reached; so does SIGTERM to
+this process (``timeout``'s, say), at once. Each launch's
+output is in ``RUN_ROOT/<run>.log``.
 
 With ``--write`` the table and its picture replace the block between
 ``<!-- results: AGENT ENV -->`` and ``<!-- /results -->`` of ``docs/benchmarks.md`` (added at
-the end of its agents' section when there is none), the picture under ``docs/images/results/``.
-Extra arguments after ``--`` go to the agent's script (for example ``-- --total-steps 200000``);
-a table measured with them is a block of its own, ``<!-- results: AGENT ENV ARGS -->``.
+the end of its agents' section when there is none), the picture under ``docs/images/results/``;
+several of these processes may write the page at once. Extra arguments after ``--`` go to the
+agent's script (for example ``-- --total-steps 200000``); a table measured with them is a block
+of its own, ``<!-- results: AGENT ENV ARGS -->``. ``--commit`` names the commit measured where
+the tree is a copy without its git directory.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
+import fcntl
 import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = {"ppo": "ppo.py", "impala": "impala.py", "apex": "apex_dqn.py", "es": "es.py", "sac": "sac.py", "td3": "td3.py",
            "r2d2": "r2d2.py"}
 PAGE = os.path.join(REPO, "docs", "benchmarks.md")
 PICTURES = os.path.join("images", "results")  # relative to the page
+DEFAULT_SEEDS = [0, 1, 2, 3, 4]
+STOP_GRACE = 120.0  # seconds a launch stopped at the time limit has to save, report and exit
 
 
 def machine() -> str:
-    """This machine in a few words: its CPU model and core count."""
+    """This machine in a few words: its accelerators, if any, and its CPU model and core count."""
     model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
             model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return f"{os.cpu_count()} cores of {model}"
+    cpus = f"{os.cpu_count()} cores of {model}"
+    gpus = accelerators()
+    return f"{gpus} and {cpus}" if gpus else cpus
 
 
-def commit() -> str:
-    """The short hash of the checkout measured, ``+changes`` when its code differs from it."""
+def accelerators() -> str | None:
+    """The GPUs nvidia-smi lists (``NVIDIA H200``, ``2 x NVIDIA H100 80GB HBM3``), read without
+    starting JAX in this process: the runs it launches need the device's memory."""
+    try:
+        listed = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    names = collections.Counter(line.strip() for line in listed.stdout.splitlines() if line.strip())
+    if listed.returncode != 0 or not names:
+        return None
+    return ", ".join(name if count == 1 else f"{count} x {name}" for name, count in names.items())
+
+
+def commit(given: str | None = None) -> str:
+    """The short hash of the checkout measured, ``+changes`` when its code differs from it; or
+    ``given``, the commit a copy of the tree without its git directory is."""
+    if given:
+        return given
     git = ["git", "-C", REPO]
+    top = subprocess.run([*git, "rev-parse", "--show-toplevel"], capture_output=True, text=True).stdout.strip()
+    if not top or os.path.realpath(top) != os.path.realpath(REPO):
+        raise SystemExit(f"error: {REPO} is not a git checkout, so the commit measured is unknown: pass --commit HASH, "
+                         f"the commit this tree is a copy of")
     head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs"],
                            capture_output=True, text=True).stdout.strip()  # docs/: this script's own output
-    return (head or "unknown") + ("+changes" if dirty else "")
+    return head + ("+changes" if dirty else "")
 
 
-def run_seed(agent: str, env_id: str, seed: int, run_root: str, extra: list[str]) -> dict:
-    """One seed's run from a fresh run directory; its summary, with ``run_dir`` added."""
-    run_dir = os.path.join(run_root, f"{agent}-{env_id.replace(':', '_')}-seed{seed}")
-    command = [sys.executable, os.path.join(REPO, "experiments", SCRIPTS[agent]), "--env-id", env_id, "--seed", str(seed),
-               "--run-dir", run_dir, "--fresh", "--quiet", "--stop-at-target", *extra]
-    started = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"seed {seed} failed ({' '.join(command)}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
-    with open(os.path.join(run_dir, "summary.json")) as f:
+class Stop(Exception):
+    """SIGTERM to this process: stop the launch now, as at the time limit."""
+
+
+def _stop(signum: int, frame: Any) -> None:
+    global terminated
+    terminated = True
+    raise Stop
+
+
+terminated = False  # SIGTERM came: no further launch
+
+
+def launch(agent: str, env_id: str, name: str, run_root: str, args: list[str], time_limit: float | None) -> dict:
+    """One launch of the agent's script from a fresh run directory; its summary, with ``run_dir``
+    added, and ``stopped``: the seconds after which the time limit (or SIGTERM to this process)
+    stopped it, None where it ended by itself. Its output goes to ``<run_dir>.log``."""
+    run_dir = os.path.join(run_root, name)
+    command = [sys.executable, os.path.join(REPO, "experiments", SCRIPTS[agent]), "--env-id", env_id,
+               "--run-dir", run_dir, "--fresh", "--quiet", "--stop-at-target", *args]
+    os.makedirs(run_root, exist_ok=True)
+    started, stopped = time.monotonic(), None
+    previous = signal.signal(signal.SIGTERM, _stop)
+    with open(run_dir + ".log", "w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True)
+        try:
+            process.wait(timeout=time_limit)
+        except (subprocess.TimeoutExpired, Stop):  # the ordered stop: the run saves and writes its summary
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM (to the process group) changes nothing
+            stopped = round(time.monotonic() - started)
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    with open(run_dir + ".log") as log:
+        output = log.read()
+    summary_file = os.path.join(run_dir, "summary.json")
+    how = "" if stopped is None else f" (stopped after {stopped} s)"
+    if process.returncode != 0 or not os.path.exists(summary_file):
+        raise SystemExit(f"{name} failed{how} ({' '.join(command)}, exit status {process.returncode}); the end of "
+                         f"{run_dir}.log:\n{output[-4000:]}")
+    with open(summary_file) as f:
         summary = json.load(f)
-    summary["run_dir"] = run_dir
-    print(f"seed {seed}: {done.stdout.strip().splitlines()[-2] if done.stdout.strip() else ''} "
-          f"({time.monotonic() - started:.0f} s)", flush=True)
-    return summary
+    report = [line for line in output.splitlines() if line and not line.startswith("[")]  # not the nodes' or progress
+    print(f"{name}{how}: {time.monotonic() - started:.0f} s\n  " + "\n  ".join(report[-8:]), flush=True)
+    return dict(summary, run_dir=run_dir, stopped=stopped)
 
 
-def table(agent: str, env_id: str, extra: list[str], summaries: list[dict], picture: str | None = None) -> str:
-    target = summaries[0].get("target_return")
-    reached = sum(s.get("steps_to_target") is not None for s in summaries)
-    flags = " -- " + " ".join(extra) if extra else ""
+def measure(agent: str, env_id: str, seeds: list[int] | None, run_root: str, extra: list[str],
+            time_limit: float | None) -> list[dict]:
+    """The table's rows: one launch per seed, each its row; or, where ``extra`` asks for
+    ``--num-seeds N``, one launch and a row for each of its N seeds and one for their mean.
+    A row's ``curve`` names its series in the run's ``learning_curves``."""
+    num_seeds = vmapped_seeds(extra)
+    slug = f"{agent}-{env_id.replace(':', '_')}"
+    if num_seeds == 1:
+        rows = []
+        for seed in seeds or DEFAULT_SEEDS:
+            if not terminated:
+                rows.append(dict(launch(agent, env_id, f"{slug}-seed{seed}", run_root, ["--seed", str(seed), *extra],
+                                        time_limit), curve="evaluation return"))
+        return rows
+    if seeds:
+        raise SystemExit(f"error: --seeds launches once per seed, and the script's --num-seeds {num_seeds} trains "
+                         f"{num_seeds} seeds in one launch: drop one of them")
+    return vmapped_rows(launch(agent, env_id, f"{slug}-{num_seeds}seeds", run_root, extra, time_limit))
+
+
+def vmapped_rows(summary: dict) -> list[dict]:
+    """The rows of a launch of vmapped seeds: each seed's (its ``summary["seeds"]`` entry; the env
+    steps and env steps/s are every seed's), then their mean's (the summary's own)."""
+    shared = {key: summary.get(key) for key in ("env_steps", "steps_per_second", "run_dir", "stopped", "target_return")}
+    return ([dict(seed, **shared, curve=f"seed {seed['seed']}") for seed in summary["seeds"]]
+            + [dict(summary, seed=f"mean of {summary['num_seeds']}", mean=True)])
+
+
+def vmapped_seeds(extra: list[str]) -> int:
+    """The ``--num-seeds`` the script's arguments ask for (1 where none)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--num-seeds", type=int, default=1)
+    return parser.parse_known_args(extra)[0].num_seeds
+
+
+def table(agent: str, env_id: str, extra: list[str], rows: list[dict], measured: str, time_limit: float | None = None,
+          picture: str | None = None) -> str:
+    """The page's table of ``rows`` (``measure``'s), under the sentence that says how, where and
+    when they were measured."""
+    seeds = [row for row in rows if not row.get("mean")]
+    count = rows[-1]["num_seeds"] if rows[-1].get("mean") else len(seeds)  # also where no seed was evaluated yet
+    target = rows[0].get("target_return")
+    reached = sum(row.get("steps_to_target") is not None for row in seeds)
+    flags = (f" --time-limit {time_limit:g}" if time_limit else "") + (" -- " + " ".join(extra) if extra else "")
+    vmapped = len(rows) > len(seeds)
+    how = (f"one Anakin launch of {count} vmapped seeds, env steps and env steps/s per seed" if vmapped
+           else "one launch per seed")
+    stopped = [row for row in seeds if row.get("stopped") is not None]
+    stops = ("" if not stopped else f" The launch was stopped after {stopped[0]['stopped']} s, short of the target."
+             if vmapped else " Stopped short of the target: " + ", ".join(f"seed {row['seed']} after {row['stopped']} s"
+                                                                         for row in stopped) + ".")
     lines = [f"Measured by `experiments/benchmarks/results.py --agent {agent} --env-id {env_id}{flags}` at commit "
-             f"`{commit()}` on {datetime.date.today()} ({machine()}; processes launcher, the env's preset, "
-             f"`--stop-at-target`; wall time includes start-up). {reached} of {len(summaries)} seeds reached the "
-             f"evaluation return {target:g}.", "",
+             f"`{measured}` on {datetime.date.today()} ({machine()}; processes launcher, the env's preset, "
+             f"`--stop-at-target`, {how}; wall time includes start-up). {reached} of {count} seeds reached the "
+             f"evaluation return {target:g}.{stops}", "",
              "| seed | env steps to target | wall time to target (s) | env steps/s | last evaluation return | env steps |",
              "| --- | --- | --- | --- | --- | --- |"]
-    for s in summaries:
+    for row in rows:
         show = lambda value, fmt="{:,}": "-" if value is None else fmt.format(value)  # noqa: E731
-        lines.append(f"| {s['seed']} | {show(s.get('steps_to_target'))} | {show(s.get('wall_time_to_target'), '{:.1f}')} "
-                     f"| {show(s.get('steps_per_second'))} | {show(s.get('final_return'), '{:.1f}')} "
-                     f"| {s['env_steps']:,} |")
+        lines.append(f"| {row['seed']} | {show(row.get('steps_to_target'))} | {show(row.get('wall_time_to_target'), '{:.1f}')} "
+                     f"| {show(row.get('steps_per_second'))} | {show(row.get('final_return'), '{:.1f}')} "
+                     f"| {row['env_steps']:,} |")
     if picture:
         lines += ["", f"![{agent} on {env_id}: evaluation return over seeds]({picture})"]
     return "\n".join(lines)
@@ -101,21 +224,21 @@ def latest(grid, xs, ys):
     return values
 
 
-def curves(path: str, title: str, summaries: list[dict]) -> None:
-    """Each seed's latest evaluation return against env steps (thin), their mean and min-max spread on
-    a common grid over the seeds still running there, and the target."""
+def curves(path: str, title: str, rows: list[dict]) -> None:
+    """Each seed's evaluation return against env steps (thin; the run's ``learning_curves``, the
+    row's ``curve`` of them), their mean and min-max spread on a common grid over the seeds still
+    running there, and the target."""
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from jaxdist.records.metrics import metrics_path, read_metrics
+    from jaxdist.agents.run import learning_curves
 
     runs = []
-    for s in summaries:  # the monitor's progress.csv: env steps and the latest evaluation return
-        rows = [row for row in read_metrics(metrics_path(s["run_dir"], "progress")) if row.get("eval_return") is not None]
-        if rows:
-            runs.append((np.array([row["step"] for row in rows], float),
-                         np.array([row["eval_return"] for row in rows], float), s["seed"]))
+    for row in rows:
+        if "curve" in row and row["curve"] in (series := learning_curves(row["run_dir"])):
+            xs, ys = series[row["curve"]]
+            runs.append((np.array(xs, float), np.array(ys, float)))
     figure = Figure(figsize=(7.2, 4.0), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
@@ -123,14 +246,14 @@ def curves(path: str, title: str, summaries: list[dict]) -> None:
         import warnings
 
         warnings.simplefilter("ignore", RuntimeWarning)  # a point of the grid where no seed still ran
-        grid = np.linspace(0, max(xs[-1] for xs, _, _ in runs), 200)
-        on_grid = np.array([latest(grid, xs, ys) for xs, ys, _ in runs])
-        for xs, ys, _ in runs:
+        grid = np.linspace(0, max(xs[-1] for xs, _ in runs), 200)
+        on_grid = np.array([latest(grid, xs, ys) for xs, ys in runs])
+        for xs, ys in runs:
             axes.plot(xs, ys, color="C0", alpha=0.3, linewidth=1, drawstyle="steps-post")
         axes.fill_between(grid, np.nanmin(on_grid, 0), np.nanmax(on_grid, 0), color="C0", alpha=0.15,
                           label=f"min-max over {len(runs)} seeds")
         axes.plot(grid, np.nanmean(on_grid, 0), color="C0", linewidth=2, label="mean")
-    target = summaries[0].get("target_return")
+    target = rows[0].get("target_return")
     if target is not None:
         axes.axhline(target, color="C3", linestyle="--", linewidth=1.2, label=f"target {target:g}")
     axes.set_title(title)
@@ -151,38 +274,48 @@ def picture_name(agent: str, env_id: str, extra: list[str]) -> str:
 
 
 def write_page(agent: str, env_id: str, extra: list[str], text: str, page: str = PAGE) -> None:
-    """Replace the block of this agent, env and script arguments (each its own table)."""
-    with open(page) as f:
+    """Replace the block of this agent, env and script arguments (each its own table), under a
+    lock on the page: several of these processes (one an env, say) may end at once, and each
+    must change the page as the one before left it."""
+    with open(page, "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # released as the file closes
         content = f.read()
-    key = block_key(agent, env_id, extra)
-    start, end = f"<!-- results: {key} -->", "<!-- /results -->"
-    block = f"{start}\n{text}\n{end}"
-    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
-    if pattern.search(content):
-        content = pattern.sub(lambda _: block, content)
-    else:
-        anchor = content.index("## Micro-benchmarks")
-        title = f"### {agent.upper()} on {env_id}" + (f" ({' '.join(extra)})" if extra else "")
-        content = content[:anchor] + f"{title}\n\n{block}\n\n" + content[anchor:]
-    with open(page, "w") as f:
+        key = block_key(agent, env_id, extra)
+        start, end = f"<!-- results: {key} -->", "<!-- /results -->"
+        block = f"{start}\n{text}\n{end}"
+        pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
+        if pattern.search(content):
+            content = pattern.sub(lambda _: block, content)
+        else:
+            anchor = content.index("## Micro-benchmarks")
+            title = f"### {agent.upper()} on {env_id}" + (f" ({' '.join(extra)})" if extra else "")
+            content = content[:anchor] + f"{title}\n\n{block}\n\n" + content[anchor:]
+        f.seek(0)
         f.write(content)
+        f.truncate()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--agent", choices=sorted(SCRIPTS), required=True)
     parser.add_argument("--env-id", required=True)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--seeds", type=int, nargs="+", help=f"one launch each (default: {DEFAULT_SEEDS}); "
+                        f"not with the script's --num-seeds, whose seeds share one launch")
     parser.add_argument("--run-root", default=os.path.join("runs", "results"))
+    parser.add_argument("--time-limit", type=float, help="seconds a launch may run before it is stopped "
+                        "(in order: it saves and reports) and its table row shows what it had reached")
+    parser.add_argument("--commit", help="the commit measured, where this tree is a copy without its git directory "
+                        "(default: the checkout's HEAD, +changes where its code differs)")
     parser.add_argument("--write", action="store_true", help="write the table and its curves into docs/benchmarks.md")
     parser.add_argument("extra", nargs="*", help="after --: arguments for the agent's script")
     args = parser.parse_args()
-    summaries = [run_seed(args.agent, args.env_id, seed, args.run_root, args.extra) for seed in args.seeds]
+    measured = commit(args.commit)  # before the runs: a tree without its commit fails now, not after them
+    rows = measure(args.agent, args.env_id, args.seeds, args.run_root, args.extra, args.time_limit)
     picture = os.path.join(PICTURES, picture_name(args.agent, args.env_id, args.extra))
     curves(os.path.join(os.path.dirname(PAGE), picture) if args.write else os.path.join(args.run_root, os.path.basename(picture)),
-           f"{args.agent} on {args.env_id} {' '.join(args.extra)}".strip(), summaries)
-    text = table(args.agent, args.env_id, args.extra, summaries, picture if args.write else None)
-    print(text)
+           f"{args.agent} on {args.env_id} {' '.join(args.extra)}".strip(), rows)
+    text = table(args.agent, args.env_id, args.extra, rows, measured, args.time_limit, picture if args.write else None)
+    print(text, flush=True)
     if args.write:
         write_page(args.agent, args.env_id, args.extra, text)
 
