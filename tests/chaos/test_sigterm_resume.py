@@ -70,16 +70,16 @@ def logged(run_dir: str, rows: int) -> Callable[[], bool]:
 
 @pytest.mark.timeout(400)
 def test_es_relaunched_after_a_sigterm_ends_exactly_where_a_run_that_never_stopped_does(tmp_path):
-    # Long enough to be stopped midway: ES plays ~250k env steps/s here, and metrics.csv, which
-    # says two generations are done, is flushed every 5 s.
-    flags = ["--total-steps", "3000000", "--seed", "3", "--num-workers", "1", "--population", "32", "--eval-episodes", "4",
-             "--checkpoint-every-generations", "1000"]
+    # Stopped once its save of generation 25 is committed (metrics.csv, flushed every 5 s, would
+    # say so only after a run this short has ended); the stop saves the generation it is at.
+    flags = ["--total-steps", "1000000", "--seed", "3", "--num-workers", "1", "--population", "32", "--eval-episodes", "4",
+             "--checkpoint-every-generations", "25"]
     run_dir, whole_dir = str(tmp_path / "stopped"), str(tmp_path / "whole")
     checkpoints = os.path.join(run_dir, "checkpoints", "master", "0")
-    output = sigterm_once("es.py", run_dir, flags, logged(run_dir, 2), "two generations")
-    stopped_at, state = saved_state(checkpoints)  # the stop's own save: the interval never came
+    output = sigterm_once("es.py", run_dir, flags, lambda: 25 in committed_steps(checkpoints), "generation 25's save")
+    stopped_at, state = saved_state(checkpoints)
     assert "the launcher got SIGTERM" in output, output[-3000:]
-    assert state["generation"] == stopped_at >= 2 and state["env_steps"] < 3_000_000
+    assert state["generation"] == stopped_at >= 25 and state["env_steps"] < 1_000_000
 
     relaunch = script("es.py", run_dir, flags)
     output, _ = relaunch.communicate(timeout=300)
@@ -89,7 +89,7 @@ def test_es_relaunched_after_a_sigterm_ends_exactly_where_a_run_that_never_stopp
     config, _ = parse(es.ESConfig, es.PRESETS, None, args=flags)
     train(es.agent(config), launcher="threads", run_dir=whole_dir, echo=False, out=io.StringIO())
     end, resumed = saved_state(checkpoints)
-    assert end > stopped_at and resumed["env_steps"] >= 3_000_000
+    assert end > stopped_at and resumed["env_steps"] >= 1_000_000
     chex.assert_trees_all_equal(resumed, saved_state(os.path.join(whole_dir, "checkpoints", "master", "0"))[1])
     # One metrics row per generation across both segments, as the run that never stopped wrote them.
     learned = ("step", "population_return", "population_best", "grad_norm", "env_steps")
