@@ -21,16 +21,13 @@ from jaxdist import courier
 from jaxdist.agents import experiment, ppo
 from jaxdist.learning.layout import checkpoint_dir
 from jaxdist.records.metrics import metrics_path, read_metrics
+from resume_checks import committed_steps
 
 pytestmark = pytest.mark.slow
 
 KILLS = 4
 KILL_EVERY = 8  # learner updates between kills (a checkpoint every 4)
 TARGET = 475.0
-
-
-def committed_steps(directory: str) -> list[int]:
-    return sorted(int(name) for name in os.listdir(directory) if name.isdigit()) if os.path.isdir(directory) else []
 
 
 def learner_step(client: courier.Client) -> int | None:

@@ -31,6 +31,7 @@ import jaxdist as jd
 from jaxdist import courier
 from jaxdist.nodes.replay import Fifo, ReplayClient, ReplayNode
 from jaxdist.learning.layout import checkpoint_dir
+from resume_checks import committed_steps
 
 pytestmark = pytest.mark.slow
 
@@ -68,13 +69,6 @@ def make_program(out_dir: str) -> jd.Program:
     with program.group("holder"):
         program.add_node(jd.PyNode(cn.hold_until_stopped))
     return program
-
-
-def committed_steps(directory: str) -> list[int]:
-    """The checkpoint steps committed so far, oldest first (Orbax names a step's directory by it)."""
-    if not os.path.isdir(directory):
-        return []
-    return sorted(int(name) for name in os.listdir(directory) if name.isdigit())
 
 
 def kill_replay(running: jd.Running, restarts_so_far: int) -> tuple[float, float]:
