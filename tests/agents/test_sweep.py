@@ -272,8 +272,9 @@ def test_a_population_of_sebulba_learners_copies_through_checkpoints_and_a_kille
     at every round the worst copies the best's checkpoint and perturbs its values; member 2's
     learner, SIGKILLed after its first round's checkpoint, restarts from it and takes part in
     every later round. SIGTERM to a member's process, once a member has saved its third round's
-    checkpoint, stops the program in order (members between rounds or waiting in one); launched again, every member resumes from the step it saved with the values it had,
-    the lineage goes on without a round lost or repeated, and the run ends as an uninterrupted one."""
+    checkpoint, stops the program in order (members between rounds or waiting in one); launched
+    again, every member resumes from the step it saved with the values it had, the lineage goes
+    on without a round lost or repeated, and the run ends as an uninterrupted one."""
     ranges = ("learning_rate=1e-4:1e-2:log", "clip_eps=0.1,0.2,0.3")
     config = dataclasses.replace(CONFIG, architecture="sebulba", total_steps=8 * 32 * 20, eval_every_updates=5,
                                  sweep=ranges, pbt=4, pbt_interval=5)
