@@ -271,25 +271,42 @@ def test_a_population_of_sebulba_learners_copies_through_checkpoints_and_a_kille
     """Four members, each a learner with its actor and evaluator in one program on processes:
     at every round the worst copies the best's checkpoint and perturbs its values; member 2's
     learner, SIGKILLed after its first round's checkpoint, restarts from it and takes part in
-    every later round."""
+    every later round. SIGTERM to a member's process, once a member has saved its third round's
+    checkpoint, stops the program in order (members between rounds or waiting in one); launched
+    again, every member resumes from the step it saved with the values it had, the lineage goes
+    on without a round lost or repeated, and the run ends as an uninterrupted one."""
     ranges = ("learning_rate=1e-4:1e-2:log", "clip_eps=0.1,0.2,0.3")
     config = dataclasses.replace(CONFIG, architecture="sebulba", total_steps=8 * 32 * 20, eval_every_updates=5,
                                  sweep=ranges, pbt=4, pbt_interval=5)
-    topology = ppo.agent(config).topology()
-    running = jd.launch(topology.program, launcher="processes", run_dir=str(tmp_path), echo=False,
-                        resources=experiment.resources(topology.program))
+    running = launch_population(config, tmp_path)
     try:
-        saved = tmp_path / "config-2" / "checkpoints" / "learner"
-        while not (saved.is_dir() and "5" in os.listdir(saved)):
+        while not saved_step(tmp_path, 2, 5):
             assert not running.wait(timeout=0.05), running.status()
         os.kill(running.status()["learner/2"]["pid"], signal.SIGKILL)
+        while not any(saved_step(tmp_path, m, 15) for m in range(4)):
+            assert not running.wait(timeout=0.05), running.status()
+        assert running.status()["learner/2"]["restarts"] == 1
+        os.kill(running.status()["learner/1"]["pid"], signal.SIGTERM)  # a preemption notice: the program stops
+        assert running.wait(timeout=120)
+    finally:
+        running.stop()
+    assert "restored step 5" in open(jd.log_path(str(tmp_path), "learner/2")).read()
+    at_stop = {m: stopped_step(tmp_path, m) for m in range(4)}
+    assert 10 <= min(at_stop.values()) and max(at_stop.values()) < 20, at_stop  # some between rounds or waiting
+    running = launch_population(config, tmp_path)
+    try:
         assert running.wait(timeout=300)  # the coordinator ends the program once every member's last is evaluated
     finally:
         running.stop()
-    assert running.status()["learner/2"]["restarts"] == 1
-    assert "restored step 5" in open(jd.log_path(str(tmp_path), "learner/2")).read()
+    for m, step in at_stop.items():  # the second life of each member starts where the first stopped
+        second = open(jd.log_path(str(tmp_path), f"learner/{m}")).read().split(f"stopped at step {step}:")[-1]
+        assert second.split("restored step ", 1)[1].startswith(f"{step} "), second
     rows = read_metrics(tmp_path / "lineage.csv")
     assert [(row["step"], row["member"]) for row in rows] == [(step, m) for step in (0, 5, 10, 15) for m in range(4)]
+    for row in rows[4:]:  # a member that kept its state kept its values across the stop too
+        if row["parent"] == row["member"]:
+            before = next(r for r in rows if r["step"] == row["step"] - 5 and r["member"] == row["member"])
+            assert (row["learning_rate"], row["clip_eps"]) == (before["learning_rate"], before["clip_eps"])
     drawn = sweep.configurations(config)
     assert all(np.isclose(row["learning_rate"], drawn[row["member"]]["learning_rate"]) for row in rows[:4])
     rounds = {row["step"]: row for row in read_metrics(tmp_path / "evaluations.csv")}
@@ -313,8 +330,32 @@ def test_a_population_of_sebulba_learners_copies_through_checkpoints_and_a_kille
                                        None, "")
     assert int(saved["step"]) == 20
     assert np.isclose(saved["state"]["hyperparams"]["learning_rate"], last["learning_rate"])
+    for m in range(4):  # every member ends with the values of its last round, those before the stop included
+        final = experiment.restore_learner(str(tmp_path), population.member_checkpoints(str(tmp_path), m),
+                                           experiment.learner_template(population.logic_of(agent, m)), None, "")
+        given = next(row for row in rows if row["step"] == 15 and row["member"] == m)
+        assert np.isclose(final["state"]["hyperparams"]["learning_rate"], given["learning_rate"])
     assert load_policy(str(tmp_path), config_index=last["member"]).step == 20
     assert load_policy(str(tmp_path), config_index=last["member"], best=True).step % 5 == 0  # its evaluator's best
+
+
+def launch_population(config, run_dir):
+    """A Sebulba population's program launched on processes in ``run_dir``."""
+    topology = ppo.agent(config).topology()
+    return jd.launch(topology.program, launcher="processes", run_dir=str(run_dir), echo=False,
+                     resources=experiment.resources(topology.program))
+
+
+def saved_step(run_dir, member: int, step: int) -> bool:
+    """Whether member ``member``'s learner has committed its checkpoint of ``step``."""
+    saved = run_dir / f"config-{member}" / "checkpoints" / "learner"
+    return saved.is_dir() and str(step) in os.listdir(saved)
+
+
+def stopped_step(run_dir, member: int) -> int:
+    """The step member ``member``'s learner last said it stopped at (and saved)."""
+    log = open(jd.log_path(str(run_dir), f"learner/{member}")).read()
+    return int(log.rsplit("learner: stopped at step ", 1)[1].split(":")[0])
 
 
 def sigterm_after_a_checkpoint(command: list[str], checkpoints, log) -> str:
