@@ -27,8 +27,8 @@ per core). glibc gives each thread that allocates while another holds an arena a
 own, up to that default, and each arena keeps what is freed in it: a learner's server threads,
 Orbax's save threads and tensorstore's pool spread its allocations over more arenas as the run
 goes, and its resident memory climbs by steps of tens of MiB for as long as a new peak of some
-arena can come, though what it holds stays the same. With two arenas it levels off within a
-minute; a leak of objects grows it the same.
+arena can come, though what it holds stays the same. With two arenas it stays within a few MiB
+from its first minute on; a leak of objects grows it the same.
 
 At the end it prints, per series, the value at the end of the warm-up (the baseline,
 ``--warmup`` minutes in) and at the end, their ratio, and two least-squares slopes per minute
