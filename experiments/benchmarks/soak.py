@@ -13,12 +13,22 @@ policy's ``reset_after``, and would spend its budget).
 Every ``--sample-every`` seconds (offset by half a period from the kills) it samples, per node
 (its process and the processes under it) and for the launching process: resident memory, open
 file descriptors and threads; and the run's shared-memory segments in ``/dev/shm`` (made by any
-process of the run, living or dead) and the run directory's size. The threads counted are those
-alive at the process's previous sample too, tensorstore's worker pool aside: a checkpoint save
-starts Orbax's threads for its few seconds and fills tensorstore's pool, whose idle workers
-leave later, so both follow the saves' cadence (which follows the machine's load), not a leak;
-a leaked thread counts from its second sample on. The pool's threads are a series of their own,
-with no bound on their slope (the pool is bounded by its size), and their maximum is printed.
+process of the run, living or dead) and the run directory's size. The threads and descriptors
+counted are those there at the process's previous sample too (a descriptor on the same file,
+pipe or socket), tensorstore's worker pool aside: a checkpoint save starts Orbax's threads and
+opens files for its few seconds and fills tensorstore's pool, whose idle workers leave later,
+and an actor killed or added between two samples opens and closes its connections, so these
+follow the saves' and kills' timing, not a leak; a leaked thread or descriptor counts from its
+second sample on. The pool's threads are a series of their own, with no bound on their slope
+(the pool is bounded by its size), and their maximum is printed.
+
+The nodes run with ``MALLOC_ARENA_MAX`` at ``--malloc-arena-max`` (2; 0: glibc's default of 8
+per core). glibc gives each thread that allocates while another holds an arena an arena of its
+own, up to that default, and each arena keeps what is freed in it: a learner's server threads,
+Orbax's save threads and tensorstore's pool spread its allocations over more arenas as the run
+goes, and its resident memory climbs by steps of tens of MiB for as long as a new peak of some
+arena can come, though what it holds stays the same. With two arenas it stays within a few MiB
+from its first minute on; a leak of objects grows it the same.
 
 At the end it prints, per series, the value at the end of the warm-up (the baseline,
 ``--warmup`` minutes in) and at the end, their ratio, and two least-squares slopes per minute
@@ -132,9 +142,17 @@ def node_processes(running: jd.Running) -> dict[str, list[psutil.Process]]:
     return found
 
 
-def lasting_threads(pid: int, seen: dict[int, set[int]]) -> tuple[int, int]:
+def lasting(key: tuple[str, int], now: set, seen: dict[tuple[str, int], set]) -> int:
+    """How many of `now` were there at the previous sample of `key` too (all of them at its
+    first); `seen` keeps each key's last set from one sample to the next."""
+    count = len(now & seen.get(key, now))
+    seen[key] = now
+    return count
+
+
+def lasting_threads(pid: int, seen: dict[tuple[str, int], set]) -> tuple[int, int]:
     """(threads of `pid` alive at its previous sample too, tensorstore's pool aside; that pool's
-    threads now). `seen` keeps each process's thread ids from one sample to the next."""
+    threads now)."""
     kept, pool = set(), 0
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
@@ -146,20 +164,31 @@ def lasting_threads(pid: int, seen: dict[int, set[int]]) -> tuple[int, int]:
             pool += 1
         else:
             kept.add(int(tid))
-    lasting = kept & seen.get(pid, kept)  # a process's first sample: all of them
-    seen[pid] = kept
-    return len(lasting), pool
+    return lasting(("threads", pid), kept, seen), pool
 
 
-def measure(processes: list[psutil.Process], seen: dict[int, set[int]]) -> dict[str, float] | None:
+def lasting_fds(pid: int, seen: dict[tuple[str, int], set]) -> int:
+    """Descriptors of `pid` open at its previous sample too, on the same file, pipe or socket: a
+    connection of an actor killed or added between two samples, or a file a save opens for its
+    few seconds, comes and goes with the kills' and saves' timing, while a leaked descriptor
+    counts from its second sample on."""
+    kept = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            kept.add((int(fd), os.readlink(f"/proc/{pid}/fd/{fd}")))
+        except OSError:
+            continue  # closed while listed
+    return lasting(("fds", pid), kept, seen)
+
+
+def measure(processes: list[psutil.Process], seen: dict[tuple[str, int], set]) -> dict[str, float] | None:
     totals = {"rss_mib": 0.0, "fds": 0.0, "threads": 0.0, "pool_threads": 0.0}
     try:
         for process in processes:
             if process.status() == psutil.STATUS_ZOMBIE:
                 return None  # killed, not yet reaped: no reading this time
-            with process.oneshot():
-                totals["rss_mib"] += process.memory_info().rss / MIB
-                totals["fds"] += process.num_fds()
+            totals["rss_mib"] += process.memory_info().rss / MIB
+            totals["fds"] += lasting_fds(process.pid, seen)
             threads, pool = lasting_threads(process.pid, seen)
             totals["threads"] += threads
             totals["pool_threads"] += pool
@@ -211,7 +240,7 @@ class Soak:
         self.args, self.run_dir = args, run_dir
         self.series: dict[tuple[str, str], Series] = {}
         self.pids: set[int] = {os.getpid()}
-        self.threads_seen: dict[int, set[int]] = {}
+        self.seen: dict[tuple[str, int], set] = {}  # each process's threads and descriptors at its last sample
         self.orphans: dict[int, str] = {}
         self.strays: dict[int, str] = {}  # outside the launcher's tree at the last sample
         self.kills = {"actor": 0, "learner": 0}
@@ -227,7 +256,7 @@ class Soak:
         tree = node_processes(running)
         for name, processes in tree.items():
             self.pids.update(process.pid for process in processes)
-            reading = measure(processes, self.threads_seen)
+            reading = measure(processes, self.seen)
             for metric, value in (reading or {}).items():
                 self.series.setdefault((name, metric), Series()).add(now, value, processes[0].pid)
         inside = {process.pid for processes in tree.values() for process in processes}
@@ -245,6 +274,14 @@ class Soak:
         print(f"[soak] {now:5.1f} min: kills {self.kills}, scalings {self.scalings}; segments {segments}; "
               f"run dir {size:.1f} MiB; RSS MiB " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(rss.items())),
               flush=True)
+
+    def resources(self, program: jd.Program) -> dict[str, dict]:
+        """The agents' per-group environment, with glibc's arenas capped (see the module doc)."""
+        resources = experiment.resources(program)
+        if self.args.malloc_arena_max:
+            for group in resources.values():
+                group["env"]["MALLOC_ARENA_MAX"] = str(self.args.malloc_arena_max)
+        return resources
 
     def kill(self, running: jd.Running, group: str, rng: random.Random) -> None:
         victims = [name for name, status in running.status().items()
@@ -271,7 +308,7 @@ class Soak:
         topology = agent.topology()
         patient = jd.Restart(max_restarts=1_000_000, backoff=0.5, max_backoff=2.0)
         running = jd.launch(topology.program, launcher="processes", run_dir=self.run_dir, echo=False,
-                            resources=experiment.resources(topology.program),
+                            resources=self.resources(topology.program),
                             restart={"actor": patient, "learner": patient})
         monitor = Monitor(running, agent, topology, self.run_dir, time.time(), out=io.StringIO())
         rng = random.Random(args.seed)
@@ -324,7 +361,7 @@ class Soak:
                                 cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
         print(f"\nMeasured by `python experiments/benchmarks/soak.py --minutes {args.minutes:g} --actor-kill-every "
               f"{args.actor_kill_every:g} --learner-kill-every {args.learner_kill_every:g} --scale-every "
-              f"{args.scale_every:g}` at commit `{commit}` on {datetime.date.today()} ({os.cpu_count()} cores, "
+              f"{args.scale_every:g} --malloc-arena-max {args.malloc_arena_max}` at commit `{commit}` on {datetime.date.today()} ({os.cpu_count()} cores, "
               f"{psutil.virtual_memory().total / (1 << 30):.0f} GiB); {self.kills['actor']} actor kills, "
               f"{self.kills['learner']} learner kills, {self.scalings} scalings up and down. Baseline: the "
               f"first settled sample ({args.warmup:g} min into its process's life).\n")
@@ -364,6 +401,8 @@ def main() -> int:
     parser.add_argument("--scale-every", type=float, default=120.0, help="seconds (0: never scale)")
     parser.add_argument("--sample-every", type=float, default=30.0, help="seconds")
     parser.add_argument("--warmup", type=float, default=2.0, help="minutes before the slopes' first sample")
+    parser.add_argument("--malloc-arena-max", type=int, default=2,
+                        help="glibc's MALLOC_ARENA_MAX in the nodes (0: glibc's default)")
     parser.add_argument("--poll-interval", type=float, default=0.1, help="the monitor's, as the scripts poll")
     parser.add_argument("--env-id", default="CartPole-v1")
     parser.add_argument("--seed", type=int, default=0)
