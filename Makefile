@@ -30,16 +30,22 @@ examples: $(CORE)
 	$(PY) experiments/mapreduce_wordcount.py --launcher processes
 	$(PY) experiments/es_futures.py --launcher processes
 
-test: test-fast test-slow
+# Every test, fast and slow, in one run: one worker more than the machine has cores (the tests
+# spend part of their time waiting on processes and sockets), one test at a time to the next free
+# worker, the slow ones first (conftest's order), and a group's tests on one worker (the Ray tests:
+# one cluster). JAXDIST_TEST_CPU_BURNERS=N keeps N cores busy meanwhile (a loaded machine).
+TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(len(os.sched_getaffinity(0)) + 1)')
 
-# Over two workers, a test file to each in turn (its module fixtures made once: one Ray cluster).
-# JAXDIST_TEST_CPU_BURNERS=N keeps N cores busy meanwhile (a loaded machine, as CI's may be).
+test: $(INSTALLED)
+	$(PY) -m pytest -m "" -n $(TEST_WORKERS) --dist loadgroup
+
+# The fast tests alone, then the slow ones alone, over two workers.
 test-fast: $(INSTALLED)
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadgroup
 
 # A marker that selects no test (pytest exits 5) fails the run: the slow tests are never skipped unseen.
 test-slow: $(INSTALLED)
-	$(PY) -m pytest -m slow -n 2 --dist loadfile
+	$(PY) -m pytest -m slow -n 2 --dist loadgroup
 
 # The site, from docs/ and the docstrings; strict: a broken reference or page fails the build.
 docs: $(INSTALLED)

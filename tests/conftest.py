@@ -1,5 +1,5 @@
-"""The run's harness: one JAX compilation cache for the run, and CPU burners on demand, keeping
-the machine's cores busy while the tests run."""
+"""The run's harness: one JAX compilation cache for the run, the long end-to-end tests first, and
+CPU burners on demand, keeping the machine's cores busy while the tests run."""
 
 from __future__ import annotations
 
@@ -24,6 +24,14 @@ def pytest_configure(config: pytest.Config) -> None:
     share_one_compilation_cache(config)
     burners = cpu_burners.start(config.getoption("cpu_burners"))
     config.add_cleanup(lambda: cpu_burners.stop(burners))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The slow tests first: in a run of every test over several workers (`make test`, xdist's
+    `loadgroup`: a group's tests, the largest groups first, then one test at a time in this order)
+    the long end-to-end runs start at once and the short tests fill the workers' last minutes,
+    instead of one long test running alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def share_one_compilation_cache(config: pytest.Config) -> None:

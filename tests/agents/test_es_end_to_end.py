@@ -26,6 +26,7 @@ from jaxdist.agents.es import PRESETS, ESConfig
 from jaxdist.agents.run import train
 from jaxdist.records.metrics import read_metrics
 from jaxdist.records.metrics_tensorboard import read_scalars
+from interruptible import popen_interruptible
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "experiments", "es.py")
@@ -108,12 +109,9 @@ def test_a_threads_run_solves_cartpole_then_a_rerun_resumes_and_counts_the_targe
 
 @pytest.mark.slow
 def test_ctrl_c_is_the_ordered_stop_with_one_line_and_a_summary(tmp_path):
-    process = subprocess.Popen([sys.executable, SCRIPT, "--quiet", "--compilation-cache", "", "--run-dir",
-                                str(tmp_path), "--env-id", "Pendulum-v1", "--total-steps", "1000000000"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               # as a terminal's Ctrl-C finds it: a runner started in the background (nohup
-                               # make test &) passes SIGINT on ignored, and Python then never raises it
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    process = popen_interruptible([sys.executable, SCRIPT, "--quiet", "--compilation-cache", "", "--run-dir",
+                                   str(tmp_path), "--env-id", "Pendulum-v1", "--total-steps", "1000000000"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180
         rows = []

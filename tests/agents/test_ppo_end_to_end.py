@@ -24,6 +24,7 @@ from jaxdist.agents.run import parse
 from jaxdist.agents.run import default_run_dir, train
 from jaxdist.records.metrics import read_metrics
 from jaxdist.records.metrics_tensorboard import read_scalars
+from interruptible import popen_interruptible
 from run_checks import check_solved_and_final_policy_evaluated
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -183,12 +184,9 @@ def test_the_demo_script_solves_cartpole_across_processes_and_resumes_its_accoun
 
 @pytest.mark.slow
 def test_ctrl_c_is_the_ordered_stop_with_one_line_and_a_summary(tmp_path):
-    process = subprocess.Popen([sys.executable, SCRIPT, "--quiet", "--compilation-cache", "", "--run-dir",
-                                str(tmp_path), "--total-steps", "100000000"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True,
-                               # as a terminal's Ctrl-C finds it: a runner started in the background (nohup
-                               # make test &) passes SIGINT on ignored, and Python then never raises it
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    process = popen_interruptible([sys.executable, SCRIPT, "--quiet", "--compilation-cache", "", "--run-dir",
+                                   str(tmp_path), "--total-steps", "100000000"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and not (tmp_path / "evaluations.csv").exists():

@@ -19,10 +19,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_script_learns_cartpole_without_velocities_far_past_what_a_feed_forward_policy_reaches(tmp_path):
-    """400 within 600k env steps (a feed-forward policy stays near 50 on this task); the preset's
-    475 within 500k, 5 seeds, is the benchmarks page's table, too close to its bound for a test."""
+    """200 within 600k env steps, four times what a feed-forward policy reaches on this task (it
+    stays near 50); the preset's 475 within 500k, 5 seeds, is the benchmarks page's table."""
     command = [sys.executable, os.path.join(REPO, "experiments", "r2d2.py"), "--quiet", "--compilation-cache", "",
-               "--run-dir", str(tmp_path), "--target-return", "400", "--total-steps", "600000", "--stop-at-target"]
+               "--run-dir", str(tmp_path), "--target-return", "200", "--total-steps", "600000", "--stop-at-target"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -30,6 +30,11 @@ KILL_EVERY = 8  # learner updates between kills (a checkpoint every 4)
 TARGET = 475.0
 
 
+def learner_log_tail(run_dir: str, lines: int = 30) -> str:
+    with open(os.path.join(run_dir, "logs", "learner-0.log")) as log:
+        return "".join(log.readlines()[-lines:])
+
+
 def learner_step(client: courier.Client) -> int | None:
     try:
         return int(client.status()["step"])
@@ -55,7 +60,8 @@ def test_ppo_reaches_its_target_through_learners_restarted_from_sigkills_during_
     try:
         next_kill_at = KILL_EVERY
         deadline = time.monotonic() + 300
-        while len(kills) < KILLS and time.monotonic() < deadline:
+        # A program that ended (a node failed: `wait` raises its failure) ends the kills too.
+        while len(kills) < KILLS and time.monotonic() < deadline and not running.wait(timeout=0):
             step, pid = learner_step(learner), running.status()["learner/0"]["pid"]
             committed = committed_steps(checkpoints)
             # Each kill after a checkpoint of this life committed (saves are asynchronous), so every
@@ -67,7 +73,7 @@ def test_ppo_reaches_its_target_through_learners_restarted_from_sigkills_during_
                               "committed_before": committed[-1] if committed else None})
                 next_kill_at = step + KILL_EVERY
             time.sleep(0.05)
-        assert len(kills) == KILLS, kills
+        assert len(kills) == KILLS, (kills, running.status(), learner_log_tail(run_dir))
         assert running.wait(timeout=400), "the run did not reach its target"  # the evaluator stops it there
         status = running.status()
     finally:

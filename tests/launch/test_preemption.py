@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import learner_nodes as ln
+from interruptible import popen_interruptible
 from orphans import processes_with_marker
 from waiting import wait_until
 from jaxdist.records.metrics import read_metrics
@@ -58,10 +59,9 @@ def test_ctrl_c_while_the_nodes_start_is_the_launchers_alone_and_leaves_no_node(
     support = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support")
     env = dict(os.environ, JAXDIST_TEST_STARTING=str(starting), JAXDIST_TEST_MARKER=marker.split("=", 1)[1],
                PYTHONPATH=os.pathsep.join([support, os.environ.get("PYTHONPATH", "")]), PYTHONUNBUFFERED="1")
-    launcher = subprocess.Popen([sys.executable, os.path.join(support, "interrupted_start.py"), str(tmp_path / "run")],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True,  # a terminal's foreground group of its own
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    launcher = popen_interruptible([sys.executable, os.path.join(support, "interrupted_start.py"), str(tmp_path / "run")],
+                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   start_new_session=True)  # a terminal's foreground group of its own
     try:
         wait_until(lambda: starting.exists(), "a node to begin starting")
         os.killpg(launcher.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
@@ -82,9 +82,8 @@ def test_ctrl_c_while_a_script_imports_is_one_line_and_elsewhere_a_traceback(tmp
         "    time.sleep(60)\n"
         + ("slow_module_function()\n" if one_line else ""))
     (tmp_path / "script.py").write_text(f"import jaxdist\n{'' if one_line else 'from slow_module import *'}\n{where}\n")
-    script = subprocess.Popen([sys.executable, "script.py"], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
-                              env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])),
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    script = popen_interruptible([sys.executable, "script.py"], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+                                 env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])))
     try:
         wait_until(lambda: (tmp_path / "started").exists(), "the script to be in its slow part")
         script.send_signal(signal.SIGINT)

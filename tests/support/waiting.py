@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def wait_until(condition: Callable[[], T], what: str = "the condition", timeout: float = 60.0) -> T:
+def wait_until(condition: Callable[[], T], what: str = "the condition", timeout: float = 180.0) -> T:
     """The first truthy value of ``condition()``, polled; fails after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while not (value := condition()):
