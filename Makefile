@@ -31,21 +31,21 @@ examples: $(CORE)
 	$(PY) experiments/es_futures.py --launcher processes
 
 # Every test, fast and slow, in one run: one worker more than the machine has cores (the tests
-# spend part of their time waiting on processes and sockets), one test at a time to the next free
-# worker, the slow ones first (conftest's order), and a group's tests on one worker (the Ray tests:
-# one cluster). JAXDIST_TEST_CPU_BURNERS=N keeps N cores busy meanwhile (a loaded machine).
+# spend part of their time waiting on processes and sockets), a test file to a worker at a time
+# (its module fixtures made once: one Ray cluster), in conftest's order (the files with the most
+# slow tests first). JAXDIST_TEST_CPU_BURNERS=N keeps N cores busy meanwhile (a loaded machine).
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(len(os.sched_getaffinity(0)) + 1)')
 
 test: $(INSTALLED)
-	$(PY) -m pytest -m "" -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -m "" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The fast tests alone, then the slow ones alone, over two workers.
 test-fast: $(INSTALLED)
-	$(PY) -m pytest -n 2 --dist loadgroup
+	$(PY) -m pytest -n 2 --dist loadfile
 
 # A marker that selects no test (pytest exits 5) fails the run: the slow tests are never skipped unseen.
 test-slow: $(INSTALLED)
-	$(PY) -m pytest -m slow -n 2 --dist loadgroup
+	$(PY) -m pytest -m slow -n 2 --dist loadfile
 
 # The site, from docs/ and the docstrings; strict: a broken reference or page fails the build.
 docs: $(INSTALLED)

@@ -32,7 +32,7 @@ from jaxdist.records.metrics import read_metrics
 from run_checks import check_solved_and_final_policy_evaluated
 from waiting import wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one worker, one cluster
+pytestmark = pytest.mark.slow
 
 ray = pytest.importorskip("ray", reason="launcher='ray' needs Ray: pip install -e '.[ray]' in the jaxdist clone")
 

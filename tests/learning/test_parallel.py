@@ -18,8 +18,6 @@ from jax.sharding import AxisType
 
 from jaxdist.learning import parallel
 
-pytestmark = pytest.mark.xdist_group("parallel")  # its module fixtures: two trainings, made once
-
 WORKER = Path(__file__).parents[1] / "helpers" / "dist_worker.py"
 # Unoptimised XLA compiles ~2x faster here; every run compared uses the same flag.
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_backend_optimization_level=0"}
