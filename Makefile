@@ -39,7 +39,7 @@ TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(len(os.sched_getaffinity(
 test: $(INSTALLED)
 	$(PY) -m pytest -m "" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-# The fast tests alone, then the slow ones alone, over two workers.
+# Either kind alone, over two workers: make test-fast, make test-slow.
 test-fast: $(INSTALLED)
 	$(PY) -m pytest -n 2 --dist loadfile
 

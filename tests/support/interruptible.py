@@ -13,10 +13,10 @@ def popen_interruptible(command: list[str], **kwargs: Any) -> subprocess.Popen:
     A runner started in the background (``nohup make test &``) passes SIGINT on ignored, and an
     ignored signal stays ignored across exec: Python would then never raise it. A handled one
     becomes the default at exec, so the parent handles it for the moment of the spawn. Not with
-    ``preexec_fn``: that runs the parent's fork handlers, and gRPC's, in a worker whose channels
-    are live, write to the child's stderr before the script has started."""
+    ``preexec_fn``: it makes Python fork the worker and run its fork handlers in the child, where
+    gRPC's, with the worker's channels live, can write to the script's stderr before it starts."""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return subprocess.Popen(command, **kwargs)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)  # None: set outside Python
