@@ -31,7 +31,7 @@ TARGET = 475.0
 
 
 def learner_log_tail(run_dir: str, lines: int = 30) -> str:
-    with open(os.path.join(run_dir, "logs", "learner-0.log")) as log:
+    with open(jd.log_path(run_dir, "learner/0")) as log:
         return "".join(log.readlines()[-lines:])
 
 
