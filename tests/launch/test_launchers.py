@@ -225,7 +225,7 @@ def test_processes_stop_nodes_that_stop_first_while_the_others_still_serve(tmp_p
     running.stop()
     # The learner called the counter for a second after the stop, uninterrupted, before the
     # counter was told to stop.
-    assert report.read_text() and int(report.read_text()) >= 10
+    assert float(report.read_text()) >= 1.0
     assert [status["exitcode"] for status in running.status().values()] == [0, 0]
     assert jd.ColocationNode([jd.CourierNode(nodes.Counter),
                               jd.CourierNode(nodes.FinishesWithItsPeer, None, "", 0.0)]).stops_first()
@@ -310,7 +310,7 @@ def test_sigterm_to_every_node_stops_the_program_in_order_through_the_launcher(t
     assert running.wait(timeout=30)
     assert running.stop_reason == "node 'counter/0' got SIGTERM" or \
         running.stop_reason == "node 'learner/0' got SIGTERM", running.stop_reason
-    assert int(report.read_text()) >= 10
+    assert float(report.read_text()) >= 1.0
     assert [status["exitcode"] for status in running.status().values()] == [0, 0]
 
 

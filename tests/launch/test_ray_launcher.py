@@ -275,7 +275,7 @@ def test_the_stop_stops_nodes_that_stop_first_while_the_others_still_serve(clust
     running.stop()
     # The learner called the counter for a second after the stop, uninterrupted, before the
     # counter was told to stop.
-    assert int(report.read_text()) >= 10
+    assert float(report.read_text()) >= 1.0
     assert {status["state"] for status in running.status().values()} == {"stopped"}
     wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
 
