@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -77,6 +78,31 @@ def test_constructor_failure_is_reported_and_nothing_runs(tmp_path, launcher):
     running = jd.launch(program, launcher=launcher, run_dir=str(tmp_path), echo=False)
     with pytest.raises(jd.NodeFailedError, match="RuntimeError: deliberate failure in __init__"):
         running.wait(timeout=60)
+
+
+def test_under_threads_a_node_that_fails_while_later_nodes_start_stops_the_whole_program(tmp_path, monkeypatch):
+    """The stop joined the threads start() had yet to start: it died of a RuntimeError, leaving
+    the nodes' servers bound and this process's output routed to their logs."""
+    start = threading.Thread.start
+
+    def late_worker(thread: threading.Thread) -> None:
+        if thread.name == "worker/0":
+            time.sleep(0.5)  # the failing node's stop begins meanwhile
+        start(thread)
+
+    crashed: list = []
+    monkeypatch.setattr(threading.Thread, "start", late_worker)
+    monkeypatch.setattr(threading, "excepthook", crashed.append)
+    stdout = sys.stdout
+    program = jd.Program("fails-while-starting")
+    program.add_node(jd.CourierNode(nodes.FailingConstructor), label="bad")
+    program.add_node(jd.CourierNode(nodes.UntilStopped), label="worker")
+    running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False)
+    with pytest.raises(jd.NodeFailedError, match="deliberate failure in __init__"):
+        running.wait(timeout=60)
+    assert crashed == [] and sys.stdout is stdout
+    with pytest.raises(courier.CourierError):
+        courier.Client(running.addresses["worker/0"], token=running.token, timeout=2).ping()
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)

@@ -62,6 +62,9 @@ class _ThreadsRunning(Running):
             node.name: node.executable(NodeContext(node.name, run_dir, token)) for node in nodes
         }
         self._threads: dict[str, threading.Thread] = {}
+        # Held while start() starts the threads: a node that fails at once stops the program
+        # while later threads have yet to start, and a thread not started cannot be joined.
+        self._starting = threading.Lock()
         self._output = ThreadOutput(run_dir, echo)
         self._clients: ClientPool | None = None
         self._stop_event: threading.Event | None = None
@@ -80,12 +83,13 @@ class _ThreadsRunning(Running):
         self._clients = ClientPool(self.addresses, self.token)
         self._stop_event = context.install(self._stop_from_node)
         self._output.install()
-        self._threads = {
-            name: threading.Thread(target=self._node_main, args=(name, executable), name=name, daemon=True)
-            for name, executable in self._executables.items()
-        }
-        for thread in self._threads.values():
-            thread.start()
+        with self._starting:
+            self._threads = {
+                name: threading.Thread(target=self._node_main, args=(name, executable), name=name, daemon=True)
+                for name, executable in self._executables.items()
+            }
+            for thread in self._threads.values():
+                thread.start()
         sigterm.watch(self)
         try:
             self._constructed.wait()
@@ -144,9 +148,11 @@ class _ThreadsRunning(Running):
             log.warning("threads of nodes %s did not stop within %.0f s and were left running", names, self._grace)
 
     def _wait_threads(self, deadline: float) -> list[threading.Thread]:
-        for thread in self._threads.values():
+        with self._starting:
+            threads = list(self._threads.values())
+        for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
-        return [thread for thread in self._threads.values() if thread.is_alive()]
+        return [thread for thread in threads if thread.is_alive()]
 
     def _shut_down_executables(self) -> None:
         for name, executable in self._executables.items():
