@@ -703,17 +703,18 @@ def learner_checkpoints(run_dir: str, learner: jd.Handle) -> str:
     return single if os.path.isdir(single) else checkpoint_dir(run_dir, learner.node_name.split("/")[0])
 
 
-SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-"""Small XLA computations on a shared CPU: one thread each, no pool hand-offs."""
+SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false"
+"""Small XLA computations on a shared CPU: Eigen's operations on the calling thread, no pool
+hand-offs. (XLA stops reading its flags at the first word without ``--``.)"""
 
 
 def resources(program: jd.Program, compilation_cache: str | None = None) -> dict[str, dict[str, Any]]:
     """Per-group environment for the processes launcher: the learners on ``JAX_PLATFORMS`` (unset:
     JAX's own choice, a GPU or TPU where there is one), every other node on CPU (an accelerator is
     one process's: a TPU opens in one process only, and every process on a GPU would take most of
-    its memory); single-threaded XLA, and optionally a persistent compilation cache shared by every
-    process."""
-    env = {"XLA_FLAGS": SINGLE_THREAD_XLA}
+    its memory); single-threaded XLA (the caller's own ``XLA_FLAGS`` after it: theirs win), and
+    optionally a persistent compilation cache shared by every process."""
+    env = {"XLA_FLAGS": f"{SINGLE_THREAD_XLA} {os.environ.get('XLA_FLAGS', '')}".strip()}
     if compilation_cache:
         env.update(JAX_COMPILATION_CACHE_DIR=compilation_cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")

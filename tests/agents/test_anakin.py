@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import xla_flags
 
 import jaxdist as jd
 from jaxdist.envs import jax_envs
@@ -145,7 +146,8 @@ def test_initialising_many_seeds_never_deadlocks_the_cpu_thread_pool():
         for seed in range(20):
             jax.block_until_ready(init(jax.random.key(seed)))
     """)
-    subprocess.run([sys.executable, "-c", script], cwd=REPO, check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", script], cwd=REPO, check=True, timeout=120,
+                   env={**os.environ, "PYTHONPATH": os.path.join(REPO, "tests", "support")})
 
 
 def test_the_anakin_topology_is_one_learner_and_refuses_replay_agents_and_seeds_without_it():
@@ -182,8 +184,8 @@ EIGHT_DEVICES = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_on_eight_devices_each_plays_its_own_envs_under_pmap():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    done = subprocess.run([sys.executable, "-c", EIGHT_DEVICES], capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run([sys.executable, "-c", EIGHT_DEVICES], capture_output=True, text=True, timeout=600,
+                          env=xla_flags.environ(8, optimised=True))  # it trains
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.splitlines()[-1])
     assert got["devices"] == 8 and got["shape"] == [8, 1, 32, 4]  # every device holds all 32 envs' state

@@ -10,6 +10,7 @@ import sys
 
 import launch_nodes
 import pytest
+import xla_flags
 
 import jaxdist as jd
 from jaxdist import courier
@@ -48,8 +49,10 @@ def jax_choice_without_platforms() -> str:
 
 def test_in_launched_processes_the_learners_jax_runs_where_jax_chooses_and_the_actors_on_cpu(monkeypatch, tmp_path):
     """Not the launch's dictionary: each process's own JAX, asked where it runs (on a machine
-    with a GPU or TPU, the learner's is there)."""
+    with a GPU or TPU, the learner's is there), and the caller's ``XLA_FLAGS`` reach it beside the
+    single-threaded XLA the agents add (they once replaced the caller's)."""
     monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    monkeypatch.setenv("XLA_FLAGS", xla_flags.flags(3))
     program = jd.Program("platforms")
     with program.group("learner"):
         learner = program.add_node(jd.CourierNode(launch_nodes.JaxPlatform))
@@ -64,5 +67,5 @@ def test_in_launched_processes_the_learners_jax_runs_where_jax_chooses_and_the_a
                 where[handle] = client.where()
     finally:
         running.stop()
-    assert where[actor] == {"backend": "cpu", "told": "cpu"}
-    assert where[learner] == {"backend": jax_choice_without_platforms(), "told": ""}
+    assert where[actor] == {"backend": "cpu", "told": "cpu", "cpu_devices": 3}
+    assert where[learner] == {"backend": jax_choice_without_platforms(), "told": "", "cpu_devices": 3}

@@ -16,11 +16,10 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType
 
+import xla_flags
 from jaxdist.learning import parallel
 
 WORKER = Path(__file__).parents[1] / "helpers" / "dist_worker.py"
-# Unoptimised XLA compiles ~2x faster here; every run compared uses the same flag.
-ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_backend_optimization_level=0"}
 
 
 def free_port() -> int:
@@ -36,7 +35,7 @@ def load(prefix: Path, process: int = 0) -> dict[str, np.ndarray]:
 
 def run_workers(argvs: list[list[str]], timeout: float = 90) -> None:
     """Start all workers at once, wait for all, kill any survivor."""
-    procs = [subprocess.Popen([sys.executable, str(WORKER), *argv], env=ENV,
+    procs = [subprocess.Popen([sys.executable, str(WORKER), *argv], env=xla_flags.environ(),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for argv in argvs]
     try:
@@ -169,7 +168,7 @@ def test_sigterm_runs_the_chained_handler_before_it_raises_the_flag():
         "print(seen, parallel.preemption_requested(0))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+                          env=xla_flags.environ())
     assert done.stdout.strip() == "[False] True", done.stdout + done.stderr
 
 
@@ -217,7 +216,7 @@ def test_sigterm_under_jax_distributed_reaches_the_sync_point_without_jaxs_sigte
     from ports import reserve_base_port
 
     done = subprocess.run([sys.executable, "-c", script, str(reserve_base_port(1))], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+                          text=True, timeout=120, env=xla_flags.environ())
     output = done.stdout + done.stderr
     assert done.returncode == 0 and "sync point at" in done.stdout and "at 600" not in done.stdout, output[-3000:]
     assert "SIGTERM caught" not in output and "preemption_notifier" not in output, output[-3000:]

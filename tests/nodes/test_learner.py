@@ -17,6 +17,7 @@ import pytest
 
 import jaxdist as jd
 import learner_nodes as ln
+import xla_flags
 from jaxdist import courier
 from jaxdist.learning.checkpoint import Checkpointer
 from jaxdist.learning.layout import checkpoint_dir
@@ -28,13 +29,9 @@ from waiting import returns
 
 NO_METRICS = PublishOptions(metrics=None)
 
-# Unoptimised XLA compiles ~2x faster here; runs that are compared use the same flags.
-FAST_XLA = "--xla_backend_optimization_level=0"
-
-
 def env(devices: int = 1) -> dict:
     return {"JAX_PLATFORMS": "cpu",
-            "XLA_FLAGS": f"{FAST_XLA} --xla_force_host_platform_device_count={devices}"}
+            "XLA_FLAGS": xla_flags.flags(devices)}
 
 
 def client_of(running, name: str = "learner/0") -> courier.Client:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xla_flags
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUPPORT = os.path.join(TESTS, "support")
@@ -36,8 +37,8 @@ def on_eight_devices(module: str, tmp_path: Path) -> dict[str, np.ndarray]:
     path = str(tmp_path / "eight_devices.npz")
     code = (f"import sys; sys.path[:0] = [{TESTS!r}, {SUPPORT!r}]\n"
             f"import eight_devices; eight_devices.run_cases({module!r}, {path!r})")
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=480)
+    done = subprocess.run([sys.executable, "-c", code], env=xla_flags.environ(8, optimised=True),
+                          capture_output=True, text=True, timeout=480)  # unoptimised, jit and pmap round apart past 1e-6
     assert done.returncode == 0, done.stdout + done.stderr
     with np.load(path) as results:
         return dict(results)

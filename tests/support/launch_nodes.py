@@ -356,9 +356,11 @@ def indexed_node(index: int) -> jd.CourierNode:
 
 
 class JaxPlatform:
-    """Where this process's JAX runs, and the platforms it was told (``JAX_PLATFORMS``)."""
+    """Where this process's JAX runs, the platforms it was told (``JAX_PLATFORMS``) and its CPU
+    device count (``XLA_FLAGS``)."""
 
-    def where(self) -> dict[str, str]:
+    def where(self) -> dict[str, str | int]:
         import jax
 
-        return {"backend": jax.default_backend(), "told": jax.config.jax_platforms or ""}
+        return {"backend": jax.default_backend(), "told": jax.config.jax_platforms or "",
+                "cpu_devices": len(jax.devices("cpu"))}
