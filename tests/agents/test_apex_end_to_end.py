@@ -1,5 +1,6 @@
 """Ape-X DQN end to end: its experiment script as a user runs it (processes, the README's
-configuration and target), and a relaunch that resumes with its replay and learner step."""
+configuration and target, its actors on the JAX env backend), and a relaunch on gymnasium's envs
+that resumes with its replay and learner step."""
 
 from __future__ import annotations
 
@@ -22,12 +23,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_the_script_solves_cartpole_across_processes(tmp_path):
+def test_the_script_solves_cartpole_across_processes_on_the_jax_backends_transitions(tmp_path):
     done = subprocess.run([sys.executable, os.path.join(REPO, "experiments", "apex_dqn.py"), "--run-dir",
-                           str(tmp_path), "--stop-at-target", "--quiet", "--compilation-cache", ""],
-                          capture_output=True, text=True, timeout=900)
+                           str(tmp_path), "--stop-at-target", "--quiet", "--compilation-cache", "", "--env-backend",
+                           "jax"], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "reached evaluation return 475" in done.stdout, done.stdout
+    assert "JaxVectorEnv(CartPole-v1" in (tmp_path / "logs" / "actor-0.log").read_text()
     rows = read_metrics(tmp_path / "metrics.csv")  # the learner's
     assert rows and {"loss", "q_mean", "td_abs_mean", "importance_weight_mean"} <= set(rows[-1])
     assert "priorities" not in rows[-1]  # the priority writer's, sent to the replay, not logged
