@@ -42,15 +42,24 @@ def test_ppo_solves_cartpole_with_the_jax_backend_through_the_script_on_fresh_da
 
 @pytest.mark.slow
 def test_ppo_learns_pendulum_with_two_jax_backend_actors_on_data_within_its_lag(tmp_path):
-    """Pendulum's preset allows a lag of 2. Two actors sending half a batch each, asking the
-    queue for room together, both saw its one free half and filled it ahead: half the data was
+    """Continuous control from normalised observations, its statistics travelling with the
+    parameters. Pendulum's preset allows a lag of 2. Two actors sending half a batch each, asking
+    the queue for room together, both saw its one free half and filled it ahead: half the data was
     3-4 versions old and dropped. The room each is told of is now held for its insert."""
+    import numpy as np
+
+    from jaxdist.agents import load_policy
     from jaxdist.records.metrics import read_metrics
 
     done = script("ppo.py", "--env-id", "Pendulum-v1", "--run-dir", str(tmp_path), "--env-backend", "jax",
                   "--num-actors", "2", "--envs-per-actor", "4", "--stop-at-target")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "reached evaluation return -250" in done.stdout, done.stdout
+    assert read_metrics(tmp_path / "evaluations.csv")[0]["mean_return"] < -900  # a random policy's: about -1,200
+    policy = load_policy(str(tmp_path))
+    assert float(np.asarray(policy._params["obs_norm"]["count"])) > 1_000
+    actions = policy.act(np.zeros((5, 3), np.float32))
+    assert actions.shape == (5, 1) and actions.dtype == np.float32
     rows = read_metrics(tmp_path / "metrics.csv")
     # A trajectory's first row is one version more (under 1%); a rare late parameter fetch may
     # make one update's half stale, so the steady state is the median.

@@ -210,24 +210,6 @@ def test_ctrl_c_is_the_ordered_stop_with_one_line_and_a_summary(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_continuous_control_improves_pendulum_with_normalised_observations(tmp_path):
-    config = experiment.with_preset(ppo.PPOConfig, "Pendulum-v1", ppo.PRESETS, total_steps=120_000, num_actors=2)
-    out = io.StringIO()
-    summary = train(ppo.agent(config), launcher="processes", run_dir=str(tmp_path), echo=False, out=out,
-                    compilation_cache=None)
-    evaluations = [row["mean_return"] for row in read_metrics(tmp_path / "evaluations.csv")]
-    # A random policy scores about -1,200 on Pendulum; 120k steps of PPO reach well above it.
-    assert evaluations[0] < -900 and max(evaluations) > -700, (evaluations, out.getvalue())
-    policy = load_policy(str(tmp_path))
-    obs_norm = policy._params["obs_norm"]
-    assert float(np.asarray(obs_norm["count"])) > 1_000  # the statistics travelled with the parameters
-    actions = policy.act(np.zeros((5, 3), np.float32))
-    assert actions.shape == (5, 1) and actions.dtype == np.float32
-    assert summary["learner_version"] == config.total_updates
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
 def test_a_cnn_learns_a_pixel_env_given_as_module_colon_id(tmp_path):
     # A coin flip scores ~8 of 16; the side of the block is visible only in the pixels.
     config = ppo.PPOConfig(env_id="pixel_envs:PixelChase-v0", network="cnn", num_actors=1, envs_per_actor=8,
