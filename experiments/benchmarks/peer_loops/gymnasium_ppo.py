@@ -55,7 +55,7 @@ def main(seed: int) -> None:
         params, opt_state = ppo.update(params, opt_state, batch, ppo.apply(params, obs.astype(np.float32))[1], update_key)
         env_steps += ppo.NUM_STEPS * ppo.NUM_ENVS
         clock.updated(env_steps)
-        if clock.evaluated(evaluate(params, seed * 1000 + env_steps), env_steps):
+        if clock.evaluate(lambda: evaluate(params, seed * 1000 + env_steps), env_steps):
             break
     clock.report(env_steps)
 

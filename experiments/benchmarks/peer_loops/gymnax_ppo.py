@@ -61,7 +61,7 @@ def main(seed: int) -> None:
         params, opt_state = ppo.update(params, opt_state, batch, last_value, update_key)
         env_steps += ppo.NUM_STEPS * ppo.NUM_ENVS
         clock.updated(env_steps)
-        if clock.evaluated(float(evaluate(params, eval_key)), env_steps):
+        if clock.evaluate(lambda: float(evaluate(params, eval_key)), env_steps):
             break
     clock.report(env_steps)
 
