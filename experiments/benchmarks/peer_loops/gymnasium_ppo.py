@@ -54,6 +54,7 @@ def main(seed: int) -> None:
         key, update_key = jax.random.split(key)
         params, opt_state = ppo.update(params, opt_state, batch, ppo.apply(params, obs.astype(np.float32))[1], update_key)
         env_steps += ppo.NUM_STEPS * ppo.NUM_ENVS
+        jax.block_until_ready(params)
         clock.updated(env_steps)
         if clock.evaluate(lambda: evaluate(params, seed * 1000 + env_steps), env_steps):
             break

@@ -60,6 +60,7 @@ def main(seed: int) -> None:
         env_state, obs, batch, last_value = rollout(params, env_state, obs, rollout_key)
         params, opt_state = ppo.update(params, opt_state, batch, last_value, update_key)
         env_steps += ppo.NUM_STEPS * ppo.NUM_ENVS
+        jax.block_until_ready(params)
         clock.updated(env_steps)
         if clock.evaluate(lambda: float(evaluate(params, eval_key)), env_steps):
             break

@@ -32,7 +32,8 @@ class Clock:
         sys.exit(0)
 
     def updated(self, env_steps: int) -> None:
-        """After each update (the rollout before it done)."""
+        """After each update, its results computed (JAX dispatches ahead: block on them first, or
+        the evaluation after it waits for the update and counts its time)."""
         self.env_steps = env_steps
         if self.first_update is None:
             self.first_update = (time.time(), env_steps)
