@@ -144,7 +144,8 @@ def table(results: dict[str, dict[int, dict]], baseline: str, seeds: list[int], 
     base = {seed: row["wall_time_to_target"] for seed, row in results[baseline].items()}
     lines = [f"Measured by `{command}` at commit `{commit()}` on {datetime.date.today()} ({machine()}; seeds "
              f"{', '.join(map(str, seeds))}, one run at a time, the peers' in turn per seed). Medians over the seeds "
-             f"that reached the target; wall time from the launch, start-up included.", "",
+             f"that reached the target; wall time from the launch, start-up included; the steady rate is training's "
+             f"alone (a peer's evaluations run in its loop, jaxdist's evaluator beside it).", "",
              "| run | reached 475 | wall time to target (s) | env steps to target | steady env steps/s | peak memory (MB) | wall time / jaxdist's |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, by_seed in results.items():
