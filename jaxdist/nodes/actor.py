@@ -161,9 +161,9 @@ class Actor:
     def stats(self) -> dict[str, Any]:
         """Counters for monitors: env_steps, steps_per_second (since the last call, or the last
         second), episodes, mean_return (last ``episode_window`` episodes; None before one ended),
-        version (parameters held), param_errors, and the sends: ``trajectories`` made, of which
-        ``sent``, ``dropped``, ``send_errors`` (gave up) and ``in_flight``; ``send_retries``,
-        ``send_wait_seconds``."""
+        version (parameters held), param_errors, and the sends: ``trajectories`` made (once a
+        send slot is found or not), of which ``sent``, ``dropped``, ``send_errors`` (gave up) and
+        ``in_flight``, whenever read; ``send_retries``, ``send_wait_seconds``."""
         with self._lock:
             recent = [ret for _, ret, _ in itertools.islice(reversed(self._episodes), self._episode_window)]
             episodes = self._episode_count
@@ -477,12 +477,15 @@ class _Sender:
         self._failing = False
 
     def send(self, columns: dict[str, np.ndarray]) -> None:
+        has_slot = self.wait_for_room()
+        # Counted with its fate, under the lock `counts` reads: made = sent + dropped + errors +
+        # in flight whenever another thread asks.
         with self._lock:
             self._counts["trajectories"] += 1
-        if not self.wait_for_room():
-            self._counts["dropped"] += 1
-            return
-        self._pending.append(self._executor.submit(self._send_columns, columns))
+            if has_slot:
+                self._pending.append(self._executor.submit(self._send_columns, columns))
+            else:
+                self._counts["dropped"] += 1
 
     def wait_for_room(self, items: int = 0) -> bool:
         """Wait, at most ``max_wait`` seconds, until fewer than ``max_in_flight`` sends are
@@ -577,9 +580,9 @@ class _Sender:
     def _reap(self) -> None:
         self._report_outage()  # first: an outage that lasted is reported even if it ends now
         for future in [f for f in self._pending if f.done()]:
-            self._pending.remove(future)
             error = future.exception() if not future.cancelled() else None
             with self._lock:
+                self._pending.remove(future)
                 self._counts["sent" if error is None else "send_errors"] += 1
                 outage = self._outage
                 if error is None and outage is not None:

@@ -201,6 +201,31 @@ def test_trajectories_made_while_the_receiver_restarts_are_retried_into_a_bounde
     assert "actor-under-test: sends succeed again after" in log and "trajectories dropped meanwhile" in log
 
 
+def test_the_counts_add_up_whenever_they_are_read_even_while_a_trajectory_waits_for_a_slot():
+    """Another thread reads stats() (a status call) while the actor runs. A trajectory was counted
+    as made before it waited for a send slot, and a finished send left the slots before it was
+    counted as sent: a read in between saw one trajectory more than it accounted for."""
+    release = threading.Event()
+    actor = Actor(POLICY, EnvSpec("CartPole-v1", 2), ParameterServer(params(), version=0),
+                  lambda items: release.wait(30), trajectory_length=4, max_in_flight=1, max_send_wait=0.2)
+    thread = threading.Thread(target=actor.run, daemon=True)
+    thread.start()
+    unbalanced = []
+    try:
+        wait_until(lambda: actor.stats()["dropped"] >= 1)  # the one slot held; the next ones wait, then drop
+        for _ in range(100):
+            stats = actor.stats()
+            if stats["trajectories"] != stats["sent"] + stats["dropped"] + stats["send_errors"] + stats["in_flight"]:
+                unbalanced.append(stats)
+            time.sleep(0.01)
+    finally:
+        release.set()
+        actor._max_steps = 0  # ends run()
+        thread.join(timeout=10)
+        actor.close()
+    assert unbalanced == []
+
+
 class ShuttingDownReplay(Recorder):
     """A replay node whose tables are closed (it is shutting down) until `reopen` is set."""
 
@@ -256,7 +281,8 @@ def test_a_stop_does_not_wait_out_max_send_wait_behind_a_receiver_that_is_gone(t
     running = jd.launch(program, launcher="threads", run_dir=str(tmp_path), echo=False, interrupt_after=600, grace=600)
     try:
         actor = courier.Client(running.addresses["actor/0"], token=running.token)
-        wait_until(lambda: actor.stats()["trajectories"] >= 2, "the actor blocked on its full send slot")
+        wait_until(lambda: actor.stats()["in_flight"] == 1, "the actor's one send slot held")
+        time.sleep(0.5)  # the next trajectory, made in milliseconds, waits for the slot
         returns(running.stop, "a stop of an actor blocked on a send", timeout=30)
     finally:
         release.set()
