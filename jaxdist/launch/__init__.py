@@ -29,8 +29,8 @@ NO_MAIN_GUARD = (
 
 
 def _importing_main_for_a_node() -> bool:
-    """Whether this is a spawned child still importing the parent's main module: a script without
-    the main guard launches again there (multiprocessing then fails with a long traceback)."""
+    """Whether this is a node's process still importing the launcher's main module: a script
+    without the main guard launches again there."""
     import multiprocessing
 
     return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
@@ -84,8 +84,9 @@ def launch(program: Program, launcher: str = "processes", **options: Any) -> Run
     guard: node processes import the script's main module again. Arguments that make no launch
     (or hosts that cannot be detected) raise ``LaunchError`` before the program runs.
     """
-    if _importing_main_for_a_node():
-        raise SystemExit(NO_MAIN_GUARD)
+    if _importing_main_for_a_node():  # said here: a forked node process exits without a word
+        print(NO_MAIN_GUARD, file=sys.stderr, flush=True)
+        raise SystemExit(1)
     if launcher not in available_launchers():
         raise LaunchError(f"unknown launcher {launcher!r}; available: {', '.join(available_launchers())}")
     module = importlib.import_module(f"jaxdist.launch.launchers.{launcher}")

@@ -20,7 +20,7 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-from jaxdist.launch import context
+from jaxdist.launch import context, node_processes
 from jaxdist.launch.clients import ClientPool
 from jaxdist.launch.output import capture_process_output, finish_process_output
 from jaxdist.program import NodeContext
@@ -28,7 +28,9 @@ from jaxdist.program import NodeContext
 ORPHAN_GRACE = 10.0
 
 
-def main(payload: bytes, node_context: NodeContext, conn: Connection, echo: bool, interrupt_after: float) -> None:
+def main(payload: bytes, node_context: NodeContext, conn: Connection, echo: bool, interrupt_after: float,
+         inheritance: node_processes.Inheritance) -> None:
+    inheritance.take()
     os.setpgid(0, 0)  # lead a process group, so the parent can signal our whole tree
     # Started ignoring SIGINT (a Ctrl-C at the terminal while starting is the launcher's); out of
     # the terminal's group now, the stop's own interrupt (interrupt_main) needs the handler back.

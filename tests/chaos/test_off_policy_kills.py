@@ -6,7 +6,6 @@ best policy then plays back through ``python -m jaxdist.tools.evaluate``."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -14,11 +13,11 @@ import subprocess
 import sys
 import time
 
-import psutil
 import pytest
 
 from jaxdist.learning.layout import checkpoint_dir
 from jaxdist.records.metrics import read_metrics
+from orphans import node_process
 from resume_checks import committed_steps
 from waiting import wait_until
 
@@ -27,17 +26,6 @@ pytestmark = pytest.mark.slow
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "experiments", "td3.py")
 TARGET = -200.0
-
-
-def node_process(launcher: subprocess.Popen, run_dir: str, node: str) -> psutil.Process | None:
-    """The launcher's child that runs `node`: the one writing the node's log (each node process
-    opens its own), or None while none does."""
-    log = os.path.join(run_dir, "logs", f"{node.replace('/', '-')}.log")
-    for child in psutil.Process(launcher.pid).children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            if any(f.path == log for f in child.open_files()):
-                return child
-    return None
 
 
 @pytest.mark.timeout(400)
@@ -57,7 +45,7 @@ def test_td3_reaches_its_target_through_a_sigkill_of_its_learner_and_replay_and_
         replay_step = max(committed_steps(replay_checkpoints), default=0)
         wait_until(lambda: max(committed_steps(replay_checkpoints), default=0) > replay_step,
                    "the replay's next checkpoint")
-        process = wait_until(lambda: node_process(script, run_dir, "learner/0"), "the learner's process")
+        process = wait_until(lambda: node_process(script.pid, run_dir, "learner/0"), "the learner's process")
         killed_at = time.time()
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=60)

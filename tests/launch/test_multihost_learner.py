@@ -25,6 +25,7 @@ import pytest
 
 from jaxdist.agents import load_policy
 from jaxdist.records.metrics import read_metrics
+from orphans import node_process
 from ports import reserve_base_port
 from resume_checks import (assert_same_leaves, committed_steps, flat_leaves, observed_environment, rows_so_far,
                            saved_state)
@@ -118,17 +119,6 @@ def finish(processes, timeout: float) -> list[str]:
     return outputs
 
 
-def node_pid(host: subprocess.Popen, learner: bool) -> int:
-    """A node process of the host (not multiprocessing's resource tracker): its learner, the one
-    with the jax.distributed environment, or else its actor."""
-    for child in psutil.Process(host.pid).children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            if "spawn_main" in " ".join(child.cmdline()) and \
-                    ("JAXDIST_COORDINATOR_ADDRESS" in child.environ()) == learner:
-                return child.pid
-    raise AssertionError(f"the host has no {'learner' if learner else 'actor'} process")
-
-
 @pytest.mark.timeout(600)
 def test_a_run_to_its_last_update_on_two_hosts_ends_once_host_0_has_evaluated_the_final_policy(tmp_path):
     """Before, every host's learner ended the program after its last update, before the
@@ -219,9 +209,10 @@ def test_ppo_solves_cartpole_with_one_learner_spanning_two_hosts_through_the_kil
             assert time.monotonic() < deadline, "no checkpoint was written"
             assert all(p.poll() is None for p, _ in processes), "a host exited early"
             time.sleep(0.5)
-        os.kill(node_pid(processes[1][0], learner=False), signal.SIGKILL)  # host 1's actor: restarted alone
+        host_1 = processes[1][0].pid
+        os.kill(node_process(host_1, str(run_dir), "actor/1").pid, signal.SIGKILL)  # restarted alone
         killed_at = time.monotonic()
-        os.kill(node_pid(processes[1][0], learner=True), signal.SIGKILL)
+        os.kill(node_process(host_1, str(run_dir), "learner/1").pid, signal.SIGKILL)
         # Host 0's learner is stuck in a collective until the heartbeat aborts it; then both
         # supervisors restart their learner and the group restores the latest checkpoint.
         logs = [run_dir / "logs" / f"learner-{h}.log" for h in (0, 1)]

@@ -364,3 +364,21 @@ class JaxPlatform:
 
         return {"backend": jax.default_backend(), "told": jax.config.jax_platforms or "",
                 "cpu_devices": len(jax.devices("cpu"))}
+
+
+class JaxReport:
+    """Says how JAX is configured in its process, as a fresh import there would have read it."""
+
+    def report(self) -> dict:
+        import jax
+
+        return {"x64": jax.config.jax_enable_x64, "precision": jax.config.jax_default_matmul_precision,
+                "devices": len(jax.devices()), "late": os.environ.get("JAXDIST_LATE")}
+
+    def fresh_state(self) -> dict:
+        """What a fresh process starts with that a careless fork would share or add."""
+        import logging
+
+        import numpy as np
+
+        return {"draw": int(np.random.randint(2**62)), "root_handlers": len(logging.root.handlers)}

@@ -1,11 +1,23 @@
-"""Finding a test's processes after it: every process it starts carries a marker in its
-environment (children inherit it), so one left behind is found however deep it was started."""
+"""Finding a test's processes: a node's by the log it writes, and those left behind after the
+test by a marker in their environment (children inherit it), however deep they were started."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import psutil
+
+
+def node_process(root: int, run_dir: str, node: str) -> psutil.Process | None:
+    """The process below `root` that runs `node`: the one writing the node's log (each node
+    process opens its own), or None while none does."""
+    log = os.path.join(run_dir, "logs", f"{node.replace('/', '-')}.log")
+    for child in psutil.Process(root).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if any(f.path == log for f in child.open_files()):
+                return child
+    return None
 
 
 def processes_with_marker(marker: str) -> list[int]:

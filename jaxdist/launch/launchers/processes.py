@@ -1,7 +1,8 @@
 """The processes launcher: every node its own process on this machine, under a supervisor.
 
-Children are started with multiprocessing's spawn, which hands each its node pickled over an
-inherited pipe; the same pipe then carries the two-phase start (bind, construct, run) and stop.
+Children are forked from a forkserver that has imported what nodes import (`node_processes`),
+which hands each its node pickled over an inherited pipe; the same pipe then carries the
+two-phase start (bind, construct, run) and stop.
 Each child leads a process group, so a stop reaches its whole tree: the stop message and
 SIGTERM, a grace period, then SIGKILL of every process below it. Nodes that stop first
 (`Node.stops_first()`: learners) are stopped, and waited for, before the rest, so a learner
@@ -30,9 +31,9 @@ import signal
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Collection, Iterator
+from typing import Any, Callable, Collection
 
-from jaxdist.launch import preflight, sigterm, worker
+from jaxdist.launch import node_processes, preflight, sigterm, worker
 from jaxdist.launch.output import log_path
 from jaxdist.launch.placement import serving_names
 from jaxdist.launch.process_tree import describe_exit, signal_tree
@@ -43,9 +44,6 @@ from jaxdist.launch.running import RUNNING, NodeStatus, Running
 from jaxdist.program import AddressTable, Node, NodeContext, Program
 
 SUPPORTED_RESOURCES = {"env": "environment variables set in the group's processes before they import anything"}
-
-_environ_lock = threading.Lock()
-
 
 def launch(
     program: Program,
@@ -118,6 +116,8 @@ class _Child:
 
 
 class _ProcessesRunning(Running):
+    start_method = "forkserver"  # see `node_processes`
+
     def __init__(
         self,
         program: Program,
@@ -183,22 +183,22 @@ class _ProcessesRunning(Running):
         self._started.wait()
 
     def _spawn(self, child: _Child) -> None:
-        spawn = multiprocessing.get_context("spawn")
+        processes = node_processes.context(self.start_method)
         echo, interrupt_after = self._spawn_options
         env = {key: str(value) for key, value in self._resources.get(child.label, {}).get("env", {}).items()}
-        parent_end, child_end = spawn.Pipe()
+        parent_end, child_end = processes.Pipe()
         bind = self._bind_addresses()
         if self.node_host is not None:  # added by `scale` under multihost: any port other hosts can reach
             bind.update({name: f"{self._bind_host or self.node_host}:0"
                          for name in serving_names(child.node) if name not in bind})
         node_context = NodeContext(child.name, self.run_dir, self.token, bind, self._socket_dir)
-        process = spawn.Process(
+        process = processes.Process(
             target=worker.main,
-            args=(pickle.dumps(child.node), node_context, child_end, echo, interrupt_after),
+            args=(pickle.dumps(child.node), node_context, child_end, echo, interrupt_after,
+                  node_processes.Inheritance(env)),
             name=child.name,
         )
-        with _environment(env), _interrupts_ignored_by_the_child():
-            process.start()
+        process.start()
         child_end.close()
         child.process, child.conn, child.stage, child.failure = process, parent_end, "spawned", None
 
@@ -433,39 +433,6 @@ class _ProcessesRunning(Running):
 def _exited(process: multiprocessing.Process) -> bool:
     """Whether `process` ended, without reaping it (the monitor alone reaps)."""
     return bool(multiprocessing.connection.wait([process.sentinel], 0))
-
-
-@contextlib.contextmanager
-def _interrupts_ignored_by_the_child() -> Iterator[None]:
-    """A child spawned in here starts ignoring SIGINT (worker.main takes it back once the child
-    leads a process group of its own): until then it is in the terminal's group, and a Ctrl-C
-    there while it starts (its imports take seconds) is the launcher's alone, who stops the
-    program in order. Only the main thread may set handlers; restarts and `scale` spawn from
-    others, after the start."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@contextlib.contextmanager
-def _environment(overrides: dict[str, str]) -> Iterator[None]:
-    """os.environ with `overrides` while a child is spawned (it copies the environment)."""
-    with _environ_lock:
-        saved = {key: os.environ.get(key) for key in overrides}
-        os.environ.update(overrides)
-        try:
-            yield
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
 
 
 def _tail(path: str, count: int) -> str:

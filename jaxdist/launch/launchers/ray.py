@@ -710,7 +710,11 @@ class _HeldRunning(processes._ProcessesRunning):
     """The processes supervisor of one unit, with two changes for a program spread over actors:
     its nodes wait after binding until `release` brings the whole address table, and a stop its
     nodes ask for (`jd.stop()`, SIGTERM, the end of their work) is recorded for the launcher,
-    which stops the whole program in order, rather than carried out here (until `allow_stop`)."""
+    which stops the whole program in order, rather than carried out here (until `allow_stop`).
+    Its one node process is spawned, the actor's own child: a forkserver would cost each actor
+    the imports it saves, and Ray's watch over the actor's children would lose the node."""
+
+    start_method = "spawn"
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)

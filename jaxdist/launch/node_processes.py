@@ -1,0 +1,143 @@
+"""Node processes forked from a server that has already imported what nodes import.
+
+A spawned Python spends over a second of CPU importing JAX, Flax, Optax, Orbax and gRPC before
+its node does anything, and a program starts several processes, more as it restarts and scales.
+The launchers instead have multiprocessing's forkserver fork each node process: the forkserver
+(one per launching process) imports those modules once, before it runs a thread or starts JAX's
+backend, and every fork shares their pages.
+
+A fork inherits the forkserver's environment and standard streams, not the launcher's, so each
+child is handed what a spawned one would have inherited (`Inheritance`: the launcher's
+environment at that moment with its group's variables, its stdout and stderr) and takes it
+before anything reads it. JAX reads its ``JAX_*`` variables at import: the forkserver starts
+without them, so that its JAX holds its defaults, and the child applies its own to JAX's config
+as a fresh import would have read them. ``XLA_FLAGS`` and the accelerators' variables are read
+when JAX's backend starts, in the child.
+
+The forkserver listens on a Unix socket that only this user may open (mode 0600, in a private
+directory), as the nodes' own sockets are; what arrives there is a node pickled by its launcher.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import multiprocessing.context
+import multiprocessing.forkserver
+import os
+import signal
+import sys
+import threading
+from multiprocessing import reduction
+from typing import Any, Iterator
+
+PRELOAD = ["jaxdist.launch.worker", "numpy", "jax", "flax.linen", "optax", "grpc", "msgpack"]
+"""What nodes import that leaves no trace a fresh process would not have (Orbax's import adds a
+handler to the root logger: a node that never saves would log twice)."""
+
+_TRUE, _FALSE = ("y", "yes", "t", "true", "on", "1"), ("n", "no", "f", "false", "off", "0")
+_start_lock = threading.Lock()
+_started_by: int | None = None  # the process that started its forkserver (a fork has none)
+
+
+def context(start_method: str = "forkserver") -> multiprocessing.context.BaseContext:
+    """The context node processes start from: a forkserver's, running with the modules loaded,
+    or `start_method`'s (a spawned child imports them itself; `Inheritance` serves both)."""
+    if start_method != "forkserver":
+        return multiprocessing.get_context(start_method)
+    forkserver = multiprocessing.get_context("forkserver")
+    with _start_lock:
+        if _started_by != os.getpid():
+            _start(forkserver)
+        multiprocessing.forkserver.ensure_running()  # again only if it died: then as it is
+    return forkserver
+
+
+def _start(forkserver: multiprocessing.context.BaseContext) -> None:
+    global _started_by
+    forkserver.set_forkserver_preload(PRELOAD)
+    saved = {name: os.environ.pop(name) for name in list(os.environ) if name.startswith("JAX_")}
+    try:
+        with _ignored_by_the_forkserver():
+            multiprocessing.forkserver.ensure_running()
+    finally:
+        os.environ.update(saved)
+    _started_by = os.getpid()
+
+
+class Inheritance:
+    """What a node process started now inherits from this one: the environment with
+    `overrides`, and stdout and stderr (passed as descriptors when it is pickled for the child)."""
+
+    def __init__(self, overrides: dict[str, str]) -> None:
+        self.environ = {**os.environ, **overrides}
+        self._streams: list[tuple[int, int]] = []  # (1 or 2, the descriptor it arrived as)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        streams = [(fd, reduction.DupFd(fd)) for fd in (1, 2) if _is_open(fd)]
+        return _received, (self.environ, streams)
+
+    def take(self) -> None:
+        """In the child, before anything else: the streams, the environment, JAX's config, and
+        numpy's global random generator reseeded, as in a fresh process."""
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for target, fd in self._streams:
+            if fd != target:  # spawn passes a descriptor under its own number
+                os.dup2(fd, target)
+                os.close(fd)
+        os.environ.clear()
+        os.environ.update(self.environ)
+        if "numpy.random" in sys.modules:  # its global generator, seeded at import, is every fork's
+            sys.modules["numpy.random"].seed()
+        if "jax" not in sys.modules:  # not preloaded: it reads the environment when imported
+            return
+        import jax
+
+        for variable, text in self.environ.items():
+            name = variable.lower()
+            if variable.startswith("JAX_") and name in jax.config.meta:
+                jax.config.update(name, _parsed(variable, text, jax.config.meta[name][0]))
+
+
+def _received(environ: dict[str, str], streams: list[tuple[int, Any]]) -> Inheritance:
+    inheritance = Inheritance.__new__(Inheritance)
+    inheritance.environ, inheritance._streams = environ, [(target, fd.detach()) for target, fd in streams]
+    return inheritance
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
+def _parsed(variable: str, text: str, kind: object) -> object:
+    if kind is bool:
+        if text.lower() not in _TRUE + _FALSE:
+            raise ValueError(f"{variable}={text!r}: expected one of {', '.join(_TRUE + _FALSE)}")
+        return text.lower() in _TRUE
+    if kind in (int, float):
+        return kind(text)  # type: ignore[operator]
+    return text
+
+
+@contextlib.contextmanager
+def _ignored_by_the_forkserver() -> Iterator[None]:
+    """The forkserver starts ignoring SIGINT and SIGTERM (signals ignored at exec stay ignored).
+    Every node process is its child and learns of its exit through it: a Ctrl-C at the terminal,
+    or a SIGTERM to every process of the job (a cluster's cancel), must leave it to the launcher,
+    who stops the program in order. Its forks start ignoring SIGINT too, until the worker takes
+    it back once the node leads a process group of its own (a Ctrl-C while they start is the
+    launcher's); they take SIGTERM back at once. Only the main thread may set handlers: a
+    forkserver restarted from another starts with the launcher's."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.signal(number, signal.SIG_IGN) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
