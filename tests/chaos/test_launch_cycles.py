@@ -90,6 +90,13 @@ def resource_tracker_pid() -> int | None:
     return getattr(resource_tracker._resource_tracker, "_pid", None)
 
 
+def forkserver_pid() -> int | None:
+    """The forkserver node processes are forked from: one per launching process, kept for good."""
+    from multiprocessing import forkserver
+
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)
+
+
 def wait_for_no_marked(marker: str, exclude: set[int], timeout: float = 30.0) -> list[tuple[int, str]]:
     deadline = time.monotonic() + timeout
     while (left := marked_processes(marker, exclude)) and time.monotonic() < deadline:
@@ -129,7 +136,7 @@ def test_launch_stop_cycles_leave_no_process_fd_or_thread_behind(tmp_path, monke
         assert {s["state"] for s in status.values()} == {"stopped"}, status
         assert all(s["exitcode"] == 0 for s in status.values()), status
         del running
-        exclude = {os.getpid()} | ({resource_tracker_pid()} - {None})
+        exclude = {os.getpid()} | ({resource_tracker_pid(), forkserver_pid()} - {None})
         left = wait_for_no_marked(marker, exclude)
         assert left == [], f"cycle {cycle}: processes left behind: {left}"
         assert zombie_children() == [], f"cycle {cycle}: zombie children"
