@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import os
 import random
 import shutil
@@ -41,6 +42,7 @@ import numpy as np
 
 import jaxdist as jd
 from jaxdist import courier
+from results import commit, machine
 
 FEATURES, HIDDEN = 32, 256
 NODE = "learner/0"
@@ -263,7 +265,9 @@ def report(args: argparse.Namespace, results: dict[str, dict]) -> None:
     # Neither of these has a meaningful on/off ratio (lost steps depend on where each kill fell).
     derived = [("restart / cold start", rows[4][1] / rows[1][1], rows[4][2] / rows[1][2]),
                ("steps lost per crash", median([k.lost for k in off["kills"]]), median([k.lost for k in on["kills"]]))]
-    print(f"\nLearner recovery after SIGKILL: processes launcher, jd.Restart(backoff=0), 1 CPU device; MLP "
+    print(f"\nexperiments/benchmarks/recovery.py --kills {args.kills} at commit `{commit()}` on {datetime.date.today()} "
+          f"({machine()})")
+    print(f"Learner recovery after SIGKILL: processes launcher, jd.Restart(backoff=0), 1 CPU device; MLP "
           f"{FEATURES}-{HIDDEN}-{HIDDEN}-1 adam, batch {args.batch}, a step every >= {args.step_delay * 1000:.0f} ms; "
           f"async checkpoint every {args.save_every} steps.\nMedians: restarts of {args.kills} kills; cold starts "
           f"of {len(off['colds'])} fresh launches (cache off) and the launch that filled the cache (cache on).\n")
