@@ -45,6 +45,7 @@ from jaxdist.program import AddressTable, Node, NodeContext, Program
 
 SUPPORTED_RESOURCES = {"env": "environment variables set in the group's processes before they import anything"}
 
+
 def launch(
     program: Program,
     *,
