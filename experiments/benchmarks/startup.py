@@ -43,7 +43,7 @@ def start(method: str) -> tuple[float, float]:
     context = node_processes.context(method)
     parent_end, child_end = context.Pipe()
     began = time.monotonic()
-    process = context.Process(target=child, args=(child_end, node_processes.Inheritance({})))
+    process = context.Process(target=child, args=(child_end, node_processes.Inheritance.now({})))
     process.start()
     child_end.close()
     cpu = parent_end.recv()

@@ -53,8 +53,8 @@ def launch(program: Program, launcher: str = "processes", **options: Any) -> Run
     ``"processes"`` (default): every node (or threads colocation) a process, supervised.
         run_dir, token, grace, interrupt_after, echo: as above; after `grace` a process still
         alive is killed (SIGKILL) with its children.
-        resources: per group, ``{"env": {...}}``: environment variables set before the group's
-        processes import anything (e.g. JAX_PLATFORMS, XLA_FLAGS).
+        resources: per group, ``{"env": {...}}``: environment variables of the group's processes,
+        set (and read by JAX) before their node is built (e.g. JAX_PLATFORMS, XLA_FLAGS).
         restart: per group, a ``jd.Restart`` policy; groups without one get their node type's
         (learners, replay, parameter servers and cachers come back; plain nodes do not).
         start_timeout: seconds to wait for the nodes to bind and be built (300).

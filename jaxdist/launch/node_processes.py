@@ -66,12 +66,17 @@ def _start(forkserver: multiprocessing.context.BaseContext) -> None:
 
 
 class Inheritance:
-    """What a node process started now inherits from this one: the environment with
-    `overrides`, and stdout and stderr (passed as descriptors when it is pickled for the child)."""
+    """What a node process inherits: `environ`, and stdout and stderr (this process's, passed as
+    descriptors when it is pickled for the child; `streams` once they arrived there)."""
 
-    def __init__(self, overrides: dict[str, str]) -> None:
-        self.environ = {**os.environ, **overrides}
-        self._streams: list[tuple[int, int]] = []  # (1 or 2, the descriptor it arrived as)
+    def __init__(self, environ: dict[str, str], streams: list[tuple[int, int]] | None = None) -> None:
+        self.environ = environ
+        self._streams = streams or []  # (1 or 2, the descriptor it arrived as)
+
+    @classmethod
+    def now(cls, overrides: dict[str, str]) -> "Inheritance":
+        """What a node process started now inherits: this process's environment with `overrides`."""
+        return cls({**os.environ, **overrides})
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         streams = [(fd, reduction.DupFd(fd)) for fd in (1, 2) if _is_open(fd)]
@@ -100,9 +105,7 @@ class Inheritance:
 
 
 def _received(environ: dict[str, str], streams: list[tuple[int, Any]]) -> Inheritance:
-    inheritance = Inheritance.__new__(Inheritance)
-    inheritance.environ, inheritance._streams = environ, [(target, fd.detach()) for target, fd in streams]
-    return inheritance
+    return Inheritance(environ, [(target, fd.detach()) for target, fd in streams])
 
 
 def _is_open(fd: int) -> bool:

@@ -71,7 +71,6 @@ def test_a_sigterm_to_the_forkserver_leaves_the_program_running(tmp_path):
         assert counter.increment() == 1
 
 
-
 def test_forked_node_processes_draw_their_own_random_numbers_and_log_as_fresh_ones(tmp_path):
     program = jd.Program("fresh-state")
     with program.group("reporter"):

@@ -8,11 +8,13 @@ import os
 
 import psutil
 
+from jaxdist.launch.output import log_path
+
 
 def node_process(root: int, run_dir: str, node: str) -> psutil.Process | None:
     """The process below `root` that runs `node`: the one writing the node's log (each node
     process opens its own), or None while none does."""
-    log = os.path.join(run_dir, "logs", f"{node.replace('/', '-')}.log")
+    log = log_path(run_dir, node)
     for child in psutil.Process(root).children(recursive=True):
         with contextlib.suppress(psutil.Error):
             if any(f.path == log for f in child.open_files()):

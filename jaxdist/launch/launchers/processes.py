@@ -43,7 +43,8 @@ from jaxdist.launch.run_lock import RunLock
 from jaxdist.launch.running import RUNNING, NodeStatus, Running
 from jaxdist.program import AddressTable, Node, NodeContext, Program
 
-SUPPORTED_RESOURCES = {"env": "environment variables set in the group's processes before they import anything"}
+SUPPORTED_RESOURCES = {"env": "environment variables of the group's processes, set (and read by JAX) before "
+                                      "their node is built"}
 
 
 def launch(
@@ -196,7 +197,7 @@ class _ProcessesRunning(Running):
         process = processes.Process(
             target=worker.main,
             args=(pickle.dumps(child.node), node_context, child_end, echo, interrupt_after,
-                  node_processes.Inheritance(env)),
+                  node_processes.Inheritance.now(env)),
             name=child.name,
         )
         process.start()
