@@ -74,6 +74,15 @@ def zombie_children() -> list[int]:
     return zombies
 
 
+def command_name(pid: int) -> str:
+    """What a process (a zombie too) was: its command name, which outlives its command line."""
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            return comm.read().strip()
+    except OSError:
+        return "(gone)"
+
+
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -139,7 +148,8 @@ def test_launch_stop_cycles_leave_no_process_fd_or_thread_behind(tmp_path, monke
         exclude = {os.getpid()} | ({resource_tracker_pid(), forkserver_pid()} - {None})
         left = wait_for_no_marked(marker, exclude)
         assert left == [], f"cycle {cycle}: processes left behind: {left}"
-        assert zombie_children() == [], f"cycle {cycle}: zombie children"
+        zombies = zombie_children()
+        assert zombies == [], f"cycle {cycle}: zombie children {[(pid, command_name(pid)) for pid in zombies]}"
         fds.append(open_fds())
         threads.append(os_threads())
         py_threads.append(threading.active_count())

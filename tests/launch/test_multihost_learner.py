@@ -29,6 +29,7 @@ from orphans import node_process
 from ports import reserve_base_port
 from resume_checks import (assert_same_leaves, committed_steps, flat_leaves, observed_environment, rows_so_far,
                            saved_state)
+from waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -210,9 +211,11 @@ def test_ppo_solves_cartpole_with_one_learner_spanning_two_hosts_through_the_kil
             assert all(p.poll() is None for p, _ in processes), "a host exited early"
             time.sleep(0.5)
         host_1 = processes[1][0].pid
-        os.kill(node_process(host_1, str(run_dir), "actor/1").pid, signal.SIGKILL)  # restarted alone
+        actor = wait_until(lambda: node_process(host_1, str(run_dir), "actor/1"), "host 1's actor process", 60)
+        actor.send_signal(signal.SIGKILL)  # restarted alone
         killed_at = time.monotonic()
-        os.kill(node_process(host_1, str(run_dir), "learner/1").pid, signal.SIGKILL)
+        learner = wait_until(lambda: node_process(host_1, str(run_dir), "learner/1"), "host 1's learner process", 60)
+        learner.send_signal(signal.SIGKILL)
         # Host 0's learner is stuck in a collective until the heartbeat aborts it; then both
         # supervisors restart their learner and the group restores the latest checkpoint.
         logs = [run_dir / "logs" / f"learner-{h}.log" for h in (0, 1)]
