@@ -22,8 +22,8 @@ follow the saves' and kills' timing, not a leak; a leaked thread or descriptor c
 second sample on. The pool's threads are a series of their own, with no bound on their slope
 (the pool is bounded by its size), and their maximum is printed.
 
-The nodes run with ``MALLOC_ARENA_MAX`` at ``--malloc-arena-max`` (2; 0: glibc's default of 8
-per core). glibc gives each thread that allocates while another holds an arena an arena of its
+The nodes run with ``MALLOC_ARENA_MAX`` at ``--malloc-arena-max`` (2, every node process's
+default; 0: glibc's default of 8 per core). glibc gives each thread that allocates while another holds an arena an arena of its
 own, up to that default, and each arena keeps what is freed in it: a learner's server threads,
 Orbax's save threads and tensorstore's pool spread its allocations over more arenas as the run
 goes, and its resident memory climbs by steps of tens of MiB for as long as a new peak of some
@@ -278,9 +278,8 @@ class Soak:
     def resources(self, program: jd.Program) -> dict[str, dict]:
         """The agents' per-group environment, with glibc's arenas capped (see the module doc)."""
         resources = experiment.resources(program)
-        if self.args.malloc_arena_max:
-            for group in resources.values():
-                group["env"]["MALLOC_ARENA_MAX"] = str(self.args.malloc_arena_max)
+        for group in resources.values():
+            group["env"]["MALLOC_ARENA_MAX"] = str(self.args.malloc_arena_max)
         return resources
 
     def kill(self, running: jd.Running, group: str, rng: random.Random) -> None:

@@ -14,6 +14,10 @@ without them, so that its JAX holds its defaults, and the child applies its own 
 as a fresh import would have read them. ``XLA_FLAGS`` and the accelerators' variables are read
 when JAX's backend starts, in the child.
 
+glibc reads ``MALLOC_ARENA_MAX`` once, when a process first allocates: a fork keeps its
+forkserver's setting, so each child sets its own limit through ``mallopt`` (`MALLOC_ARENA_MAX`
+below is the default).
+
 The forkserver listens on a Unix socket that only this user may open (mode 0600, in a private
 directory), as the nodes' own sockets are; what arrives there is a node pickled by its launcher.
 """
@@ -21,6 +25,8 @@ directory), as the nodes' own sockets are; what arrives there is a node pickled 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.forkserver
@@ -35,6 +41,14 @@ PRELOAD = ["jaxdist.launch.worker", "numpy", "jax", "flax.linen", "optax", "grpc
 """What nodes import that leaves no trace a fresh process would not have (Orbax's import adds a
 handler to the root logger: a node that never saves would log twice)."""
 
+MALLOC_ARENA_MAX = 2
+"""glibc's malloc arenas in a node process, unless its environment says otherwise (0: glibc's
+default, eight per core). glibc gives each thread that allocates an arena of its own up to that
+limit, and each arena keeps what is freed in it: a learner's server, save and tensorstore threads
+spread its allocations over ever more arenas, and its resident memory climbs in steps for minutes.
+With two, its memory is flat and about a quarter smaller, at the same env steps per second."""
+
+_M_ARENA_MAX = -8  # mallopt's parameter number, from glibc's malloc.h
 _TRUE, _FALSE = ("y", "yes", "t", "true", "on", "1"), ("n", "no", "f", "false", "off", "0")
 _start_lock = threading.Lock()
 _started_by: int | None = None  # the process that started its forkserver (a fork has none)
@@ -92,6 +106,7 @@ class Inheritance:
                 os.close(fd)
         os.environ.clear()
         os.environ.update(self.environ)
+        _limit_malloc_arenas(os.environ.setdefault("MALLOC_ARENA_MAX", str(MALLOC_ARENA_MAX)))
         if "numpy.random" in sys.modules:  # its global generator, seeded at import, is every fork's
             sys.modules["numpy.random"].seed()
         if "jax" not in sys.modules:  # not preloaded: it reads the environment when imported
@@ -102,6 +117,17 @@ class Inheritance:
             name = variable.lower()
             if variable.startswith("JAX_") and name in jax.config.meta:
                 jax.config.update(name, _parsed(variable, text, jax.config.meta[name][0]))
+
+
+def _limit_malloc_arenas(value: str) -> None:
+    """glibc's arena limit for this process from now on; elsewhere (macOS, musl) nothing."""
+    try:
+        limit = int(value)
+    except ValueError:
+        raise ValueError(f"MALLOC_ARENA_MAX={value!r}: expected a whole number of arenas (0: glibc's default)") from None
+    mallopt = getattr(ctypes.CDLL(ctypes.util.find_library("c")), "mallopt", None)
+    if sys.platform.startswith("linux") and mallopt is not None:
+        mallopt(_M_ARENA_MAX, limit)
 
 
 def _received(environ: dict[str, str], streams: list[tuple[int, Any]]) -> Inheritance:

@@ -80,3 +80,14 @@ def test_forked_node_processes_draw_their_own_random_numbers_and_log_as_fresh_on
         first, second = (running.client(f"reporter/{index}").fresh_state() for index in (0, 1))
     assert first["draw"] != second["draw"]  # numpy's global generator, seeded at import, reseeded
     assert first["root_handlers"] == second["root_handlers"] == 0
+
+
+def test_a_node_process_holds_the_malloc_arenas_its_environment_asks_for_two_by_default(tmp_path):
+    """glibc reads MALLOC_ARENA_MAX once per process, and a fork keeps its forkserver's: a group's
+    value was ignored, and every node ran with glibc's eight arenas per core."""
+    arenas = {}
+    for setting in ("", "4", "0"):
+        with launch_reporter(str(tmp_path / (setting or "default")),
+                             {"MALLOC_ARENA_MAX": setting} if setting else {}) as running:
+            arenas[setting] = running.client("reporter/0").malloc_arenas(threads=8)
+    assert arenas[""] == 2 and arenas["4"] == 4 and arenas["0"] > 4, arenas

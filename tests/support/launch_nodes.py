@@ -382,3 +382,33 @@ class JaxReport:
         import numpy as np
 
         return {"draw": int(np.random.randint(2**62)), "root_handlers": len(logging.root.handlers)}
+
+    def malloc_arenas(self, threads: int = 8) -> int:
+        """glibc's arenas once `threads` threads have allocated at once (each new thread that
+        allocates gets an arena of its own until the process's limit is reached)."""
+        import ctypes
+        import ctypes.util
+        import re
+        import tempfile
+        import threading
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        libc.fdopen.restype = ctypes.c_void_p
+        together = threading.Barrier(threads)
+
+        def allocate() -> None:
+            together.wait()
+            kept = [bytearray(1000) for _ in range(1000)]  # noqa: F841 - held while the others allocate
+            together.wait()
+
+        workers = [threading.Thread(target=allocate) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        with tempfile.TemporaryFile("w+") as report:
+            stream = libc.fdopen(os.dup(report.fileno()), b"w")
+            libc.malloc_info(0, ctypes.c_void_p(stream))
+            libc.fclose(ctypes.c_void_p(stream))
+            report.seek(0)
+            return len(re.findall(r"<heap nr=", report.read()))
