@@ -125,7 +125,8 @@ def _limit_malloc_arenas(value: str) -> None:
     try:
         limit = int(value)
     except ValueError:
-        raise ValueError(f"MALLOC_ARENA_MAX={value!r}: expected a whole number of arenas (0: glibc's default)") from None
+        raise ValueError(f"MALLOC_ARENA_MAX={value!r}: expected a whole number of arenas "
+                         "(0: glibc's default)") from None
     mallopt = getattr(ctypes.CDLL(ctypes.util.find_library("c")), "mallopt", None)
     if sys.platform.startswith("linux") and mallopt is not None:
         mallopt(_M_ARENA_MAX, limit)

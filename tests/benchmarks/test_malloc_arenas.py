@@ -15,6 +15,7 @@ def test_the_arenas_benchmark_runs_the_agent_both_ways_and_rates_jaxdists_defaul
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line]
-    assert [row[0].strip() for row in rows[1:]] == ["glibc's default (MALLOC_ARENA_MAX=0)", "jaxdist's default (2 arenas)"]
+    assert [row[0].strip() for row in rows[1:]] == ["glibc's default (MALLOC_ARENA_MAX=0)",
+                                                    "jaxdist's default (2 arenas)"]
     assert [cell.strip() for cell in rows[1][4:]] == ["1.00x"] * 3  # the baseline's own ratios
     assert all(float(cell.replace(",", "")) > 0 for row in rows[1:] for cell in row[1:4])

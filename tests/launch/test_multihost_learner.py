@@ -147,7 +147,8 @@ def test_sigterm_to_every_process_of_both_hosts_saves_one_step_a_relaunch_restor
     the best policy (before, beside the learner, it saved none)."""
     run_dir, restores, base_port = tmp_path / "run", tmp_path / "restores", reserve_base_port()
     # 40 updates of 2 actors x 16 envs x 32 steps
-    metrics, flags = run_dir / "metrics.csv", ("--checkpoint-every-updates", "100000", "--total-steps", str(40 * 1024))
+    flags = ("--checkpoint-every-updates", "100000", "--total-steps", str(40 * 1024))
+    metrics = run_dir / "metrics.csv"
     with loopback_hosts() as (hosts, prefixes):
         processes = start_hosts(hosts, prefixes, run_dir, base_port, *flags)
         wait_for_rows(processes, metrics, "two rows", lambda rows: len(rows) >= 2)
