@@ -166,6 +166,7 @@ def test_resources_are_ray_resources_and_an_impossible_request_says_what_the_clu
         jd.launch(program, launcher="ray", run_dir=str(tmp_path), resources={"head": {"num_cpu": 1}})
 
 
+@pytest.mark.timeout(600)  # 230-320 s with both cores kept busy by burners
 def test_a_sigkilled_learner_and_replay_come_back_from_their_checkpoints_on_their_addresses(cluster, tmp_path):
     program = jd.Program("learn")
     with program.group("learner"):
@@ -216,6 +217,7 @@ def solve_cartpole_with_ppo(cluster, run_dir, *flags: str) -> None:
     wait_until(lambda: not live_actors(), "every unit actor dead", timeout=30)
 
 
+@pytest.mark.timeout(600)  # 230-320 s with both cores kept busy by burners
 def test_a_sebulba_sweep_trains_its_configurations_side_by_side_on_the_cluster_and_ranks_them(cluster, tmp_path):
     done = subprocess.run(
         [sys.executable, os.path.join(EXPERIMENTS, "ppo.py"), "--launcher", "ray", "--ray-address", cluster.address,
@@ -360,6 +362,7 @@ def test_with_tls_dir_nodes_talk_mutual_tls_and_refuse_plaintext(cluster, tmp_pa
     assert "counter at 4" in (tmp_path / "run" / "logs" / "caller-0.log").read_text()
 
 
+@pytest.mark.timeout(600)  # 230-320 s with both cores kept busy by burners
 def test_ppo_solves_cartpole_with_launcher_ray_through_its_script(cluster, tmp_path):
     solve_cartpole_with_ppo(cluster, tmp_path)
     summary = check_solved_and_final_policy_evaluated(tmp_path)
@@ -367,6 +370,7 @@ def test_ppo_solves_cartpole_with_launcher_ray_through_its_script(cluster, tmp_p
                                       f"was evaluated (node 'learner/0/2')")  # the colocated evaluator
 
 
+@pytest.mark.timeout(600)  # 230-320 s with both cores kept busy by burners
 def test_a_ppo_learner_spanning_two_ray_nodes_is_one_jax_distributed_learner_that_trains_to_its_last_update(cluster, tmp_path):
     """Learning itself is the single-node script's test above; here the two learner processes,
     one on each Ray node, form one gloo group and train together to the run's final update,
