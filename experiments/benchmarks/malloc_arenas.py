@@ -6,8 +6,8 @@ Node processes run with ``MALLOC_ARENA_MAX=2`` unless their environment sets it
 (``jaxdist.launch.node_processes``). This runs an agent's script to a fixed number of env steps,
 alternating run by run between that default and glibc's (``MALLOC_ARENA_MAX=0``: eight arenas
 per core), and prints a table of the env steps and the learner's updates per second over the
-whole run and the largest resident memory of one node process (sampled every half second), each
-the mean over the runs, with the ratio to glibc's default. The default's effect on a long life's memory is the
+whole run and the peak resident memory of the run's process tree (as the peers table measures it),
+each the mean over the runs, with the ratio to glibc's default. The default's effect on a long life's memory is the
 soak's (``soak.py``); this shows what it costs in speed.
 """
 
@@ -18,53 +18,27 @@ import datetime
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-
-import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from results import commit, machine  # noqa: E402
+from peers import measure  # noqa: E402
+from results import REPO, commit, machine  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SETTINGS = {"glibc's default (MALLOC_ARENA_MAX=0)": "0", "jaxdist's default (2 arenas)": "2"}
 
 
-def largest_process_rss(root: psutil.Process) -> float:
-    """MiB of the largest resident process in root's tree now (0 once it is gone)."""
-    try:
-        tree = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
-    largest = 0.0
-    for process in tree:
-        try:
-            largest = max(largest, process.memory_info().rss / 2**20)
-        except psutil.Error:
-            continue
-    return largest
-
-
 def run(agent: str, total_steps: int, arenas: str) -> dict[str, float]:
-    """One run of the agent's script: its env steps and updates per second, and its peak node memory."""
+    """One run of the agent's script: its env steps and updates per second, and its tree's peak memory."""
     with tempfile.TemporaryDirectory(prefix="jaxdist-arenas-") as run_dir:
         command = [sys.executable, os.path.join(REPO, "experiments", f"{agent}.py"), "--quiet", "--run-dir", run_dir,
                    "--total-steps", str(total_steps)]
-        process = subprocess.Popen(command, env=dict(os.environ, MALLOC_ARENA_MAX=arenas),
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        root, peak = psutil.Process(process.pid), 0.0
-        while process.poll() is None:
-            peak = max(peak, largest_process_rss(root))
-            time.sleep(0.5)
-        if process.returncode:
-            raise SystemExit(f"{' '.join(command)} failed:\n{process.stderr.read()[-3000:]}")
+        _, peak, _ = measure(command, REPO, dict(os.environ, MALLOC_ARENA_MAX=arenas))
         with open(os.path.join(run_dir, "summary.json")) as file:
             summary = json.load(file)
     seconds = summary["wall_time"]
     return {"env steps/s": summary["env_steps"] / seconds, "updates/s": summary["learner_version"] / seconds,
-            "peak MiB": peak}
+            "peak MiB": peak / 2**20}
 
 
 def main() -> None:

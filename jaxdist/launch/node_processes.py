@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.forkserver
@@ -127,9 +126,10 @@ def _limit_malloc_arenas(value: str) -> None:
     except ValueError:
         raise ValueError(f"MALLOC_ARENA_MAX={value!r}: expected a whole number of arenas "
                          "(0: glibc's default)") from None
-    mallopt = getattr(ctypes.CDLL(ctypes.util.find_library("c")), "mallopt", None)
-    if sys.platform.startswith("linux") and mallopt is not None:
-        mallopt(_M_ARENA_MAX, limit)
+    if sys.platform.startswith("linux"):  # the process's own symbols: no library search at every start
+        mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+        if mallopt is not None:
+            mallopt(_M_ARENA_MAX, limit)
 
 
 def _received(environ: dict[str, str], streams: list[tuple[int, Any]]) -> Inheritance:
