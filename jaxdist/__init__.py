@@ -34,7 +34,7 @@ from jaxdist import courier
 from jaxdist.records import metrics
 from jaxdist.nodes import replay
 from jaxdist.launch import (LaunchError, NodeFailedError, Restart, Running, current_node, finish_on_stop, launch,
-                            log_path, run_dir_holder, stop, stop_requested, wait_for_stop)
+                            log_path, run_dir_holder, saving_checkpoint, stop, stop_requested, wait_for_stop)
 from jaxdist.launch.placement import on_host, per_host, spread
 from jaxdist.nodes.cacher import CacherNode
 from jaxdist.nodes.colocation import ColocationNode
@@ -88,6 +88,7 @@ __all__ = [
     "per_host",
     "replay",
     "run_dir_holder",
+    "saving_checkpoint",
     "spread",
     "stop",
     "stop_requested",

@@ -8,7 +8,8 @@ import pkgutil
 import sys
 from typing import Any
 
-from jaxdist.launch.context import current_node, finish_on_stop, stop, stop_requested, wait_for_stop
+from jaxdist.launch.context import (current_node, finish_on_stop, saving_checkpoint, stop, stop_requested,
+                                   wait_for_stop)
 from jaxdist.launch.output import log_path
 from jaxdist.launch.restart import Restart
 from jaxdist.launch.run_lock import holder as run_dir_holder
@@ -46,6 +47,8 @@ def launch(program: Program, launcher: str = "processes", **options: Any) -> Run
         current directory, so that launching the same program again resumes from its checkpoints).
         token: the courier secret every node's server requires (default: a random one).
         grace: seconds a stop gives nodes to return from run() (10).
+        save_grace: seconds more a stop gives a node saving the checkpoint its next life restores
+        (``jd.saving_checkpoint()``: learners, replay), from the save's start (300).
         interrupt_after: seconds after which a node still running at the stop is interrupted (2).
         echo: print each node's output, prefixed with its name (True).
         resources: refused: threads share one process.
@@ -120,6 +123,7 @@ __all__ = [
     "launch",
     "log_path",
     "run_dir_holder",
+    "saving_checkpoint",
     "stop",
     "stop_requested",
     "wait_for_stop",

@@ -13,14 +13,19 @@ from jaxdist.program import NodeContext
 _stop_event = threading.Event()
 _interrupt_waived = threading.Event()
 _request_stop: Callable[[str | None], None] | None = None
+_report_saving: Callable[[bool], None] | None = None
+_saves_lock = threading.Lock()
+_saves_under_way = 0
 _current_node: contextvars.ContextVar[NodeContext | None] = contextvars.ContextVar("current_node", default=None)
 
 
-def install(request_stop: Callable[[str | None], None]) -> threading.Event:
+def install(request_stop: Callable[[str | None], None],
+            report_saving: Callable[[bool], None] | None = None) -> threading.Event:
     """Called by a launcher in each process it runs nodes in; ``request_stop`` takes the reason
-    a node gave ``stop()`` (see ``stop_reason``)."""
-    global _request_stop
-    _request_stop = request_stop
+    a node gave ``stop()`` (see ``stop_reason``), ``report_saving`` whether a checkpoint save is
+    under way here (see ``saving_checkpoint``)."""
+    global _request_stop, _report_saving
+    _request_stop, _report_saving = request_stop, report_saving
     _stop_event.clear()
     _interrupt_waived.clear()
     return _stop_event
@@ -28,8 +33,8 @@ def install(request_stop: Callable[[str | None], None]) -> threading.Event:
 
 def uninstall() -> None:
     """Called when a launch in this process is over: no stop is pending any more."""
-    global _request_stop
-    _request_stop = None
+    global _request_stop, _report_saving
+    _request_stop, _report_saving = None, None
     _stop_event.clear()
 
 
@@ -71,7 +76,33 @@ def finish_on_stop() -> None:
 
 
 def interrupt_waived() -> bool:
-    return _interrupt_waived.is_set()
+    return _interrupt_waived.is_set() or saves_under_way()
+
+
+@contextlib.contextmanager
+def saving_checkpoint() -> Iterator[None]:
+    """Mark the save that the next life restores from (a learner's, a replay's at the stop):
+    while one is under way a stop neither interrupts this process nor kills it when its `grace`
+    is over, but waits up to the launcher's `save_grace` more. Cut, the save would leave no
+    checkpoint of the step the run stopped at, and a relaunch would repeat what came after
+    the last one."""
+    global _saves_under_way
+    with _saves_lock:
+        _saves_under_way += 1
+        if _saves_under_way == 1 and _report_saving is not None:
+            _report_saving(True)
+    try:
+        yield
+    finally:
+        with _saves_lock:
+            _saves_under_way -= 1
+            if _saves_under_way == 0 and _report_saving is not None:
+                _report_saving(False)
+
+
+def saves_under_way() -> bool:
+    """Whether a `saving_checkpoint` block runs in this process now."""
+    return _saves_under_way > 0
 
 
 def current_node() -> NodeContext | None:

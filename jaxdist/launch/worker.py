@@ -6,7 +6,8 @@ address table, run when told. SIGTERM asks the parent to stop the whole program 
 nodes in order: learners first). A stop (the parent's message, or the parent's death) sets
 the stop event first; if `run()` has not returned `interrupt_after` seconds later, its
 calls in flight are cancelled and KeyboardInterrupt is raised in it (unless the node asked
-for none: `context.finish_on_stop()`).
+for none: `context.finish_on_stop()`, or is saving a checkpoint: `context.saving_checkpoint()`,
+which the parent hears of, to wait for the save past its grace).
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ class _Worker:
         self._clients: ClientPool | None = None
         self._in_run = False
         self._run_lock = threading.Lock()  # an interrupt is sent only while run() runs
-        self._stop_event = context.install(self._ask_program_to_stop)
+        self._stop_event = context.install(self._ask_program_to_stop,
+                                           lambda under_way: self._send("saving", under_way))
         self._stop_once = threading.Lock()
         self._stopping = False
 

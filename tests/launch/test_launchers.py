@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -239,6 +240,32 @@ def test_processes_stop_kills_stubborn_nodes_and_grandchildren(tmp_path):
     wait_until(lambda: not alive(grandchild), "the grandchild to die")
     for status in running.status().values():
         assert not alive(status["pid"])
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_stop_waits_past_its_grace_for_a_checkpoint_save_under_way(tmp_path, launcher):
+    program = jd.Program("saves-at-stop")
+    marker = tmp_path / "save"
+    # Its grace covers the start of the save, even on a loaded machine, not the save.
+    program.add_node(jd.CourierNode(nodes.SavesAtStop, str(marker), 4.0), label="learner")
+    running = jd.launch(program, launcher=launcher, run_dir=str(tmp_path / "run"), echo=False, grace=1.5,
+                        interrupt_after=0.1)
+    running.stop()
+    assert marker.read_text() == "saved"
+    assert [status["exitcode"] for status in running.status().values()] == [0 if launcher == "processes" else None]
+
+
+def test_processes_stop_kills_a_save_past_its_save_grace_and_says_so(tmp_path, capfd):
+    program = jd.Program("endless-save")
+    marker = tmp_path / "save"
+    program.add_node(jd.CourierNode(nodes.SavesAtStop, str(marker), 600.0), label="learner")
+    running = jd.launch(program, launcher="processes", run_dir=str(tmp_path / "run"), echo=False, grace=1.5,
+                        save_grace=1.0)
+    returns(running.stop, "a stop of a node saving for longer than its save_grace")
+    assert marker.read_text() == "saving"
+    assert not alive(running.status()["learner/0"]["pid"])
+    assert re.search(r"\[launcher\] learner/0 was killed \d+ s into saving its checkpoint \(save_grace=1 s\): a "
+                     r"relaunch restores its last complete one", capfd.readouterr().out)
 
 
 def test_processes_stop_nodes_that_stop_first_while_the_others_still_serve(tmp_path):

@@ -109,6 +109,25 @@ def test_direct_updates_step_and_get_sends_params_only_when_newer(tmp_path):
     assert logged_steps(tmp_path) == [1, 2, 3]
 
 
+def test_a_stop_lets_the_learners_save_commit_when_it_outlasts_the_grace(tmp_path):
+    # A loaded machine's save outlasted the stop's grace: killed, it left a temporary directory
+    # and no checkpoint of the step the run stopped at.
+    program = jd.Program("learn")
+    with program.group("learner"):
+        program.add_node(jd.CourierNode(ln.SlowCommitLearner, ln.LOGIC, ln.RegressionBatches(limit=7),
+                                        publishing=NO_METRICS, checkpointing=CheckpointOptions(save_every_steps=5)))
+    running = jd.launch(program, launcher="processes", run_dir=str(tmp_path), echo=False, grace=0.5,
+                        interrupt_after=0.2, resources={"learner": {"env": env()}})
+    try:
+        wait_until(lambda: client_of(running).status()["step"] == 7, what="step 7")
+    finally:
+        running.stop()
+    assert saved_steps(tmp_path) == [5, 7]
+    assert not [name for name in os.listdir(checkpoint_dir(tmp_path, "learner/0")) if "tmp" in name]
+    assert "learner/0: stopped at step 7: the program is stopping (checkpoint saved)" in node_log(tmp_path)
+    assert running.status()["learner/0"]["error"] is None
+
+
 def test_sigterm_saves_off_interval_exits_zero_and_a_relaunch_resumes_there(tmp_path):
     # The source runs dry after 23 batches, so the node sits at step 23 when SIGTERM comes.
     running = launch_learner(tmp_path, ln.RegressionBatches(limit=23),

@@ -76,6 +76,23 @@ class Stubborn:
                 pass
 
 
+class SavesAtStop:
+    """Saves for `seconds` once stopped (as a learner's checkpoint at the stop), then writes
+    "saved" to `path`; it takes no other notice of the stop's SIGTERM or interrupt."""
+
+    def __init__(self, path: str, seconds: float) -> None:
+        self._path, self._seconds = path, seconds
+
+    def run(self) -> None:
+        jd.wait_for_stop()
+        with jd.saving_checkpoint():
+            with open(self._path, "w") as marker:
+                marker.write("saving")
+            time.sleep(self._seconds)
+            with open(self._path, "w") as marker:
+                marker.write("saved")
+
+
 class WithGrandchild:
     """Starts a long-lived subprocess of its own, so a stop must reach its whole tree."""
 

@@ -15,7 +15,7 @@ import numpy as np
 import optax
 
 from jaxdist.learning import parallel
-from jaxdist.nodes.learner import LearnerLogic
+from jaxdist.nodes.learner import Learner, LearnerLogic
 
 FEATURES, HIDDEN = 4, 16
 _TX = optax.adam(1e-2)
@@ -59,6 +59,24 @@ def make_batch(index: int, batch_size: int, seed: int = 0) -> dict:
     rng = np.random.default_rng((seed, index))
     x = rng.normal(size=(batch_size, FEATURES)).astype(np.float32)
     return {"x": x, "y": np.sin(x.sum(-1)).astype(np.float32)}
+
+
+class SlowCommitLearner(Learner):
+    """A learner whose saves take `COMMIT_DELAY` seconds longer to commit, as on a loaded
+    machine: longer than the stop's grace of the tests that launch it."""
+
+    COMMIT_DELAY = 3.0
+
+    def _checkpoints(self, options):
+        checkpointing = super()._checkpoints(options)
+        commit = checkpointing.wait
+
+        def slow_commit() -> None:
+            time.sleep(self.COMMIT_DELAY)
+            commit()
+
+        checkpointing.wait = slow_commit
+        return checkpointing
 
 
 @dataclasses.dataclass

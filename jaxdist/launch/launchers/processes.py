@@ -7,6 +7,9 @@ Each child leads a process group, so a stop reaches its whole tree: the stop mes
 SIGTERM, a grace period, then SIGKILL of every process below it. Nodes that stop first
 (`Node.stops_first()`: learners) are stopped, and waited for, before the rest, so a learner
 saving at a step agreed across hosts still has its actors and queues feeding it.
+A node saving the checkpoint its next life restores (`context.saving_checkpoint`, over the same
+pipe) is not killed when its grace is over but given up to `save_grace` from the save's start:
+cut, the save leaves no checkpoint of the step the run stopped at.
 
 Nodes serve on Unix sockets in a private directory (0700, made for the launch and removed after
 it), not on ports of 127.0.0.1: a port is free for any local user to take while its node
@@ -55,6 +58,7 @@ def launch(
     restart: dict[str, Restart] | None = None,
     token: str | None = None,
     grace: float = 10.0,
+    save_grace: float = 300.0,
     interrupt_after: float = 2.0,
     echo: bool = True,
     start_timeout: float = 300.0,
@@ -81,7 +85,8 @@ def launch(
     preflight.check_shippable(program)
     run_dir = preflight.prepare_run_dir(program, run_dir)
     running = _ProcessesRunning(program, run_dir, token or preflight.new_token(), resources, policies, grace,
-                                restart, socket_dir=None if addresses else tempfile.mkdtemp(prefix="jaxdist-"))
+                                save_grace, restart,
+                                socket_dir=None if addresses else tempfile.mkdtemp(prefix="jaxdist-"))
     running.fix_addresses(units, addresses or {}, bind_host)
     running.host_index = host_index
     run_lock = RunLock(run_dir, host_index)
@@ -115,6 +120,7 @@ class _Child:
         self.running_since: float | None = None
         self.failure: str | None = None  # the traceback a child reported before dying
         self.leaving = False  # removed by `scale`: its exit is neither a finish nor a crash
+        self.saving_since: float | None = None  # when the checkpoint save under way began
 
 
 class _ProcessesRunning(Running):
@@ -128,6 +134,7 @@ class _ProcessesRunning(Running):
         resources: dict[str, dict[str, Any]],
         policies: dict[str, Restart],
         grace: float,
+        save_grace: float,
         restart: dict[str, Restart] | None = None,
         socket_dir: str | None = None,
     ) -> None:
@@ -136,7 +143,7 @@ class _ProcessesRunning(Running):
         self._socket_dir = socket_dir
         self._program, self._restart = program, restart
         self._resources = resources
-        self._grace = grace
+        self._grace, self._save_grace = grace, save_grace
         self._children = {
             unit.name: _Child(unit.name, label, unit, policies[unit.name]) for label, unit in program.units()
         }
@@ -203,6 +210,7 @@ class _ProcessesRunning(Running):
         process.start()
         child_end.close()
         child.process, child.conn, child.stage, child.failure = process, parent_end, "spawned", None
+        child.saving_since = None
 
     # The monitor ----------------------------------------------------------------------------
 
@@ -246,6 +254,8 @@ class _ProcessesRunning(Running):
             child.stage = "constructed"
             if self._started.is_set():
                 self._run_child(child)
+        elif kind == "saving":
+            child.saving_since = time.monotonic() if body[0] else None
         elif child.leaving:  # its end, however it comes, is the removal's
             return True
         elif kind == "finished":
@@ -405,9 +415,10 @@ class _ProcessesRunning(Running):
             shutil.rmtree(self._socket_dir, ignore_errors=True)
 
     def _stop_children(self, children: list[_Child]) -> None:
-        """Stop message and SIGTERM, `grace` seconds, then SIGKILL of every tree; nodes that
-        stop first (learners) get their own `grace` before the others are told. Only the
-        monitor reaps children (two threads joining one process lose its exit code)."""
+        """Stop message and SIGTERM, `grace` seconds (a save under way: up to `save_grace` from its
+        start), then SIGKILL of every tree; nodes that stop first (learners) get their own `grace`
+        before the others are told. Only the monitor reaps children (two threads joining one
+        process lose its exit code)."""
         first = [child for child in children if child.node.stops_first()]
         for phase in (first, [child for child in children if child not in first]):
             for child in phase:
@@ -417,19 +428,32 @@ class _ProcessesRunning(Running):
             self._wait_for_exits(phase, time.monotonic() + self._grace)
         for child in children:
             if not _exited(child.process):
+                if child.saving_since is not None:
+                    print(f"[launcher] {child.name} was killed {time.monotonic() - child.saving_since:.0f} s into "
+                          f"saving its checkpoint (save_grace={self._save_grace:g} s): a relaunch restores its last "
+                          f"complete one", flush=True)
                 signal_tree(child.process.pid, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(child.process.pid, signal.SIGKILL)  # anything its tree left in its group
         self._wait_for_exits(children, None)
 
     def _wait_for_exits(self, children: list[_Child], deadline: float | None) -> None:
-        pending = [child.process.sentinel for child in children]
+        """Until every child exited, or, with a `deadline`, until each still running is past it
+        (a child saving its checkpoint: past `save_grace` from the save's start)."""
+        pending = {child.process.sentinel: child for child in children}
         while pending:
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = multiprocessing.connection.wait(pending, timeout)
-            if not ready:
-                return
-            pending = [sentinel for sentinel in pending if sentinel not in ready]
+            timeout = None
+            if deadline is not None:
+                until = max(self._stop_deadline(child, deadline) for child in pending.values())
+                if time.monotonic() >= until:
+                    return
+                timeout = min(max(0.0, until - time.monotonic()), 0.2)  # a save may begin or end meanwhile
+            for sentinel in multiprocessing.connection.wait(list(pending), timeout):
+                del pending[sentinel]
+
+    def _stop_deadline(self, child: _Child, deadline: float) -> float:
+        saving_since = child.saving_since
+        return deadline if saving_since is None else max(deadline, saving_since + self._save_grace)
 
 
 def _exited(process: multiprocessing.Process) -> bool:

@@ -91,6 +91,7 @@ def launch(
     restart: dict[str, Restart] | None = None,
     token: str | None = None,
     grace: float = 10.0,
+    save_grace: float = 300.0,
     interrupt_after: float = 2.0,
     echo: bool = True,
     start_timeout: float = 300.0,
@@ -135,7 +136,8 @@ def launch(
         if owns_connection and ray.is_initialized():
             ray.shutdown()
         raise
-    running = _RayRunning(program, run_dir, token or preflight.new_token(), grace, ray, group, owns_connection)
+    running = _RayRunning(program, run_dir, token or preflight.new_token(), (grace, save_grace), ray, group,
+                          owns_connection)
     running.hold_until_over(run_lock)
     try:
         running.start(layout, resources, restart, (host, tls_dir), distributed, (echo, interrupt_after, start_timeout))
@@ -291,12 +293,12 @@ class _Unit:
 
 
 class _RayRunning(Running):
-    def __init__(self, program: Program, run_dir: str, token: str, grace: float, ray: Any, group: Any,
-                 owns_connection: bool) -> None:
+    def __init__(self, program: Program, run_dir: str, token: str, graces: tuple[float, float], ray: Any,
+                 group: Any, owns_connection: bool) -> None:
         super().__init__(program.name, [unit.name for _, unit in program.units()], run_dir)
         self.token = token
         self._program = program
-        self._grace = grace
+        self._graces = graces  # (grace, save_grace), as under `processes`
         self._ray = ray
         self._group = group
         self._owns_connection = owns_connection
@@ -338,7 +340,8 @@ class _RayRunning(Running):
         strategy = PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=bundle)
         unit.make_actor = functools.partial(self._actor_class.options(
             scheduling_strategy=strategy, max_concurrency=4, **_actor_options(self._resources.get(unit.label, {})),
-        ).remote, payload, self._main, unit.name, self.run_dir, self.token, policies, self._grace, *self._serving)
+        ).remote, payload, self._main, unit.name, self.run_dir, self.token, policies, self._graces,
+                    *self._serving)
         unit.actor = unit.make_actor()
 
     def _start_units(self, units: list[_Unit]) -> bool:
@@ -533,7 +536,7 @@ class _RayRunning(Running):
         for unit in units:
             unit.leaving = True
         calls = [call for call in (_quietly(unit.actor.stop.remote) for unit in units if not unit.lost) if call is not None]
-        self._ray.wait(calls, num_returns=len(calls), timeout=2 * self._grace + 10)
+        self._ray.wait(calls, num_returns=len(calls), timeout=self._stop_timeout())
         for unit in units:
             _quietly(self._ray.kill, unit.actor, no_restart=True)
         _wait_until_dead(self._ray, [unit.actor for unit in units])
@@ -541,6 +544,11 @@ class _RayRunning(Running):
         self._forget([unit.name for unit in units])
 
     # Stopping ---------------------------------------------------------------------------------
+
+    def _stop_timeout(self) -> float:
+        """How long a unit's stop may take in its actor: two phases' grace, a save's, a margin."""
+        grace, save_grace = self._graces
+        return 2 * grace + save_grace + 10
 
     def _shut_down(self) -> None:
         """Nodes that stop first (learners), then the rest, each unit's stop as under `processes`
@@ -555,7 +563,7 @@ class _RayRunning(Running):
         for phase in (first, [unit for unit in units if unit not in first]):
             calls = [_quietly(unit.actor.stop.remote) for unit in phase if not unit.lost]
             calls = [call for call in calls if call is not None]
-            self._ray.wait(calls, num_returns=len(calls), timeout=2 * self._grace + 10)
+            self._ray.wait(calls, num_returns=len(calls), timeout=self._stop_timeout())
         for unit in units:
             _quietly(self._ray.kill, unit.actor, no_restart=True)
         _wait_until_dead(self._ray, [unit.actor for unit in units])
@@ -605,11 +613,12 @@ class UnitActor:
     child process of the actor, held between bind and construct until every actor has bound."""
 
     def __init__(self, payload: bytes, main: dict[str, Any], name: str, run_dir: str, token: str,
-                 policies: dict[str, Restart], grace: float, bind_host: str, tls_dir: str | None) -> None:
+                 policies: dict[str, Restart], graces: tuple[float, float], bind_host: str,
+                 tls_dir: str | None) -> None:
         _import_main(main)
         program = pickle.loads(payload)
         self._name = name
-        self._run_dir, self._token, self._policies, self._grace = run_dir, token, policies, grace
+        self._run_dir, self._token, self._policies, self._graces = run_dir, token, policies, graces
         self._program = program
         self._bind_host = _resolve_bind_host(bind_host)
         if tls_dir:  # this host's certificate, for the node's process (it inherits the environment)
@@ -628,7 +637,7 @@ class UnitActor:
         `addresses`: the program's table, when this actor stands in for one that died: the
         unit binds its old addresses again (once its old process let them go)."""
         running = self._running = _HeldRunning(self._program, self._run_dir, self._token, resources,
-                                               self._policies, self._grace)
+                                               self._policies, *self._graces)
         running.fix_addresses([self._name], {}, None)
         unit = next(unit for _, unit in self._program.units() if unit.name == self._name)
         placeholders = {name: f"{self._bind_host}:0" for name in placement_module.serving_names(unit)}

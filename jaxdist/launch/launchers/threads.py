@@ -32,6 +32,7 @@ def launch(
     resources: dict[str, dict[str, Any]] | None = None,
     token: str | None = None,
     grace: float = 10.0,
+    save_grace: float = 300.0,
     interrupt_after: float = 2.0,
     echo: bool = True,
 ) -> Running:
@@ -39,7 +40,8 @@ def launch(
     preflight.check_program(program)
     preflight.check_resources(program, resources, supported={})
     run_dir = preflight.prepare_run_dir(program, run_dir)
-    running = _ThreadsRunning(program, run_dir, token or preflight.new_token(), grace, interrupt_after, echo)
+    running = _ThreadsRunning(program, run_dir, token or preflight.new_token(), (grace, save_grace),
+                              interrupt_after, echo)
     run_lock = RunLock(run_dir)
     running.hold_until_over(run_lock)
     try:
@@ -52,12 +54,13 @@ def launch(
 
 class _ThreadsRunning(Running):
     def __init__(
-        self, program: Program, run_dir: str, token: str, grace: float, interrupt_after: float, echo: bool
+        self, program: Program, run_dir: str, token: str, graces: tuple[float, float], interrupt_after: float,
+        echo: bool,
     ) -> None:
         nodes = [unit for _, unit in program.units()]
         super().__init__(program.name, [node.name for node in nodes], run_dir)
         self.token = token
-        self._grace, self._interrupt_after = grace, interrupt_after
+        (self._grace, self._save_grace), self._interrupt_after = graces, interrupt_after
         self._executables: dict[str, Executable] = {
             node.name: node.executable(NodeContext(node.name, run_dir, token)) for node in nodes
         }
@@ -133,12 +136,12 @@ class _ThreadsRunning(Running):
         self._stop_event.set()
         self._constructed.abort()
         deadline = time.monotonic() + self._grace
-        busy = self._wait_threads(time.monotonic() + self._interrupt_after)
-        if busy:
+        busy = self._wait_threads(min(deadline, time.monotonic() + self._interrupt_after))
+        if busy and not context.saves_under_way():  # a save under way is let commit
             self._clients.close_all()
             for thread in busy:
                 raise_in_thread(thread, KeyboardInterrupt)
-            busy = self._wait_threads(deadline)
+        busy = self._wait_threads_or_save(deadline)
         self._shut_down_executables()
         self._clients.close_all()
         self._output.uninstall()
@@ -146,6 +149,15 @@ class _ThreadsRunning(Running):
         if busy:
             names = ", ".join(thread.name for thread in busy)
             log.warning("threads of nodes %s did not stop within %.0f s and were left running", names, self._grace)
+
+    def _wait_threads_or_save(self, deadline: float) -> list[threading.Thread]:
+        """The threads still running at `deadline`, or, while a checkpoint save runs in this
+        process, when it ends (up to `save_grace` past `deadline`)."""
+        save_deadline = deadline + self._save_grace
+        busy = self._wait_threads(deadline)
+        while busy and context.saves_under_way() and time.monotonic() < save_deadline:
+            busy = self._wait_threads(min(save_deadline, time.monotonic() + 0.2))
+        return busy
 
     def _wait_threads(self, deadline: float) -> list[threading.Thread]:
         with self._starting:

@@ -258,22 +258,23 @@ class Learner:
 
     def _finish(self, reason: str) -> None:
         """Save at the current step (off the interval if need be), publish, flush; for run()."""
-        with self._lock:
-            if self._checkpointing is not None:
-                self._checkpointing.save(self._step, self._train)
-            self._publishing.finish(self._step, self._train)
-        # A stop interrupts run() with KeyboardInterrupt after a while: let the save commit.
-        for attempt in range(3):
-            try:
+        with context.saving_checkpoint():  # not cut by the stop's interrupt, nor killed at its grace
+            with self._lock:
                 if self._checkpointing is not None:
-                    self._checkpointing.wait()
-                self._publishing.drain()
-                if hasattr(self._after_update, "flush"):
-                    self._after_update.flush()
-                break
-            except KeyboardInterrupt:
-                if attempt == 2:
-                    raise
+                    self._checkpointing.save(self._step, self._train)
+                self._publishing.finish(self._step, self._train)
+            # A stop's interrupt (KeyboardInterrupt) that raced the save's start: let the save commit.
+            for attempt in range(3):
+                try:
+                    if self._checkpointing is not None:
+                        self._checkpointing.wait()
+                    self._publishing.drain()
+                    if hasattr(self._after_update, "flush"):
+                        self._after_update.flush()
+                    break
+                except KeyboardInterrupt:
+                    if attempt == 2:
+                        raise
         saved = " (checkpoint saved)" if self._checkpointing is not None else ""
         print(f"{self.name}: stopped at step {self._step}: {reason}{saved}", flush=True)
 

@@ -62,6 +62,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from jaxdist import courier
+from jaxdist.launch import context
 from jaxdist.launch.restart import Restart
 from jaxdist.nodes.replay.client import BUSY, DEFAULT_TABLE, MAX_SERVER_WAIT, NOT_READY
 from jaxdist.nodes.replay.tables import (Table, TableSpec, insert_rows_into, rows_of_batch, rows_of_item,
@@ -390,7 +391,8 @@ class _Saver:
             self._thread.join()
         try:
             if final_save:
-                self.save()
+                with context.saving_checkpoint():
+                    self.save()
         finally:
             self._checkpointer.close()
 
