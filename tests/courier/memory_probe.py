@@ -3,18 +3,21 @@
 `python memory_probe.py server [TOKEN]` prints its address and serves until stdin closes;
 `python memory_probe.py client ADDRESS MB socket|shared` echoes an MB-sized float32 array
 through it and prints JSON with both processes' peak resident memory growth during the call
-and, after it, their anonymous (private) memory growth and the growth of /dev/shm's use: shared
-pages count in the resident set of every process that maps them, so through shared memory the
-memory a call adds is anonymous memory plus the segments.
+and, after it, their anonymous (private) memory growth and the growth of the two processes'
+segments in /dev/shm: shared pages count in the resident set of every process that maps them, so
+through shared memory the memory a call adds is anonymous memory plus the segments. (Their own
+segments, by the creator's pid in the name: other processes' come and go in /dev/shm meanwhile.)
 """
 
 import json
 import os
+import re
 import sys
 
 import numpy as np
 
 from jaxdist import courier
+from jaxdist.courier import shared_memory
 
 
 def resident_mb(field: str) -> float:
@@ -31,9 +34,18 @@ def reset_peak() -> float:
     return resident_mb("VmRSS")
 
 
-def shm_used_mb() -> float:
-    stats = os.statvfs("/dev/shm")
-    return (stats.f_blocks - stats.f_bfree) * stats.f_frsize / (1 << 20)
+def segments_mb(pids: set[int]) -> float:
+    """The memory that the segments made by processes `pids` take in /dev/shm."""
+    name = re.compile(rf"{shared_memory.PREFIX}\d+-(\d+)-[0-9a-f]{{16}}")
+    used = 0
+    for entry in os.scandir(shared_memory.DIRECTORY):
+        match = name.fullmatch(entry.name)
+        if match and int(match.group(1)) in pids:
+            try:
+                used += entry.stat(follow_symlinks=False).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return used / (1 << 20)
 
 
 class Echo:
@@ -53,6 +65,9 @@ class Echo:
     def echo(self, value):
         return value
 
+    def pid(self) -> int:
+        return os.getpid()
+
 
 def main() -> None:
     if sys.argv[1] == "server":
@@ -66,13 +81,14 @@ def main() -> None:
     array = np.ones(megabytes << 18, np.float32)
     client.reset_peak()
     client.echo(np.ones(4, np.float32))  # warm the connection before measuring
-    baseline, anon_baseline, shm_baseline = reset_peak(), resident_mb("RssAnon"), shm_used_mb()
+    pids = {os.getpid(), client.pid()}
+    baseline, anon_baseline, shm_baseline = reset_peak(), resident_mb("RssAnon"), segments_mb(pids)
     echoed = client.echo(array)
     client_growth = resident_mb("VmHWM") - baseline
     assert echoed.shape == array.shape and float(echoed[-1]) == 1.0
     print(json.dumps({"client_mb": client_growth, "server_mb": client.peak_growth_mb(),
                       "client_anon_mb": resident_mb("RssAnon") - anon_baseline,
-                      "server_anon_mb": client.anon_growth_mb(), "shm_mb": shm_used_mb() - shm_baseline}))
+                      "server_anon_mb": client.anon_growth_mb(), "shm_mb": segments_mb(pids) - shm_baseline}))
 
 
 if __name__ == "__main__":
