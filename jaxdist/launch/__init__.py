@@ -48,7 +48,7 @@ def launch(program: Program, launcher: str = "processes", **options: Any) -> Run
         token: the courier secret every node's server requires (default: a random one).
         grace: seconds a stop gives nodes to return from run() (10).
         save_grace: seconds more a stop gives a node saving the checkpoint its next life restores
-        (``jd.saving_checkpoint()``: learners, replay), from the save's start (300).
+        (``jd.saving_checkpoint()``: learners, replay, ES), from the save's start (300).
         interrupt_after: seconds after which a node still running at the stop is interrupted (2).
         echo: print each node's output, prefixed with its name (True).
         resources: refused: threads share one process.

@@ -80,7 +80,8 @@ class Master:
                           search.env_steps) and config.stop_at_target:
                     break
         finally:
-            search.save()
+            with jd.saving_checkpoint():
+                search.save()
             search.close()
             metrics.close()
             evaluations.close()
