@@ -116,7 +116,8 @@ def test_a_stop_lets_the_learners_save_commit_when_it_outlasts_the_grace(tmp_pat
     with program.group("learner"):
         program.add_node(jd.CourierNode(ln.SlowCommitLearner, ln.LOGIC, ln.RegressionBatches(limit=7),
                                         publishing=NO_METRICS, checkpointing=CheckpointOptions(save_every_steps=5)))
-    running = jd.launch(program, launcher="processes", run_dir=str(tmp_path), echo=False, grace=0.5,
+    # The grace covers the start of the save, even on a loaded machine, not its commit.
+    running = jd.launch(program, launcher="processes", run_dir=str(tmp_path), echo=False, grace=1.5,
                         interrupt_after=0.2, resources={"learner": {"env": env()}})
     try:
         wait_until(lambda: client_of(running).status()["step"] == 7, what="step 7")
