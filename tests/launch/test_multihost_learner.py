@@ -137,6 +137,9 @@ def wait_for_rows(processes, metrics, what: str, condition) -> None:
         time.sleep(0.5)
 
 
+LAST_UPDATE = 120
+
+
 @pytest.mark.timeout(600)
 def test_sigterm_to_every_process_of_both_hosts_saves_one_step_a_relaunch_restores_on_both_and_runs_to_its_end(tmp_path):
     """Each launcher stops its learner first, still fed by its actors, so both reach the step
@@ -146,8 +149,9 @@ def test_sigterm_to_every_process_of_both_hosts_saves_one_step_a_relaunch_restor
     program after its last update, unevaluated). The evaluator, in a process of its own, saves
     the best policy (before, beside the learner, it saved none)."""
     run_dir, restores, base_port = tmp_path / "run", tmp_path / "restores", reserve_base_port()
-    # 40 updates of 2 actors x 16 envs x 32 steps
-    flags = ("--checkpoint-every-updates", "100000", "--total-steps", str(40 * 1024))
+    # 120 updates of 2 actors x 16 envs x 32 steps: metrics rows reach the file every 5 s, when a quiet
+    # machine has trained 40 updates or more; the SIGTERM must come well before the last one
+    flags = ("--checkpoint-every-updates", "100000", "--total-steps", str(LAST_UPDATE * 1024))
     metrics = run_dir / "metrics.csv"
     with loopback_hosts() as (hosts, prefixes):
         processes = start_hosts(hosts, prefixes, run_dir, base_port, *flags)
@@ -173,11 +177,11 @@ def test_sigterm_to_every_process_of_both_hosts_saves_one_step_a_relaunch_restor
                                 environ=observed_environment(str(restores)))
         out0, out1 = finish(processes, timeout=300)
     assert processes[0][0].returncode == 0 and processes[1][0].returncode == 0, out0[-3000:] + out1[-3000:]
-    assert "of learner version 40 (the final policy)" in out0, out0[-3000:]
-    assert ("host 1 stopped: host 0 stopped the program: training is over: its final policy, version 40, was "
-            "evaluated (node 'evaluator/0')") in out1, out1[-3000:]
+    assert f"of learner version {LAST_UPDATE} (the final policy)" in out0, out0[-3000:]
+    assert (f"host 1 stopped: host 0 stopped the program: training is over: its final policy, version {LAST_UPDATE}, "
+            f"was evaluated (node 'evaluator/0')") in out1, out1[-3000:]
     evaluations = read_metrics(run_dir / "evaluations.csv")
-    assert evaluations[-1]["step"] == 40
+    assert evaluations[-1]["step"] == LAST_UPDATE
     best = max(evaluations, key=lambda row: row["mean_return"])
     assert load_policy(str(run_dir), best=True).step == best["step"]
     for host in (0, 1):
