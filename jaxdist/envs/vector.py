@@ -9,8 +9,8 @@ with gymnasium's autoreset boundary made explicit so that no learner trains acro
 Backends: ``"vector"`` (the env's own vectorized implementation, ``make_vec(...,
 vectorization_mode="vector_entry_point")``: no Python per env; CartPole has one),
 ``"sync"`` (``SyncVectorEnv``), ``"async"`` (``AsyncVectorEnv`` with shared memory, workers
-from a ``forkserver`` so that none is forked from a process that already runs JAX or gRPC
-threads), ``"envpool"`` (when EnvPool is installed), and ``"auto"``: EnvPool for its Atari games
+spawned so that none is forked from a process that already runs JAX or gRPC threads; not
+from multiprocessing's forkserver, the launchers' own, of which a process has one), ``"envpool"`` (when EnvPool is installed), and ``"auto"``: EnvPool for its Atari games
 (``jaxdist.envs.atari``), vector when the env has a vector entry point, else sync; never a choice
 that depends on what else is installed, so one command plays the same envs on every machine.
 ``"jax"`` is not gymnasium's: the env's JAX version (``jaxdist.envs.jax_envs``) played with the actor's policy a whole trajectory per
@@ -66,7 +66,7 @@ class EnvSpec:
     num_envs: int = 8
     backend: str = "auto"
     kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    async_context: str = "forkserver"
+    async_context: str = "spawn"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

@@ -9,9 +9,10 @@ backend, and every fork shares their pages.
 A fork inherits the forkserver's environment and standard streams, not the launcher's, so each
 child is handed what a spawned one would have inherited (`Inheritance`: the launcher's
 environment at that moment with its group's variables, its stdout and stderr) and takes it
-before anything reads it. JAX reads its ``JAX_*`` variables at import: the forkserver starts
-without them, so that its JAX holds its defaults, and the child applies its own to JAX's config
-as a fresh import would have read them. ``XLA_FLAGS`` and the accelerators' variables are read
+before anything reads it. JAX reads its ``JAX_*`` variables at import: the forkserver drops
+them first, so that its JAX holds its defaults, and the child applies its own to JAX's config
+as a fresh import would have read them (`forkserver_preload` prepares the forkserver: those
+variables, and the signals it ignores). ``XLA_FLAGS`` and the accelerators' variables are read
 when JAX's backend starts, in the child.
 
 glibc reads ``MALLOC_ARENA_MAX`` once, when a process first allocates: a fork keeps its
@@ -24,7 +25,6 @@ directory), as the nodes' own sockets are; what arrives there is a node pickled 
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import multiprocessing
 import multiprocessing.context
@@ -34,9 +34,9 @@ import signal
 import sys
 import threading
 from multiprocessing import reduction
-from typing import Any, Iterator
+from typing import Any
 
-PRELOAD = ["jaxdist.launch.worker", "numpy", "jax", "flax.linen", "optax", "grpc", "msgpack"]
+PRELOAD = ["jaxdist.launch.forkserver_preload", "jaxdist.launch.worker", "numpy", "jax", "flax.linen", "optax", "grpc", "msgpack"]
 """What nodes import that leaves no trace a fresh process would not have (Orbax's import adds a
 handler to the root logger: a node that never saves would log twice)."""
 
@@ -51,32 +51,19 @@ experiments/benchmarks/malloc_arenas.py (0.88x-1.01x on two cores)."""
 _M_ARENA_MAX = -8  # mallopt's parameter number, from glibc's malloc.h
 _TRUE, _FALSE = ("y", "yes", "t", "true", "on", "1"), ("n", "no", "f", "false", "off", "0")
 _start_lock = threading.Lock()
-_started_by: int | None = None  # the process that started its forkserver (a fork has none)
 
 
 def context(start_method: str = "forkserver") -> multiprocessing.context.BaseContext:
-    """The context node processes start from: a forkserver's, running with the modules loaded,
-    or `start_method`'s (a spawned child imports them itself; `Inheritance` serves both)."""
+    """The context node processes start from: a forkserver's, running with the modules loaded
+    (started again, the same, if it died), or `start_method`'s (a spawned child imports them
+    itself; `Inheritance` serves both)."""
     if start_method != "forkserver":
         return multiprocessing.get_context(start_method)
     forkserver = multiprocessing.get_context("forkserver")
     with _start_lock:
-        if _started_by != os.getpid():
-            _start(forkserver)
-        multiprocessing.forkserver.ensure_running()  # again only if it died: then as it is
+        forkserver.set_forkserver_preload(PRELOAD)
+        multiprocessing.forkserver.ensure_running()
     return forkserver
-
-
-def _start(forkserver: multiprocessing.context.BaseContext) -> None:
-    global _started_by
-    forkserver.set_forkserver_preload(PRELOAD)
-    saved = {name: os.environ.pop(name) for name in list(os.environ) if name.startswith("JAX_")}
-    try:
-        with _ignored_by_the_forkserver():
-            multiprocessing.forkserver.ensure_running()
-    finally:
-        os.environ.update(saved)
-    _started_by = os.getpid()
 
 
 class Inheritance:
@@ -152,23 +139,3 @@ def _parsed(variable: str, text: str, kind: object) -> object:
     if kind in (int, float):
         return kind(text)  # type: ignore[operator]
     return text
-
-
-@contextlib.contextmanager
-def _ignored_by_the_forkserver() -> Iterator[None]:
-    """The forkserver starts ignoring SIGINT and SIGTERM (signals ignored at exec stay ignored).
-    Every node process is its child and learns of its exit through it: a Ctrl-C at the terminal,
-    or a SIGTERM to every process of the job (a cluster's cancel), must leave it to the launcher,
-    who stops the program in order. Its forks start ignoring SIGINT too, until the worker takes
-    it back once the node leads a process group of its own (a Ctrl-C while they start is the
-    launcher's); they take SIGTERM back at once. Only the main thread may set handlers: a
-    forkserver restarted from another starts with the launcher's."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {number: signal.signal(number, signal.SIG_IGN) for number in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)

@@ -71,6 +71,59 @@ def test_a_sigterm_to_the_forkserver_leaves_the_program_running(tmp_path):
         assert counter.increment() == 1
 
 
+FORKSERVER_LIVES = """
+import json, os, signal, sys, threading, time
+import psutil
+sys.path.insert(0, %r)
+import jaxdist as jd, launch_nodes as nodes
+from jaxdist.envs.vector import EnvSpec
+
+def launch(run_dir):
+    program = jd.Program("forkserver-lives")
+    program.add_node(jd.CourierNode(nodes.JaxReport), label="reporter")
+    return jd.launch(program, launcher="processes", run_dir=os.path.join(%r, run_dir), echo=False)
+
+def outlives_a_sigterm(running):
+    reporter = running.client("reporter/0")
+    forkserver = psutil.Process(reporter.pid()).parent()
+    forkserver.send_signal(signal.SIGTERM)
+    time.sleep(1.0)
+    return forkserver.status() != psutil.STATUS_ZOMBIE and running.status()["reporter/0"]["state"] == "running"
+
+if __name__ == "__main__":
+    with EnvSpec("CartPole-v1", 2, "async").make(seed=0) as env:  # its workers' start method first
+        env.reset()
+    first = threading.Thread(target=lambda: launch("from-a-thread").stop())
+    first.start(); first.join()
+    with launch("after-the-thread") as running:
+        started_in_a_thread = outlives_a_sigterm(running)
+        forkserver = psutil.Process(running.client("reporter/0").pid()).parent()
+    forkserver.kill()
+    while forkserver.status() != psutil.STATUS_ZOMBIE:  # dead, not yet reaped: ensure_running reaps it
+        time.sleep(0.05)
+    os.environ["JAX_ENABLE_X64"] = "1"
+    launch("restarted").stop()
+    del os.environ["JAX_ENABLE_X64"]
+    with launch("after-the-restart") as running:
+        restarted = outlives_a_sigterm(running)
+        x64 = running.client("reporter/0").report()["x64"]
+    print(json.dumps([started_in_a_thread, restarted, x64]))
+"""
+
+
+def test_the_forkserver_ignores_sigterm_and_jax_variables_however_it_was_started(tmp_path):
+    """The forkserver ignored SIGTERM only when a launch from the main thread had started it: one
+    started by async vector envs' workers (multiprocessing has one forkserver a process), from
+    another thread, or again after a kill, died of a cluster's cancel (the launcher then took
+    every node for dead), and a restarted one kept the launcher's ``JAX_*`` variables of that
+    moment for every node forked after."""
+    done = subprocess.run([sys.executable, "-c", FORKSERVER_LIVES % (SUPPORT, str(tmp_path))],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    started_in_a_thread, restarted, x64 = json.loads(done.stdout.strip().splitlines()[-1])
+    assert started_in_a_thread and restarted and x64 is False
+
+
 def test_forked_node_processes_draw_their_own_random_numbers_and_log_as_fresh_ones(tmp_path):
     program = jd.Program("fresh-state")
     with program.group("reporter"):

@@ -392,6 +392,9 @@ class JaxReport:
         return {"x64": jax.config.jax_enable_x64, "precision": jax.config.jax_default_matmul_precision,
                 "devices": len(jax.devices()), "late": os.environ.get("JAXDIST_LATE")}
 
+    def pid(self) -> int:
+        return os.getpid()
+
     def fresh_state(self) -> dict:
         """What a fresh process starts with that a careless fork would share or add."""
         import logging
