@@ -45,8 +45,8 @@ MALLOC_ARENA_MAX = 2
 default, eight per core). glibc gives each thread that allocates an arena of its own up to that
 limit, and each arena keeps what is freed in it: a learner's server, save and tensorstore threads
 spread its allocations over ever more arenas, and its resident memory climbs in steps for minutes.
-With two, its memory is flat and about a quarter smaller, for a speed cost within the noise of
-experiments/benchmarks/malloc_arenas.py (0.88x-1.01x on two cores)."""
+With two, its memory is flat over a long life (the soak's table in the checkpoints guide), at no
+speed cost experiments/benchmarks/malloc_arenas.py can find (the benchmarks page's table)."""
 
 _M_ARENA_MAX = -8  # mallopt's parameter number, from glibc's malloc.h
 _TRUE, _FALSE = ("y", "yes", "t", "true", "on", "1"), ("n", "no", "f", "false", "off", "0")

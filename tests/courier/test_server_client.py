@@ -358,8 +358,8 @@ def _echo_memory_growth(path: str) -> dict:
 def test_256mb_array_round_trip_keeps_memory_near_payload_size():
     """Each side holds about one copy of the payload beyond what it already had, not four."""
     growth = _echo_memory_growth("socket")
-    # About one copy a side: typically 1.1x the payload; a second copy would be 2x. The margin
-    # absorbs chunks gRPC buffers ahead when the machine is busy (1.29x seen once in a full run).
+    # About one copy a side, where a second copy would be 2x the payload; the margin absorbs
+    # chunks gRPC buffers ahead when the machine is busy.
     assert growth["client_mb"] < 1.5 * 256, growth  # the result: one payload, plus chunks
     assert growth["server_mb"] < 1.5 * 256, growth  # the request it holds, plus chunks
 

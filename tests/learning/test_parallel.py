@@ -157,7 +157,7 @@ def test_two_processes_of_four_devices_match_one_process_of_eight(runs, tmp_path
 def test_sigterm_runs_the_chained_handler_before_it_raises_the_flag():
     """A learner in a launched node checks the program's stop, then the SIGTERM flag: with the
     flag raised first, a SIGTERM could read as "preempted (SIGTERM)" before the worker's handler
-    had stopped the program (seen once in a loaded test run)."""
+    had stopped the program."""
     script = (
         "import os, signal\n"
         "from jaxdist.learning import parallel\n"

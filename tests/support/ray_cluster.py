@@ -24,10 +24,9 @@ def cluster():
 
 
 def _started_cluster(ray):
-    """Ray's second raylet now and then fails to register with the GCS within Ray's fixed 30 s
-    on this 2-core machine ("The current node timed out during startup": a CI run lost every
-    Ray test to it, and the same start succeeds in 7 s right after), so a failed start is torn
-    down and tried again, up to STARTS times."""
+    """Ray's second raylet can fail to register with the GCS within Ray's fixed 30 s on a loaded
+    machine ("The current node timed out during startup") where a second try of the same start
+    succeeds, so a failed start is torn down and tried again, up to STARTS times."""
     from ray.cluster_utils import Cluster
 
     for attempt in range(1, STARTS + 1):

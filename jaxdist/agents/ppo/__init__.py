@@ -108,20 +108,21 @@ PRESETS: Presets = {
     # Breakout's policy settles on a paddle that loses the ball (a mean near 13 at 10M env steps)
     # unless more entropy and a constant learning rate keep it exploring and improving.
     "Breakout-MinAtar": {**MINATAR, "target_return": 28.0, "ent_coef": 0.03, "anneal_lr": False},
-    # A JAX-backend actor plays a trajectory per dispatch, so more envs cost it little: 64, and
-    # fewer SGD steps an update (16 of 512), took the run to ~100k env steps/s and 475 as soon as
-    # 16 envs did (2026-11-27, 15 seeds: 2.9-4.4 s against 3.3-4.4 s at 27-46k env steps/s).
+    # A JAX-backend actor plays a trajectory per dispatch, so more envs cost it little: 64 raise
+    # the rate, and fewer SGD steps an update (16, each of 512 transitions) keep the learner, then
+    # the bottleneck, from holding the run back (measured runs: the benchmarks page, "PPO on
+    # CartPole-v1, JAX env backend").
     ("CartPole-v1", "jax"): {"envs_per_actor": 64, "epochs": 4, "minibatches": 4},
     # One JAX-backend actor of 8 envs outpaces the learner alone and starts one process fewer
-    # than two of 4: -250 in 8.3 s against 10.0 s (same hour), with data as fresh (2 versions).
+    # than two of 4, with data as fresh.
     ("Pendulum-v1", "jax"): {"num_actors": 1, "envs_per_actor": 8},
     # No velocities: a feed-forward policy cannot balance the pole; an LSTM remembers enough.
     "CartPoleNoVel-v1": {"target_return": 475.0, "core": "lstm", "core_size": 64, "hidden": (64,),
                          "num_actors": 1, "envs_per_actor": 16, "trajectory_length": 32, "epochs": 10,
                          "minibatches": 4, "total_steps": 200_000, "eval_every_updates": 5},
     # One actor and the default lag bound: the recurrent learner is slower than the feed-forward
-    # one, and with two actors and Pendulum-v1's bound of 2 versions a loaded machine's learner
-    # found every transition stale (nothing learned in 350k env steps; one actor: -245 at 91k).
+    # one, and with two actors and Pendulum-v1's bound of 2 versions a busy machine's learner can
+    # find every transition too stale to learn from.
     "PendulumNoVel-v1": {"target_return": -300.0, "core": "lstm", "core_size": 64, "hidden": (64,),
                          "num_actors": 1, "envs_per_actor": 16, "trajectory_length": 64, "total_steps": 1_000_000,
                          "gamma": 0.9, "gae_lambda": 0.95, "learning_rate": 1e-3, "epochs": 10, "minibatches": 4,
