@@ -1,25 +1,30 @@
-"""jaxdist's PPO beside what a user would pick instead, on this machine, seeds interleaved in one
-run. On CartPole-v1: Stable-Baselines3's PPO (PyTorch), a PureJaxRL-style single-file JAX loop
-on gymnax, and a JAX + gymnasium single-process loop; on CartPoleNoVel-v1 (no velocities: a
-policy needs memory) jaxdist's recurrent PPO beside SB3-contrib's RecurrentPPO (``peer_loops/``).
-Each peer runs in a venv of its own under ``--cache`` (made from the package registry on first
-use; peers of one library share one), each seed as a process of its own; jaxdist runs
-``experiments/ppo.py --env-id ENV --stop-at-target`` as a user would (the env's preset).
+"""jaxdist's agents beside what a user would pick instead, on this machine, seeds interleaved in
+one run. On CartPole-v1: Stable-Baselines3's PPO (PyTorch), a PureJaxRL-style single-file JAX
+loop on gymnax, and a JAX + gymnasium single-process loop; on CartPoleNoVel-v1 (no velocities: a
+policy needs memory) jaxdist's recurrent PPO beside SB3-contrib's RecurrentPPO; on Pendulum-v1
+jaxdist's SAC and TD3 beside SB3's, with the same hyperparameters where both have them
+(``peer_loops/``). Each peer runs in a venv of its own under ``--cache`` (made from the package
+registry on first use; peers of one library share one), each seed as a process of its own;
+jaxdist runs its agent's script (``experiments/ppo.py --env-id ENV --stop-at-target``, ...) as a
+user would (the env's preset).
 
-Every run stops at the first evaluation of the deterministic policy over 10 episodes at a mean
-return of 475 (jaxdist's evaluator runs beside training; the peers evaluate every 2,048 env
-steps, in the training loop; with ``--peer-timeout`` a peer still short of it is stopped then,
-and reports how far it got). The table: wall time from launch to that evaluation (start-up
-included), env steps then, steady env steps/s (from the first update on), peak resident memory
-of the run's process tree, and each peer's wall time over jaxdist's.
+Every run stops at the first evaluation of the deterministic policy over 10 episodes at the
+env's target mean return (jaxdist's evaluator runs beside training; the peers evaluate in their
+training loop, as often as jaxdist's preset does; with ``--peer-timeout`` a peer still short of
+it is stopped then, and reports how far it got). The table: wall time from launch to that
+evaluation (start-up included), env steps then, steady env steps/s (from the first update on),
+peak resident memory of the run's process tree, and each run's wall time over that of the
+jaxdist run it stands beside.
 
     python experiments/benchmarks/peers.py --seeds 0 1 2 --write
     python experiments/benchmarks/peers.py --env-id CartPoleNoVel-v1 --seeds 0 1 --write
+    python experiments/benchmarks/peers.py --env-id Pendulum-v1 --seeds 0 1 --write
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -37,16 +42,42 @@ from results import PAGE, REPO, commit, machine
 LOOPS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_loops")
 README = os.path.join(REPO, "README.md")
 SB3 = ["torch", "stable-baselines3", "sb3-contrib", "gymnasium"]
-PEERS = {  # env id: {name: (its venv under --cache, what it installs, its script in peer_loops/)}
-    "CartPole-v1": {
-        "Stable-Baselines3 PPO (PyTorch, CPU)": ("sb3", SB3, "sb3_ppo.py"),
+
+
+@dataclasses.dataclass(frozen=True)
+class Peer:
+    home: str  # its venv under --cache
+    packages: list[str]  # what that venv installs
+    loop: list[str]  # its script in peer_loops/ and the arguments before the seed
+    beside: str  # the jaxdist run its wall time is divided by
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    target: float  # the evaluation return every run stops at
+    jaxdist: dict[str, str]  # name: the agent whose script in experiments/ runs
+    peers: dict[str, Peer]
+    eval_every: int = 2048  # a peer's env steps (off-policy: updates) between evaluations, as jaxdist's preset
+
+
+COMPARISONS = {
+    "CartPole-v1": Comparison(475.0, {"jaxdist PPO (processes launcher)": "ppo"}, {
+        "Stable-Baselines3 PPO (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_ppo.py"], "jaxdist PPO (processes launcher)"),
         # gymnax imports six without asking for it
-        "PureJaxRL-style loop on gymnax": ("gymnax", ["jax", "optax", "gymnax", "six"], "gymnax_ppo.py"),
-        "JAX + gymnasium loop": ("jax-gymnasium", ["jax", "optax", "gymnasium"], "gymnasium_ppo.py")},
-    "CartPoleNoVel-v1": {"SB3-contrib RecurrentPPO (PyTorch, CPU)": ("sb3", SB3, "sb3_recurrent_ppo.py")},
+        "PureJaxRL-style loop on gymnax": Peer("gymnax", ["jax", "optax", "gymnax", "six"], ["gymnax_ppo.py"],
+                                               "jaxdist PPO (processes launcher)"),
+        "JAX + gymnasium loop": Peer("jax-gymnasium", ["jax", "optax", "gymnasium"], ["gymnasium_ppo.py"],
+                                     "jaxdist PPO (processes launcher)")}),
+    "CartPoleNoVel-v1": Comparison(475.0, {"jaxdist recurrent PPO (processes launcher)": "ppo"}, {
+        "SB3-contrib RecurrentPPO (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_recurrent_ppo.py"],
+                                                        "jaxdist recurrent PPO (processes launcher)")}),
+    "Pendulum-v1": Comparison(-200.0, {"jaxdist SAC (processes launcher)": "sac",
+                                       "jaxdist TD3 (processes launcher)": "td3"}, {
+        "Stable-Baselines3 SAC (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_off_policy.py", "sac"],
+                                                     "jaxdist SAC (processes launcher)"),
+        "Stable-Baselines3 TD3 (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_off_policy.py", "td3"],
+                                                     "jaxdist TD3 (processes launcher)")}, eval_every=500),
 }
-JAXDIST = {"CartPole-v1": "jaxdist PPO (processes launcher)",
-           "CartPoleNoVel-v1": "jaxdist recurrent PPO (processes launcher)"}
 
 
 def venv(cache: str, name: str, packages: list[str]) -> str:
@@ -117,15 +148,17 @@ def measure(command: list[str], cwd: str, env: dict[str, str],
     return done, peak[0], launched
 
 
-def run_peer(python: str, script: str, seed: int, timeout: float | None) -> dict:
-    done, peak, _ = measure([python, script, str(seed)], LOOPS, dict(os.environ, PYTHONPATH=LOOPS), timeout)
+def run_peer(python: str, peer: Peer, comparison: Comparison, seed: int, timeout: float | None) -> dict:
+    env = dict(os.environ, PYTHONPATH=LOOPS, PEERS_TARGET=repr(comparison.target),
+               PEERS_EVAL_EVERY=str(comparison.eval_every))
+    done, peak, _ = measure([python, *peer.loop, str(seed)], LOOPS, env, timeout)
     line = next(line for line in done.stdout.splitlines() if line.startswith("PEER_RESULT "))
     return dict(json.loads(line.split(" ", 1)[1]), peak_rss=peak)
 
 
-def run_jaxdist(env_id: str, seed: int, run_root: str) -> dict:
-    run_dir = os.path.join(run_root, f"jaxdist-seed{seed}")
-    command = [sys.executable, os.path.join(REPO, "experiments", "ppo.py"), "--env-id", env_id, "--seed", str(seed),
+def run_jaxdist(agent: str, env_id: str, seed: int, run_root: str) -> dict:
+    run_dir = os.path.join(run_root, f"jaxdist-{agent}-seed{seed}")
+    command = [sys.executable, os.path.join(REPO, "experiments", f"{agent}.py"), "--env-id", env_id, "--seed", str(seed),
                "--run-dir", run_dir, "--fresh", "--quiet", "--stop-at-target"]
     _, peak, _ = measure(command, REPO, dict(os.environ))
     with open(os.path.join(run_dir, "summary.json")) as f:
@@ -139,14 +172,15 @@ def median(values: list) -> str:
     return "-" if not values else f"{statistics.median(values):,.0f}" if max(values) >= 100 else f"{statistics.median(values):.1f}"
 
 
-def table(results: dict[str, dict[int, dict]], baseline: str, seeds: list[int], command: str) -> str:
+def table(results: dict[str, dict[int, dict]], comparison: Comparison, seeds: list[int], command: str) -> str:
     """One row a run kind, over the seeds it was measured for (``--no-run`` may find some not)."""
-    base = {seed: row["wall_time_to_target"] for seed, row in results[baseline].items()}
+    walls = {name: {seed: row["wall_time_to_target"] for seed, row in by_seed.items()} for name, by_seed in results.items()}
     lines = [f"Measured by `{command}` at commit `{commit()}` on {datetime.date.today()} ({machine()}; seeds "
              f"{', '.join(map(str, seeds))}, one run at a time, the peers' in turn per seed). Medians over the seeds "
              f"that reached the target; wall time from the launch, start-up included; the steady rate is training's "
              f"alone (a peer's evaluations run in its loop, jaxdist's evaluator beside it).", "",
-             "| run | reached 475 | wall time to target (s) | env steps to target | steady env steps/s | peak memory (MB) | wall time / jaxdist's |",
+             f"| run | reached {comparison.target:g} | wall time to target (s) | env steps to target | steady env steps/s "
+             f"| peak memory (MB) | wall time / jaxdist's |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, by_seed in results.items():
         if not by_seed:
@@ -154,6 +188,7 @@ def table(results: dict[str, dict[int, dict]], baseline: str, seeds: list[int], 
             continue
         rows = list(by_seed.values())
         times = [r["wall_time_to_target"] for r in rows]
+        base = walls[comparison.peers[name].beside if name in comparison.peers else name]
         ratio = [row["wall_time_to_target"] / base[seed] for seed, row in by_seed.items()
                  if row["wall_time_to_target"] is not None and base.get(seed) is not None]
         lines.append(f"| {name} | {sum(t is not None for t in times)} of {len(rows)} | {median(times)} | "
@@ -183,7 +218,7 @@ def write(path: str, env_id: str, text: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env-id", choices=sorted(PEERS), default="CartPole-v1")
+    parser.add_argument("--env-id", choices=sorted(COMPARISONS), default="CartPole-v1")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--cache", default=os.path.expanduser("~/.cache/jaxdist/peers"),
                         help="where the peers' venvs live (made on first use)")
@@ -191,7 +226,7 @@ def main() -> None:
                         help="the runs, and peers.jsonl: the runs done (delete it to measure afresh); "
                              "default runs/peers/ENV")
     parser.add_argument("--skip", nargs="*", default=[],
-                        choices=["jaxdist", *sorted({home for peers in PEERS.values() for home, _, _ in peers.values()})],
+                        choices=["jaxdist", *sorted({peer.home for c in COMPARISONS.values() for peer in c.peers.values()})],
                         help="kinds not to run this time (by their venv's name)")
     parser.add_argument("--peer-timeout", type=float, default=None,
                         help="stop a peer's run after this many seconds (it counts as not reaching the target, "
@@ -201,10 +236,11 @@ def main() -> None:
     parser.add_argument("--write", action="store_true",
                         help="write the table into docs/benchmarks.md (and the README, where it has the env's block)")
     args = parser.parse_args()
-    peers, jaxdist = PEERS[args.env_id], JAXDIST[args.env_id]
+    comparison = COMPARISONS[args.env_id]
+    names = [*comparison.jaxdist, *comparison.peers]
     run_root = args.run_root or os.path.join("runs", "peers", args.env_id)
-    pythons = {} if args.no_run else {name: venv(args.cache, home, packages) for name, (home, packages, _) in peers.items()
-                                      if home not in args.skip}
+    pythons = {} if args.no_run else {name: venv(args.cache, peer.home, peer.packages)
+                                      for name, peer in comparison.peers.items() if peer.home not in args.skip}
     record = os.path.join(run_root, "peers.jsonl")  # one line a run: a stopped comparison resumes
     done = {}
     if os.path.exists(record):
@@ -212,20 +248,21 @@ def main() -> None:
             done = {(row["name"], row["seed"]): row for row in map(json.loads, f)}
     os.makedirs(run_root, exist_ok=True)
     for seed in [] if args.no_run else args.seeds:
-        for name in [jaxdist, *peers]:
-            if (name, seed) in done or peers.get(name, ("jaxdist",))[0] in args.skip:
+        for name in names:
+            kind = comparison.peers[name].home if name in comparison.peers else "jaxdist"
+            if (name, seed) in done or kind in args.skip:
                 continue
             load = os.getloadavg()[0]  # the machine is shared: how busy it was, for the table
-            if name == jaxdist:
-                row = run_jaxdist(args.env_id, seed, run_root)
+            if name in comparison.jaxdist:
+                row = run_jaxdist(comparison.jaxdist[name], args.env_id, seed, run_root)
             else:
-                row = run_peer(pythons[name], peers[name][2], seed, args.peer_timeout)
+                row = run_peer(pythons[name], comparison.peers[name], comparison, seed, args.peer_timeout)
             done[name, seed] = row = dict(row, name=name, seed=seed, load=load)
             with open(record, "a") as f:
                 f.write(json.dumps(row) + "\n")
             print(f"seed {seed}: {name}: {row}", flush=True)
-    results = {name: {seed: done[name, seed] for seed in args.seeds if (name, seed) in done} for name in [jaxdist, *peers]}
-    text = table(results, jaxdist, args.seeds, "python experiments/benchmarks/peers.py " + " ".join(sys.argv[1:]))
+    results = {name: {seed: done[name, seed] for seed in args.seeds if (name, seed) in done} for name in names}
+    text = table(results, comparison, args.seeds, "python experiments/benchmarks/peers.py " + " ".join(sys.argv[1:]))
     print(text)
     if args.write:
         for path in (PAGE, README):

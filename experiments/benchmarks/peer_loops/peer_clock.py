@@ -1,5 +1,6 @@
 """What ``experiments/benchmarks/peers.py`` reads from a peer loop, the same for every loop (it
-imports nothing but the standard library, so each peer's venv has it): wall time from the
+imports nothing but the standard library, so each peer's venv has it), and what it tells one
+(the target return, ``PEERS_TARGET``, and how often to evaluate, ``PEERS_EVAL_EVERY``): wall time from the
 launch (``PEERS_LAUNCHED``) to the first evaluation at the target, env steps then, and the
 steady training rate from the first update on, printed as one ``PEER_RESULT`` line: at the end of
 the run, or when it is stopped (SIGTERM: a peer past the benchmark's time limit), as far as it
@@ -15,7 +16,9 @@ import sys
 import time
 from typing import Callable
 
-TARGET, EVAL_EPISODES, EVAL_EVERY, MAX_ENV_STEPS = 475.0, 10, 2048, 1_000_000
+TARGET = float(os.environ.get("PEERS_TARGET", "475"))
+EVAL_EVERY = int(os.environ.get("PEERS_EVAL_EVERY", "2048"))  # env steps (off-policy: updates) between evaluations
+EVAL_EPISODES, MAX_ENV_STEPS = 10, 1_000_000
 
 
 class Clock:
