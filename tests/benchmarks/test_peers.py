@@ -45,3 +45,20 @@ def test_a_peers_evaluations_count_towards_its_time_to_the_target_not_against_it
     result = json.loads(capsys.readouterr().out.split("PEER_RESULT ", 1)[1])
     assert result["steps_to_target"] == 1000 and result["wall_time_to_target"] >= 0.8
     assert 2_500 < result["steps_per_second"] <= 5_000  # 1,000 steps in 0.2 s of training, not in 0.8 s
+
+
+def test_each_peer_is_timed_against_the_jaxdist_run_it_stands_beside() -> None:
+    """On Pendulum-v1 two jaxdist agents run, SAC and TD3: SB3's SAC is divided by jaxdist's SAC,
+    its TD3 by jaxdist's TD3, never by whichever jaxdist run came first."""
+    from peers import COMPARISONS, table
+
+    comparison = COMPARISONS["Pendulum-v1"]
+    wall = {"jaxdist SAC (processes launcher)": 10.0, "jaxdist TD3 (processes launcher)": 20.0,
+            "Stable-Baselines3 SAC (PyTorch, CPU)": 30.0, "Stable-Baselines3 TD3 (PyTorch, CPU)": 30.0}
+    results = {name: {0: {"wall_time_to_target": seconds, "steps_to_target": 5000, "env_steps": 5000,
+                          "steps_per_second": 500, "peak_rss": 2 ** 30}} for name, seconds in wall.items()}
+    rows = {line.split(" | ")[0].lstrip("| "): line.rsplit(" | ", 1)[1].rstrip(" |")
+            for line in table(results, comparison, [0], "peers.py").splitlines() if line.startswith("| ") and "x |" in line}
+    assert rows == {"jaxdist SAC (processes launcher)": "1.00x", "jaxdist TD3 (processes launcher)": "1.00x",
+                    "Stable-Baselines3 SAC (PyTorch, CPU)": "3.00x", "Stable-Baselines3 TD3 (PyTorch, CPU)": "1.50x"}
+    assert "| run | reached -200 |" in table(results, comparison, [0], "peers.py")
