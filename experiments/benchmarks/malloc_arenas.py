@@ -6,7 +6,7 @@ Node processes run with ``MALLOC_ARENA_MAX=2`` unless their environment sets it
 (``jaxdist.launch.node_processes``). This runs an agent's script to a fixed number of env steps,
 alternating run by run between that default and glibc's (``MALLOC_ARENA_MAX=0``: eight arenas
 per core), and prints a table of the env steps and the learner's updates per second over the
-whole run and the peak resident memory of the run's process tree (as the peers table measures it),
+whole run and the peak memory of the run's process tree (its proportional set sizes, as the peers table measures it),
 each the mean over the runs, with the ratio to glibc's default. The default's effect on a long life's memory is the
 soak's (``soak.py``); this shows what it costs in speed.
 """

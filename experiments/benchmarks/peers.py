@@ -13,7 +13,7 @@ env's target mean return (jaxdist's evaluator runs beside training; the peers ev
 training loop, as often as jaxdist's preset does; with ``--peer-timeout`` a peer still short of
 it is stopped then, and reports how far it got). The table: wall time from launch to that
 evaluation (start-up included), env steps then, steady env steps/s (from the first update on),
-peak resident memory of the run's process tree, and each run's wall time over that of the
+peak memory of the run's process tree (its processes' proportional set sizes summed), and each run's wall time over that of the
 jaxdist run it stands beside.
 
     python experiments/benchmarks/peers.py --seeds 0 1 2 --write
@@ -105,8 +105,11 @@ def venv(cache: str, name: str, packages: list[str]) -> str:
     return python
 
 
-def tree_rss(process: psutil.Process) -> int:
-    """The resident memory of ``process`` and its descendants now; 0 for those gone."""
+def tree_memory(process: psutil.Process) -> int:
+    """The memory of ``process`` and its descendants now, as their proportional set sizes (a page
+    shared by n of them counts 1/n in each: forked node processes share their forkserver's pages,
+    which a sum of resident sizes would count once a process); their resident sizes where the
+    system gives no PSS; 0 for those gone."""
     try:
         tree = [process, *process.children(recursive=True)]
     except psutil.Error:  # it exited between two samples
@@ -114,7 +117,8 @@ def tree_rss(process: psutil.Process) -> int:
     total = 0
     for one in tree:
         try:
-            total += one.memory_info().rss
+            info = one.memory_full_info()
+            total += getattr(info, "pss", info.rss)
         except psutil.Error:
             pass
     return total
@@ -122,7 +126,7 @@ def tree_rss(process: psutil.Process) -> int:
 
 def measure(command: list[str], cwd: str, env: dict[str, str],
             timeout: float | None = None) -> tuple[subprocess.CompletedProcess, int, float]:
-    """The finished process, the peak resident memory of its tree (sampled every 0.1 s) and
+    """The finished process, the peak memory of its tree (`tree_memory`, sampled every 0.1 s) and
     the launch time (``PEERS_LAUNCHED`` in its environment); past ``timeout`` seconds it is sent
     SIGTERM (a peer loop then reports as far as it got)."""
     launched = time.time()
@@ -132,7 +136,7 @@ def measure(command: list[str], cwd: str, env: dict[str, str],
 
     def sample() -> None:
         while process.poll() is None:
-            peak[0] = max(peak[0], tree_rss(watched))
+            peak[0] = max(peak[0], tree_memory(watched))
             time.sleep(0.1)
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -153,7 +157,7 @@ def run_peer(python: str, peer: Peer, comparison: Comparison, seed: int, timeout
                PEERS_EVAL_EVERY=str(comparison.eval_every))
     done, peak, _ = measure([python, *peer.loop, str(seed)], LOOPS, env, timeout)
     line = next(line for line in done.stdout.splitlines() if line.startswith("PEER_RESULT "))
-    return dict(json.loads(line.split(" ", 1)[1]), peak_rss=peak)
+    return dict(json.loads(line.split(" ", 1)[1]), peak_memory=peak)
 
 
 def run_jaxdist(agent: str, env_id: str, seed: int, run_root: str) -> dict:
@@ -164,7 +168,7 @@ def run_jaxdist(agent: str, env_id: str, seed: int, run_root: str) -> dict:
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
     keys = ("wall_time_to_target", "steps_to_target", "env_steps", "steps_per_second")
-    return dict({key: summary.get(key) for key in keys}, peak_rss=peak)
+    return dict({key: summary.get(key) for key in keys}, peak_memory=peak)
 
 
 def median(values: list) -> str:
@@ -180,7 +184,7 @@ def table(results: dict[str, dict[int, dict]], comparison: Comparison, seeds: li
              f"that reached the target; wall time from the launch, start-up included; the steady rate is training's "
              f"alone (a peer's evaluations run in its loop, jaxdist's evaluator beside it).", "",
              f"| run | reached {comparison.target:g} | wall time to target (s) | env steps to target | steady env steps/s "
-             f"| peak memory (MB) | wall time / jaxdist's |",
+             f"| peak memory, PSS (MB) | wall time / jaxdist's |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, by_seed in results.items():
         if not by_seed:
@@ -193,7 +197,7 @@ def table(results: dict[str, dict[int, dict]], comparison: Comparison, seeds: li
                  if row["wall_time_to_target"] is not None and base.get(seed) is not None]
         lines.append(f"| {name} | {sum(t is not None for t in times)} of {len(rows)} | {median(times)} | "
                      f"{median([r['steps_to_target'] for r in rows])} | {median([r['steps_per_second'] for r in rows])} | "
-                     f"{median([r['peak_rss'] / 2 ** 20 for r in rows])} | "
+                     f"{median([r['peak_memory'] / 2 ** 20 for r in rows])} | "
                      f"{'-' if not ratio else f'{statistics.median(ratio):.2f}x'} |")
     short = [f"{name}, seed {seed}: {row['env_steps']:,} env steps" for name, by_seed in results.items()
              for seed, row in by_seed.items() if row["wall_time_to_target"] is None]

@@ -17,16 +17,16 @@ BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.pat
 sys.path[:0] = [BENCHMARKS, os.path.join(BENCHMARKS, "peer_loops")]
 
 from peer_clock import Clock  # noqa: E402
-from peers import tree_rss  # noqa: E402
+from peers import tree_memory  # noqa: E402
 
 
-def test_tree_rss_of_a_process_that_has_exited_is_zero() -> None:
+def test_tree_memory_of_a_process_that_has_exited_is_zero() -> None:
     """The sampler thread samples until the process ends: a last sample can find it gone."""
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     watched = psutil.Process(child.pid)
-    assert tree_rss(watched) >= 0
+    assert tree_memory(watched) >= 0
     child.wait()
-    assert tree_rss(watched) == 0
+    assert tree_memory(watched) == 0
 
 
 def test_a_peers_evaluations_count_towards_its_time_to_the_target_not_against_its_training_rate(capsys) -> None:
@@ -56,7 +56,7 @@ def test_each_peer_is_timed_against_the_jaxdist_run_it_stands_beside() -> None:
     wall = {"jaxdist SAC (processes launcher)": 10.0, "jaxdist TD3 (processes launcher)": 20.0,
             "Stable-Baselines3 SAC (PyTorch, CPU)": 30.0, "Stable-Baselines3 TD3 (PyTorch, CPU)": 30.0}
     results = {name: {0: {"wall_time_to_target": seconds, "steps_to_target": 5000, "env_steps": 5000,
-                          "steps_per_second": 500, "peak_rss": 2 ** 30}} for name, seconds in wall.items()}
+                          "steps_per_second": 500, "peak_memory": 2 ** 30}} for name, seconds in wall.items()}
     rows = {line.split(" | ")[0].lstrip("| "): line.rsplit(" | ", 1)[1].rstrip(" |")
             for line in table(results, comparison, [0], "peers.py").splitlines() if line.startswith("| ") and "x |" in line}
     assert rows == {"jaxdist SAC (processes launcher)": "1.00x", "jaxdist TD3 (processes launcher)": "1.00x",
