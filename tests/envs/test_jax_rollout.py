@@ -225,10 +225,13 @@ def test_a_trajectory_waits_for_room_to_send_before_it_is_played_so_it_acts_with
     assert [items[0]["version"].tolist() for items in sends] == [[1] * 5, [1] + [2] * 4]
 
 
-def test_a_trajectory_is_played_once_the_queue_has_room_for_it_with_the_parameters_published_by_then(tmp_path):
+@pytest.mark.parametrize("backend, max_steps", [("jax", 2 * 4 * 2), ("vector", (2 * 4 + 1) * 2)])
+def test_a_trajectory_is_played_once_the_queue_has_room_for_it_with_the_parameters_published_by_then(
+        tmp_path, backend, max_steps):
     """Into a queue the learner drains, a trajectory played ahead waited in a blocked send while
     the learner moved on, and carried parameters up to a refresh period older still: PPO learned
-    from data 4-6 versions old. Now the actor plays once the queue would take the trajectory,
+    from data 4-6 versions old, and discarded a third or more of it as stale. Now the actor,
+    a trajectory a dispatch or a step at a time, plays once the queue would take the trajectory,
     with parameters fetched then (here the background refresh alone would take 60 s)."""
     import threading
 
@@ -243,8 +246,8 @@ def test_a_trajectory_is_played_once_the_queue_has_room_for_it_with_the_paramete
     source = Settable()
     try:
         queue = ReplayClient(courier.Client(running.addresses[handle.node_name], token=running.token))
-        actor = Actor(POLICY, EnvSpec("CartPole-v1", 2, "jax"), source, queue, trajectory_length=4,
-                      max_steps=2 * 4 * 2, max_in_flight=1, max_send_wait=30.0, refresh_every_seconds=60.0)
+        actor = Actor(POLICY, EnvSpec("CartPole-v1", 2, backend), source, queue, trajectory_length=4,
+                      max_steps=max_steps, max_in_flight=1, max_send_wait=30.0, refresh_every_seconds=60.0)
         thread = threading.Thread(target=actor.run, daemon=True)
         thread.start()
         wait_until(lambda: queue.size() == 2, "the first trajectory in the queue")
