@@ -89,8 +89,8 @@ def commit(given: str | None = None) -> str:
         raise SystemExit(f"error: {REPO} is not a git checkout, so the commit measured is unknown: pass --commit HASH, "
                          f"the commit this tree is a copy of")
     head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs", ":!README.md"],
-                           capture_output=True, text=True).stdout.strip()  # the benchmarks' own output
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs", ":!*.md"],
+                           capture_output=True, text=True).stdout.strip()  # their own output, and text
     return head + ("+changes" if dirty else "")
 
 
