@@ -27,7 +27,7 @@ trajectories sent with futures, parameters refreshed in the background.
   (a learner or server restarting) the actor keeps acting with the parameters it holds.
 - ``sink``: where trajectories go: a replay node's client (each env's trajectory one item,
   all of a send in one atomic ``insert_batch``: one array per field on the wire, not one per
-  env; a JAX-backend actor asks it for room, ``can_insert``, before it plays), any callable ``sink(items)``, or None (dropped: for benchmarks). Sends run on background threads; at most ``max_in_flight`` are pending. A
+  env; the actor asks it for room, ``can_insert``, before it plays a trajectory), any callable ``sink(items)``, or None (dropped: for benchmarks). Sends run on background threads; at most ``max_in_flight`` are pending. A
   send the receiver cannot take now (it is restarting: ``ConnectionError``, or a replay node's
   closed table as it shuts down; a full queue past ``insert_timeout``: ``TimeoutError``) is
   retried with jittered exponential backoff (0.05 s doubling to 2 s) for up to ``send_retry_for``
