@@ -228,15 +228,21 @@ def main(make_agent: Callable[[Any], Any], config_type: type[AgentConfig], prese
         report(summary, agent_dir)
         if finished_summary(agent_dir, agent.topology(), agent.config) is None:
             return summary  # stopped before its end (Ctrl-C, SIGTERM): the same command resumes it here
-    if len(configurations := sweep.configurations(config)) > 1 and "host_index" not in summary:
+    if sweep.searches(config) and "host_index" not in summary:
+        report_search(config, run_dir)
+    return summary
+
+
+def report_search(config: Any, run_dir: str) -> None:
+    """A sweep's ranking of its configurations, and a PBT run's copies and lineage."""
+    if len(configurations := sweep.configurations(config)) > 1:
         print(f"{len(configurations)} configurations x {config.num_seeds} seed(s), by their last evaluation's mean "
               f"over seeds (also {os.path.join(run_dir, sweep.SWEEP_FILE)}, {sweep.SWEEP_PLOT}):")
         print(sweep.format_table(sweep.summarize(run_dir, config), config.num_seeds))
-    if config.pbt and "host_index" not in summary:
+    if config.pbt:
         copies = sweep.plot_lineage(run_dir)
         print(f"PBT: {len(copies)} copies ({'; '.join(copies[-8:])}{' ...' if len(copies) > 8 else ''}); every "
               f"member's hyperparameters by update in {metrics_path(run_dir, LINEAGE)}, lineage_<field>.png")
-    return summary
 
 
 SIDE_BY_SIDE = ("ray", "multihost")

@@ -202,6 +202,12 @@ def layout(config: Any) -> tuple[int, int]:
     return len(configurations(config)), config.num_seeds
 
 
+def searches(config: Any) -> bool:
+    """Whether a run trains several configurations: a sweep or a PBT population (a config
+    without those fields, ES's, never does)."""
+    return bool(getattr(config, "sweep", ()) or getattr(config, "sweep_random", 0) or getattr(config, "pbt", 0))
+
+
 def apart(config: Any, run_dir: str) -> list[tuple[Any, str]]:
     """The configurations that run as programs of their own, one after another, with their run
     directories (``<run_dir>/config-<c>``): a sweep under Sebulba, whose every configuration has

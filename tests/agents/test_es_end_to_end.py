@@ -107,6 +107,15 @@ def test_a_threads_run_solves_cartpole_then_a_rerun_resumes_and_counts_the_targe
     assert "pass --fresh" in (tmp_path / "logs" / "master-0.log").read_text()
 
 
+def test_the_script_stopped_at_its_target_ends_with_its_summary_and_exit_code_zero(tmp_path):
+    """The agent scripts' end reads a sweep's fields, which ES's config has not: a run that
+    stopped at its target printed its summary, then a traceback, and exited 1."""
+    done = subprocess.run([sys.executable, SCRIPT, "--run-dir", str(tmp_path), "--quiet", "--stop-at-target",
+                           "--launcher", "threads", "--seed", "1"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "reached evaluation return 475" in done.stdout and "Traceback" not in done.stderr, done.stderr[-3000:]
+
+
 @pytest.mark.slow
 def test_ctrl_c_is_the_ordered_stop_with_one_line_and_a_summary(tmp_path):
     process = popen_interruptible([sys.executable, SCRIPT, "--quiet", "--compilation-cache", "", "--run-dir",
