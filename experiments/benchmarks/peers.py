@@ -13,8 +13,8 @@ env's target mean return (jaxdist's evaluator runs beside training; the peers ev
 training loop, as often as jaxdist's preset does; with ``--peer-timeout`` a peer still short of
 it is stopped then, and reports how far it got). The table: wall time from launch to that
 evaluation (start-up included), env steps then, steady env steps/s (from the first update on),
-peak memory of the run's process tree (its processes' proportional set sizes summed), and each run's wall time over that of the
-jaxdist run it stands beside.
+peak memory of the run's process tree (its processes' proportional set sizes summed), and each
+run's wall time over that of the jaxdist run it stands beside.
 
     python experiments/benchmarks/peers.py --seeds 0 1 2 --write
     python experiments/benchmarks/peers.py --env-id CartPoleNoVel-v1 --seeds 0 1 --write
@@ -49,7 +49,7 @@ class Peer:
     home: str  # its venv under --cache
     packages: list[str]  # what that venv installs
     loop: list[str]  # its script in peer_loops/ and the arguments before the seed
-    beside: str  # the jaxdist run its wall time is divided by
+    beside: str | None = None  # the jaxdist run its wall time is divided by; None: the comparison's one
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,18 +59,22 @@ class Comparison:
     peers: dict[str, Peer]
     eval_every: int = 2048  # a peer's env steps (off-policy: updates) between evaluations, as jaxdist's preset
 
+    def baseline(self, name: str) -> str:
+        """The jaxdist run whose wall time run ``name``'s is divided by."""
+        peer = self.peers.get(name)
+        if peer is None:
+            return name
+        return peer.beside or next(iter(self.jaxdist))
+
 
 COMPARISONS = {
     "CartPole-v1": Comparison(475.0, {"jaxdist PPO (processes launcher)": "ppo"}, {
-        "Stable-Baselines3 PPO (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_ppo.py"], "jaxdist PPO (processes launcher)"),
+        "Stable-Baselines3 PPO (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_ppo.py"]),
         # gymnax imports six without asking for it
-        "PureJaxRL-style loop on gymnax": Peer("gymnax", ["jax", "optax", "gymnax", "six"], ["gymnax_ppo.py"],
-                                               "jaxdist PPO (processes launcher)"),
-        "JAX + gymnasium loop": Peer("jax-gymnasium", ["jax", "optax", "gymnasium"], ["gymnasium_ppo.py"],
-                                     "jaxdist PPO (processes launcher)")}),
+        "PureJaxRL-style loop on gymnax": Peer("gymnax", ["jax", "optax", "gymnax", "six"], ["gymnax_ppo.py"]),
+        "JAX + gymnasium loop": Peer("jax-gymnasium", ["jax", "optax", "gymnasium"], ["gymnasium_ppo.py"])}),
     "CartPoleNoVel-v1": Comparison(475.0, {"jaxdist recurrent PPO (processes launcher)": "ppo"}, {
-        "SB3-contrib RecurrentPPO (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_recurrent_ppo.py"],
-                                                        "jaxdist recurrent PPO (processes launcher)")}),
+        "SB3-contrib RecurrentPPO (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_recurrent_ppo.py"])}),
     "Pendulum-v1": Comparison(-200.0, {"jaxdist SAC (processes launcher)": "sac",
                                        "jaxdist TD3 (processes launcher)": "td3"}, {
         "Stable-Baselines3 SAC (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_off_policy.py", "sac"],
@@ -192,7 +196,7 @@ def table(results: dict[str, dict[int, dict]], comparison: Comparison, seeds: li
             continue
         rows = list(by_seed.values())
         times = [r["wall_time_to_target"] for r in rows]
-        base = walls[comparison.peers[name].beside if name in comparison.peers else name]
+        base = walls[comparison.baseline(name)]
         ratio = [row["wall_time_to_target"] / base[seed] for seed, row in by_seed.items()
                  if row["wall_time_to_target"] is not None and base.get(seed) is not None]
         lines.append(f"| {name} | {sum(t is not None for t in times)} of {len(rows)} | {median(times)} | "

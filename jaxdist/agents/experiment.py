@@ -852,7 +852,7 @@ def swept(agent: Agent) -> Any:
     from jaxdist.learning import anakin
 
     config = agent.config
-    if not (config.sweep or config.sweep_random or config.pbt):
+    if not sweep.searches(config):
         return None
     population = None
     if config.pbt:

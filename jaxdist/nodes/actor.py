@@ -262,10 +262,9 @@ class Actor:
 
     def _wait_to_play(self, num_envs: int) -> None:
         """A trajectory is played once the sink has room for it (a queue: once the learner has
-        taken what came before), with the parameters fetched then. Played ahead and held in a
-        blocked send while the learner moved on, it reached the learner versions older than its
-        lag bound allows: with one actor of 16 envs on a quiet machine, PPO discarded a third or
-        more of its transitions as stale. Actors slower than their learner never wait."""
+        taken what came before), with the parameters fetched then: played ahead and held in a
+        blocked send while the learner moves on, it would reach the learner past its lag bound
+        and be discarded as stale. Actors slower than their learner never wait."""
         self._sender.wait_for_room(items=num_envs)
         if isinstance(self._variables, VariableClient):  # an inference node holds its own
             self._variables.refresh(timeout=PARAMS_BEFORE_PLAY_TIMEOUT)

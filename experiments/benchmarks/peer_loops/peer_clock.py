@@ -1,7 +1,7 @@
 """What ``experiments/benchmarks/peers.py`` reads from a peer loop, the same for every loop (it
 imports nothing but the standard library, so each peer's venv has it), and what it tells one
-(the target return, ``PEERS_TARGET``, and how often to evaluate, ``PEERS_EVAL_EVERY``): wall time from the
-launch (``PEERS_LAUNCHED``) to the first evaluation at the target, env steps then, and the
+(the target return, ``PEERS_TARGET``, and how often to evaluate, ``PEERS_EVAL_EVERY``): wall time
+from the launch (``PEERS_LAUNCHED``) to the first evaluation at the target, env steps then, and the
 steady training rate from the first update on, printed as one ``PEER_RESULT`` line: at the end of
 the run, or when it is stopped (SIGTERM: a peer past the benchmark's time limit), as far as it
 got. A peer evaluates in its training loop (jaxdist's evaluator runs beside it): the time spent

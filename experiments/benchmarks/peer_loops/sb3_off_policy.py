@@ -1,8 +1,8 @@
 """Stable-Baselines3's SAC or TD3 on gymnasium's Pendulum-v1 with jaxdist's Pendulum-v1 preset
 where both have the field (rl-baselines3-zoo's: 2x64 MLPs, Adam at 1e-3, batch 256, 500 random
 steps first, one gradient update per env step, tau 0.005, gamma 0.99, a 50k replay; TD3's
-exploration noise of std 0.1 in [-1, 1] actions), PyTorch on the CPU. Every ``PEERS_EVAL_EVERY`` updates (as jaxdist's preset evaluates) the deterministic
-policy plays 10 episodes; the run stops at the target. Run by ``experiments/benchmarks/peers.py``
+exploration noise of std 0.1 in [-1, 1] actions), PyTorch on the CPU. Every ``PEERS_EVAL_EVERY``
+updates (as jaxdist's preset evaluates) the deterministic policy plays 10 episodes; the run stops at the target. Run by ``experiments/benchmarks/peers.py``
 in a venv with stable-baselines3, torch and gymnasium.
 
     python sb3_off_policy.py sac|td3 SEED
