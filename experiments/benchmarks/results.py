@@ -169,8 +169,10 @@ def measure(agent: str, env_id: str, seeds: list[int] | None, run_root: str, ext
 def vmapped_rows(summary: dict) -> list[dict]:
     """The rows of a launch of vmapped seeds: each seed's (its ``summary["seeds"]`` entry; the env
     steps and env steps/s are every seed's), then their mean's (the summary's own)."""
+    from jaxdist.agents.run import SEED_CURVE
+
     shared = {key: summary.get(key) for key in ("env_steps", "steps_per_second", "run_dir", "stopped", "target_return")}
-    return ([dict(seed, **shared, curve=f"seed {seed['seed']}") for seed in summary["seeds"]]
+    return ([dict(seed, **shared, curve=f"{SEED_CURVE}{seed['seed']}") for seed in summary["seeds"]]
             + [dict(summary, seed=f"mean of {summary['num_seeds']}", mean=True)])
 
 
@@ -252,7 +254,7 @@ def curves(path: str, title: str, rows: list[dict]) -> None:
             axes.plot(xs, ys, color="C0", alpha=0.3, linewidth=1, drawstyle="steps-post")
         axes.fill_between(grid, np.nanmin(on_grid, 0), np.nanmax(on_grid, 0), color="C0", alpha=0.15,
                           label=f"min-max over {len(runs)} seeds")
-        axes.plot(grid, np.nanmean(on_grid, 0), color="C0", linewidth=2, label="mean")
+        axes.plot(grid, np.nanmean(on_grid, 0), color="C0", linewidth=2, label="mean of the seeds still running")
     target = rows[0].get("target_return")
     if target is not None:
         axes.axhline(target, color="C3", linestyle="--", linewidth=1.2, label=f"target {target:g}")

@@ -326,6 +326,7 @@ def _flag_value(args: list[str], flag: str) -> str | None:
 
 TRAIN_WINDOW = 20  # the training return is the mean of the last this many episodes
 SUMMARY = "summary.json"  # in the run directory: what train() returned, for a relaunch that has nothing to do
+SEED_CURVE = "seed "  # a learning curve of one seed of several: "seed 3"
 RATE_WINDOW = 5.0  # the progress line's env steps/s: over the polls of the latest this many seconds
 READINGS_KEPT = 600  # (time, env steps) of the latest polls: a minute of them, at 10 a second
 POLL_THREADS = 16  # a poll's calls in flight at once (two an actor); more actors wait for a thread
@@ -754,11 +755,15 @@ def steady_rate(first_update: tuple[float, int], last_acting: tuple[float, int])
 
 
 def plot_learning_curve(run_dir: str, title: str, target: float | None) -> None:
-    """``<run_dir>/learning_curve.png``: the ``learning_curves`` of the run."""
+    """``<run_dir>/learning_curve.png``: the ``learning_curves`` of the run, each seed's faint
+    behind their mean (a sweep's 32 runs would not fit a legend)."""
     series = learning_curves(run_dir)
     if series:
-        line_plot(os.path.join(run_dir, "learning_curve.png"), series, title=title, xlabel="env steps",
-                  ylabel="episode return", log2_x=False, hlines={f"target {target:g}": target} if target is not None else None)
+        seeds = {label: curve for label, curve in series.items() if label.startswith(SEED_CURVE)}
+        line_plot(os.path.join(run_dir, "learning_curve.png"),
+                  {label: curve for label, curve in series.items() if label not in seeds}, faint=seeds,
+                  faint_label="each seed", title=title, xlabel="env steps", ylabel="episode return", log2_x=False,
+                  hlines={f"target {target:g}": target} if target is not None else None)
 
 
 def learning_curves(run_dir: str) -> dict[str, tuple[list, list]]:
@@ -774,7 +779,7 @@ def learning_curves(run_dir: str) -> dict[str, tuple[list, list]]:
                     if key.startswith("seed/") and key.endswith("/mean_return")})
     training = [(row["step"], row["train_return"]) for row in rows if row.get("train_return") is not None]
     curves = [("evaluation return" + (" (mean over seeds)" if seeds else ""), evaluation_curve(rows, evaluations)),
-              *((f"seed {seed}", evaluation_curve(rows, evaluations, f"seed/{seed}/mean_return")) for seed in seeds),
+              *((f"{SEED_CURVE}{seed}", evaluation_curve(rows, evaluations, f"seed/{seed}/mean_return")) for seed in seeds),
               (f"training return (last {TRAIN_WINDOW})", training)]
     return {label: tuple(map(list, zip(*points))) for label, points in curves if len(points) >= 2}
 

@@ -10,11 +10,12 @@ import subprocess
 import sys
 
 import pytest
+from matplotlib.image import imread
 
 from jaxdist.agents import es, ppo
 from jaxdist.agents.run import last_evaluation, report
-from jaxdist.agents.run import (evaluation_curve, finished_summary, learning_curves, recent_rate, steady_rate,
-                                steps_at)
+from jaxdist.agents.run import (evaluation_curve, finished_summary, learning_curves, plot_learning_curve, recent_rate,
+                                steady_rate, steps_at)
 from jaxdist.records.metrics import MetricsWriter, metrics_path
 from jaxdist.nodes import evaluator
 from jaxdist.nodes.evaluator import BEST_POLICY
@@ -81,6 +82,8 @@ def test_a_run_of_several_seeds_draws_each_seeds_evaluations_beside_their_mean(t
     assert sorted(curves) == ["evaluation return (mean over seeds)", "seed 0", "seed 1"]
     assert curves["seed 0"][1] == [10.0, 480.0, 500.0] and curves["seed 1"][1] == [30.0, 200.0, 460.0]
     assert curves["evaluation return (mean over seeds)"][1] == [20.0, 340.0, 480.0]
+    plot_learning_curve(str(tmp_path), "PPO CartPole-v1", 475.0)  # the seeds faint, in one legend entry
+    assert imread(tmp_path / "learning_curve.png").shape[:2] == (440, 720)
 
 
 def test_the_closing_lines_name_the_saved_best_policy_only_when_it_beat_the_final_one(tmp_path, capsys):

@@ -1,9 +1,13 @@
-"""Line plots, read back as pixels: size, where the series and the horizontal lines land, log2 x."""
+"""Line plots, read back as pixels: size, where the series and the horizontal lines land, log2 x,
+and legends of many entries that leave the lines in sight."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
+from matplotlib import colormaps
 from matplotlib.colors import to_rgb
 from matplotlib.image import imread
 
@@ -12,7 +16,7 @@ from jaxdist.records.plotting import line_plot
 SERIES, FIRST_HLINE = "C0", "C1"  # the colours of the first series and of the first hline after one series
 
 
-def coloured(path, color: str, tolerance: float = 0.1) -> np.ndarray:
+def coloured(path, color, tolerance: float = 0.1) -> np.ndarray:
     """Where the PNG at `path` has `color`: a boolean (rows, columns) mask."""
     rgb = imread(path)[..., :3]
     return np.all(np.abs(rgb - np.array(to_rgb(color))) < tolerance, axis=-1)
@@ -92,3 +96,32 @@ def test_bad_series_say_what_is_wrong(tmp_path):
     with pytest.raises(ValueError, match="series 'b' has x <= 0 .*log2_x=False"):
         line_plot(tmp_path / "b.png", {"b": ([0, 1, 2], [1.0, 2.0, 3.0])})
     assert not list(tmp_path.iterdir())
+
+
+def test_a_sweeps_sixteen_configurations_get_sixteen_colours_and_a_legend_below_that_hides_no_line(tmp_path):
+    """A 16-configuration sweep's plot had its legend over the lines (matplotlib then gave up
+    on the layout with a warning), and configurations 1 and 11 shared a colour."""
+    path = tmp_path / "sweep.png"
+    configurations = {f"learning_rate={n} clip_eps=0.2 gae_lambda=0.95": ([0.0, 10.0], [10.0 * n, 10.0 * n])
+                      for n in range(16)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        line_plot(path, configurations, log2_x=False, hlines={"target 475": 475.0})
+    assert imread(path).shape[:2] > (440, 720) and imread(path).shape[1] == 720, "taller by the legend's rows"
+    target = coloured(path, colormaps["tab20"](16)[:3])
+    run = np.flatnonzero(target[round(hline_row(target))])
+    assert run[-1] - run[0] > 0.7 * target.shape[1], "the target line spans the plot: no legend over it"
+    rows = [hline_row(coloured(path, colormaps["tab20"](n)[:3], tolerance=0.05)[:440]) for n in range(16)]
+    assert all(a > b for a, b in zip(rows, rows[1:])), f"each configuration its own colour, in order: {rows}"
+
+
+def test_faint_series_are_one_legend_entry_drawn_behind_their_mean(tmp_path):
+    path = tmp_path / "seeds.png"
+    seeds = {f"seed {n}": ([0.0, 10.0], [n, 2.0 * n]) for n in range(32)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        line_plot(path, {"mean over seeds": ([0.0, 10.0], [15.5, 31.0])}, faint=seeds, faint_label="each seed",
+                  log2_x=False, hlines={"target 40": 40.0})
+    assert imread(path).shape[:2] == (440, 720), "three legend entries fit beside the lines"
+    assert coloured(path, "0.8", tolerance=0.06).sum() > 10_000, "the seeds are drawn, faint"
+    assert coloured(path, SERIES).any(axis=0).mean() > 0.6, "the mean runs across the plot, over them"
