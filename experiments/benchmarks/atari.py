@@ -5,28 +5,37 @@ dropped) against EnvPool's bare loop and the same loop with the policy, in the s
 
 * envpool bare: EnvPool's own loop, random actions, nothing else (what EnvPool's figures count);
 * envpool + policy: the bare loop choosing each step's actions with the jitted CNN policy;
-* jaxdist actor: the actor node on the same envs and policy (rows recorded, trajectories made).
+* jaxdist actor: the actor node on the same envs and policy (rows recorded, trajectories made);
+* jaxdist actor, central inference: the same actor asking an inference node
+  (``jaxdist.nodes.inference``, its own process, as ``--inference central`` places it) for each
+  step's actions, as SEED RL and Sebulba take the policy off the actor's cores.
 
 Frames are env steps x 4 (EnvPool's frame skip), counted as the literature counts them. Per core:
 frames per second of this process's CPU time (EnvPool's threads included), the figure that
-decides how many actor cores a run needs.
+decides how many actor cores a run needs; for the central row, the inference node's CPU per
+frame is its own column (on an accelerator it is the device's).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import tempfile
 import time
 
 import jax
 import numpy as np
+import psutil
 
+import jaxdist as jd
+from jaxdist import courier
 from jaxdist.agents import impala
 from jaxdist.agents.actor_critic import ActorCriticPolicy
 from jaxdist.agents.experiment import with_preset
 from jaxdist.envs.atari import FRAME_SKIP
 from jaxdist.envs.vector import EnvSpec
 from jaxdist.nodes.actor import Actor, jitted_step
+from jaxdist.nodes.inference import InferenceServer
 from jaxdist.nodes.parameter_server import ParameterServer
 from results import commit, machine
 
@@ -35,6 +44,18 @@ def timed(loop) -> tuple[float, float]:
     wall, cpu = time.perf_counter(), time.process_time()
     loop()
     return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's children (the launched nodes), user and system."""
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def main() -> None:
@@ -63,9 +84,10 @@ def main() -> None:
             key, action, _ = step(device_params, obs, key)
             obs = env.step(np.asarray(action)).obs
 
-    def actor() -> None:
-        node = Actor(policy, _Prebuilt(env), ParameterServer(params, version=0), None,
-                     trajectory_length=config.trajectory_length, max_steps=args.steps * args.envs)
+    def actor(inference: courier.Client | None = None) -> None:
+        node = Actor(None if inference else policy, _Prebuilt(env), None if inference else ParameterServer(params, version=0),
+                     None, trajectory_length=config.trajectory_length, max_steps=args.steps * args.envs,
+                     inference=inference)
         try:
             node.run()
         finally:
@@ -76,13 +98,28 @@ def main() -> None:
     frames = args.steps * args.envs * FRAME_SKIP
     rows = {name: timed(loop) for name, loop in (("envpool bare", bare), ("envpool + policy", with_policy),
                                                  ("jaxdist actor", actor))}
+    program = jd.Program("atari-central-inference")
+    source = program.add_node(jd.CourierNode(ParameterServer, params, version=0), label="params")
+    program.add_node(jd.CourierNode(InferenceServer, policy, source, max_callers=1), label="inference")
+    with tempfile.TemporaryDirectory() as run_dir:
+        running = jd.launch(program, launcher="processes", run_dir=run_dir, echo=False)
+        try:
+            with courier.Client(running.addresses["inference"], token=running.token) as inference:
+                actor(inference)  # compiles the node's policy, warms the round trip
+                nodes_cpu = children_cpu()
+                rows["jaxdist actor, central inference"] = timed(lambda: actor(inference))
+                node_cpu = children_cpu() - nodes_cpu
+        finally:
+            running.stop()
     base_wall, base_cpu = rows["envpool bare"]
     print(f"experiments/benchmarks/atari.py --env-id {args.env_id} --envs {args.envs} --steps {args.steps} at commit "
           f"`{commit()}` on {datetime.date.today()} ({machine()})\n")
-    print("| loop | frames/s | frames per CPU second | ratio to envpool bare (per CPU second) |")
-    print("| --- | ---: | ---: | ---: |")
+    print("| loop | frames/s | frames per actor CPU second | ratio to envpool bare (per CPU second) | "
+          "inference node's frames per CPU second |")
+    print("| --- | ---: | ---: | ---: | ---: |")
     for name, (wall, cpu) in rows.items():
-        print(f"| {name} | {frames / wall:,.0f} | {frames / cpu:,.0f} | {base_cpu / cpu:.2f}x |")
+        node = f"{frames / node_cpu:,.0f}" if "central" in name else "-"
+        print(f"| {name} | {frames / wall:,.0f} | {frames / cpu:,.0f} | {base_cpu / cpu:.2f}x | {node} |")
 
 
 class _Prebuilt:

@@ -1,14 +1,14 @@
 """A sweep in one Anakin run against its runs one after another, in the same run of this script.
 
-    python experiments/benchmarks/sweep.py [--total-steps 20480] [--measured 2]
+    python experiments/benchmarks/sweep.py [--total-steps 20480] [--measured 32]
 
 16 PPO configurations (learning rate x clip range x GAE lambda) x 2 seeds on CartPole-v1, the
 Anakin preset (16 envs, T = 32):
 * sweep: one program, ``--sweep`` over the three fields and ``--num-seeds 2``: 32 runs in one
   learner and one compilation;
 * one after another: each configuration and seed its own program, as ``experiments/ppo.py`` runs
-  it. The first ``--measured`` of the 32 are run and timed; their mean wall time x 32 stands for
-  all 32 (said so in the table), as they differ in float values only.
+  it. All 32 are run and timed, or the first ``--measured`` of them, whose mean wall time x 32
+  then stands for all 32 (said so in the table), as they differ in float values only.
 Both launch with the processes launcher, without the persistent compilation cache (every one of
 the 32 programs differs in a constant baked into it, so each would miss it anyway), wall time
 from the launch to the program's end, start-up and compilation included.
@@ -41,7 +41,7 @@ def timed(config: object, run_dir: str) -> tuple[float, dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--total-steps", type=int, default=20_480, help="env steps per run")
-    parser.add_argument("--measured", type=int, default=2, help="runs of the 32 timed one after another")
+    parser.add_argument("--measured", type=int, default=32, help="runs of the 32 timed one after another")
     args = parser.parse_args()
 
     import dataclasses
@@ -69,9 +69,10 @@ def main() -> None:
                             text=True).stdout.strip()
     print(f"Measured by `experiments/benchmarks/sweep.py --total-steps {args.total_steps} --measured {args.measured}` "
           f"at commit `{commit}` on {datetime.date.today()} ({os.cpu_count()} cores, processes launcher)\n")
+    scaled = "" if len(alone) == runs else f"; their mean x {runs}"
     print(f"| {runs} runs of PPO CartPole-v1 ({args.total_steps:,} env steps each) | wall time (s) | runs/min |")
     print("| --- | ---: | ---: |")
-    print(f"| one after another ({len(alone)} measured: {', '.join(f'{s:.1f}' for s in alone)} s; x {runs}) | "
+    print(f"| one after another ({len(alone)} measured: {', '.join(f'{s:.1f}' for s in alone)} s{scaled}) | "
           f"{one_after_another:.1f} | {runs / one_after_another * 60:.1f} |")
     print(f"| one sweep under Anakin (one learner, one compilation) | {sweep_seconds:.1f} | "
           f"{runs / sweep_seconds * 60:.1f} |")

@@ -306,8 +306,8 @@ def _plot(run_dir: str, config: Any, configs: list[dict[str, float]],
     if not series:
         return
     target = config.target_return
-    line_plot(os.path.join(run_dir, SWEEP_PLOT), series, title=f"{len(configs)} configurations x {config.num_seeds} "
-              f"seed(s), {config.env_id}: evaluation return, mean over seeds", xlabel="env steps (or updates) per run",
+    line_plot(os.path.join(run_dir, SWEEP_PLOT), series, title=f"{config.env_id}, {len(configs)} configurations x "
+              f"{config.num_seeds} seed(s): mean over seeds", xlabel="env steps (or updates) per run",
               ylabel="episode return", log2_x=False,
               hlines={f"target {target:g}": target} if target is not None else None)
 

@@ -22,6 +22,7 @@ _MAX_MARKED_POINTS = 40  # beyond this, markers hide the line
 _MAX_LOG2_TICKS = 16  # beyond this, one tick per x value overlaps
 _MAX_LEGEND_INSIDE = 6  # beyond this, the legend would hide the lines it names
 _LEGEND_ROW_PIXELS = 17  # one row of a small-font legend below the plot
+_MAX_LABEL_IN_TWO_COLUMNS = 40  # characters of a small-font label that fit half the default width
 
 
 Series = tuple[Sequence[float], Sequence[float]]
@@ -47,7 +48,9 @@ def line_plot(path: str | os.PathLike, series: Mapping[str, Series], *,
                              "pass log2_x=False")
     entries = len(series) + len(hlines or {}) + bool(faint)
     below = entries > _MAX_LEGEND_INSIDE
-    legend_rows = (entries + 1) // 2 if below else 0
+    labels = [*series, *(hlines or {})]
+    columns = 2 if max(map(len, labels), default=0) <= _MAX_LABEL_IN_TWO_COLUMNS else 1
+    legend_rows = -(-entries // columns) if below else 0
     dpi = 100
     figure = Figure(figsize=(width / dpi, (height + legend_rows * _LEGEND_ROW_PIXELS) / dpi), dpi=dpi,
                     layout="constrained")
@@ -74,7 +77,7 @@ def line_plot(path: str | os.PathLike, series: Mapping[str, Series], *,
     axes.set_ylabel(ylabel)
     axes.grid(True, alpha=0.3)
     if below:
-        figure.legend(loc="outside lower center", ncols=2, fontsize="small")
+        figure.legend(loc="outside lower center", ncols=columns, fontsize="small")
     elif entries:
         axes.legend(loc="best")
     figure.savefig(path, dpi=dpi)

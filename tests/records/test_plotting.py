@@ -102,12 +102,14 @@ def test_a_sweeps_sixteen_configurations_get_sixteen_colours_and_a_legend_below_
     """A 16-configuration sweep's plot had its legend over the lines (matplotlib then gave up
     on the layout with a warning), and configurations 1 and 11 shared a colour."""
     path = tmp_path / "sweep.png"
-    configurations = {f"learning_rate={n} clip_eps=0.2 gae_lambda=0.95": ([0.0, 10.0], [10.0 * n, 10.0 * n])
-                      for n in range(16)}
+    grid = [(rate, clip, gae) for rate in (3e-4, 1e-3, 3e-3, 1e-2) for clip in (0.1, 0.2) for gae in (0.8, 0.95)]
+    configurations = {f"learning_rate={rate:.4g} clip_eps={clip:.4g} gae_lambda={gae:.4g}": ([0.0, 10.0], [10.0 * n] * 2)
+                      for n, (rate, clip, gae) in enumerate(grid)}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         line_plot(path, configurations, log2_x=False, hlines={"target 475": 475.0})
-    assert imread(path).shape[:2] > (440, 720) and imread(path).shape[1] == 720, "taller by the legend's rows"
+    height, width = imread(path).shape[:2]
+    assert height > 440 + 16 * 15 and width == 720, "taller by the legend's rows, one a label: they are long"
     target = coloured(path, colormaps["tab20"](16)[:3])
     run = np.flatnonzero(target[round(hline_row(target))])
     assert run[-1] - run[0] > 0.7 * target.shape[1], "the target line spans the plot: no legend over it"
