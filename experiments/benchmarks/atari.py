@@ -104,7 +104,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as run_dir:
         running = jd.launch(program, launcher="processes", run_dir=run_dir, echo=False)
         try:
-            with courier.Client(running.addresses["inference"], token=running.token) as inference:
+            with courier.Client(running.addresses["inference/0"], token=running.token) as inference:
                 actor(inference)  # compiles the node's policy, warms the round trip
                 nodes_cpu = children_cpu()
                 rows["jaxdist actor, central inference"] = timed(lambda: actor(inference))
