@@ -1,6 +1,6 @@
 """A sweep in one Anakin run against its runs one after another, in the same run of this script.
 
-    python experiments/benchmarks/sweep.py [--total-steps 20480] [--measured 32]
+    python experiments/benchmarks/sweep.py [--total-steps 20480] [--measured 32] [--picture docs/images/sweep.png]
 
 16 PPO configurations (learning rate x clip range x GAE lambda) x 2 seeds on CartPole-v1, the
 Anakin preset (16 envs, T = 32):
@@ -20,6 +20,7 @@ import argparse
 import datetime
 import itertools
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -42,6 +43,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--total-steps", type=int, default=20_480, help="env steps per run")
     parser.add_argument("--measured", type=int, default=32, help="runs of the 32 timed one after another")
+    parser.add_argument("--picture", help="copy the sweep's picture (sweep.png: each configuration's mean curve) here")
     args = parser.parse_args()
 
     import dataclasses
@@ -78,6 +80,9 @@ def main() -> None:
           f"{runs / sweep_seconds * 60:.1f} |")
     print(f"\nratio: the sweep is {one_after_another / sweep_seconds:.1f}x faster\n")
     print(sweep.format_table(table, SEEDS))
+    if args.picture:
+        shutil.copyfile(os.path.join(root, "sweep", sweep.SWEEP_PLOT), args.picture)
+    print(f"\nthe runs are in {root}")
 
 
 if __name__ == "__main__":
