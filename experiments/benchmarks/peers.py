@@ -2,8 +2,8 @@
 one run. On CartPole-v1: Stable-Baselines3's PPO (PyTorch), a PureJaxRL-style single-file JAX
 loop on gymnax, and a JAX + gymnasium single-process loop; on CartPoleNoVel-v1 (no velocities: a
 policy needs memory) jaxdist's recurrent PPO beside SB3-contrib's RecurrentPPO; on Pendulum-v1
-jaxdist's SAC and TD3 beside SB3's, with the same hyperparameters where both have them
-(``peer_loops/``). Each peer runs in a venv of its own under ``--cache`` (made from the package
+and HalfCheetah-v5 jaxdist's SAC and TD3 beside SB3's, with the same hyperparameters where both
+have them (``peer_loops/``). Each peer runs in a venv of its own under ``--cache`` (made from the package
 registry on first use; peers of one library share one), each seed as a process of its own;
 jaxdist runs its agent's script (``experiments/ppo.py --env-id ENV --stop-at-target``, ...) as a
 user would (the env's preset).
@@ -14,11 +14,13 @@ training loop, as often as jaxdist's preset does; with ``--peer-timeout`` a peer
 it is stopped then, and reports how far it got). The table: wall time from launch to that
 evaluation (start-up included), env steps then, steady env steps/s (from the first update on),
 peak memory of the run's process tree (its processes' proportional set sizes summed), and each
-run's wall time over that of the jaxdist run it stands beside.
+run's wall time over that of the jaxdist run it stands beside: for a peer stopped short of the
+target, its time until the stop, a lower bound (">").
 
     python experiments/benchmarks/peers.py --seeds 0 1 2 --write
     python experiments/benchmarks/peers.py --env-id CartPoleNoVel-v1 --seeds 0 1 --write
     python experiments/benchmarks/peers.py --env-id Pendulum-v1 --seeds 0 1 --write
+    python experiments/benchmarks/peers.py --env-id HalfCheetah-v5 --seeds 0 --peer-timeout 1500 --write
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from results import PAGE, REPO, commit, machine
 
 LOOPS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_loops")
 README = os.path.join(REPO, "README.md")
-SB3 = ["torch", "stable-baselines3", "sb3-contrib", "gymnasium"]
+SB3 = ["torch", "stable-baselines3", "sb3-contrib", "gymnasium[mujoco]"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,10 +79,16 @@ COMPARISONS = {
         "SB3-contrib RecurrentPPO (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_recurrent_ppo.py"])}),
     "Pendulum-v1": Comparison(-200.0, {"jaxdist SAC (processes launcher)": "sac",
                                        "jaxdist TD3 (processes launcher)": "td3"}, {
-        "Stable-Baselines3 SAC (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_off_policy.py", "sac"],
+        "Stable-Baselines3 SAC (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_off_policy.py", "sac", "Pendulum-v1"],
                                                      "jaxdist SAC (processes launcher)"),
-        "Stable-Baselines3 TD3 (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_off_policy.py", "td3"],
+        "Stable-Baselines3 TD3 (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_off_policy.py", "td3", "Pendulum-v1"],
                                                      "jaxdist TD3 (processes launcher)")}, eval_every=500),
+    "HalfCheetah-v5": Comparison(5_000.0, {"jaxdist SAC (processes launcher)": "sac",
+                                           "jaxdist TD3 (processes launcher)": "td3"}, {
+        "Stable-Baselines3 SAC (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_off_policy.py", "sac", "HalfCheetah-v5"],
+                                                     "jaxdist SAC (processes launcher)"),
+        "Stable-Baselines3 TD3 (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_off_policy.py", "td3", "HalfCheetah-v5"],
+                                                     "jaxdist TD3 (processes launcher)")}, eval_every=10_000),
 }
 
 
@@ -159,9 +167,10 @@ def measure(command: list[str], cwd: str, env: dict[str, str],
 def run_peer(python: str, peer: Peer, comparison: Comparison, seed: int, timeout: float | None) -> dict:
     env = dict(os.environ, PYTHONPATH=LOOPS, PEERS_TARGET=repr(comparison.target),
                PEERS_EVAL_EVERY=str(comparison.eval_every))
-    done, peak, _ = measure([python, *peer.loop, str(seed)], LOOPS, env, timeout)
+    done, peak, launched = measure([python, *peer.loop, str(seed)], LOOPS, env, timeout)
+    wall_time = time.time() - launched
     line = next(line for line in done.stdout.splitlines() if line.startswith("PEER_RESULT "))
-    return dict(json.loads(line.split(" ", 1)[1]), peak_memory=peak)
+    return dict(json.loads(line.split(" ", 1)[1]), peak_memory=peak, wall_time=wall_time)
 
 
 def run_jaxdist(agent: str, env_id: str, seed: int, run_root: str) -> dict:
@@ -178,6 +187,19 @@ def run_jaxdist(agent: str, env_id: str, seed: int, run_root: str) -> dict:
 def median(values: list) -> str:
     values = [v for v in values if v is not None]
     return "-" if not values else f"{statistics.median(values):,.0f}" if max(values) >= 100 else f"{statistics.median(values):.1f}"
+
+
+def ratio(by_seed: dict[int, dict], base: dict[int, float | None]) -> str:
+    """The median over the seeds of a run's wall time to the target over its jaxdist run's; where
+    some seed of a peer was stopped short, that seed counts at its time until the stop and the
+    median is a lower bound (">"), the peer's true time being longer still."""
+    pairs = [(row["wall_time_to_target"] or row.get("wall_time"), row["wall_time_to_target"] is None, base[seed])
+             for seed, row in by_seed.items() if base.get(seed) is not None]
+    pairs = [(seconds / jaxdist, short) for seconds, short, jaxdist in pairs if seconds is not None]
+    if not pairs:
+        return "-"
+    bound = ">" if any(short for _, short in pairs) else ""
+    return f"{bound}{statistics.median(value for value, _ in pairs):.2f}x"
 
 
 def table(results: dict[str, dict[int, dict]], comparison: Comparison, seeds: list[int], command: str) -> str:
@@ -197,12 +219,9 @@ def table(results: dict[str, dict[int, dict]], comparison: Comparison, seeds: li
         rows = list(by_seed.values())
         times = [r["wall_time_to_target"] for r in rows]
         base = walls[comparison.baseline(name)]
-        ratio = [row["wall_time_to_target"] / base[seed] for seed, row in by_seed.items()
-                 if row["wall_time_to_target"] is not None and base.get(seed) is not None]
         lines.append(f"| {name} | {sum(t is not None for t in times)} of {len(rows)} | {median(times)} | "
                      f"{median([r['steps_to_target'] for r in rows])} | {median([r['steps_per_second'] for r in rows])} | "
-                     f"{median([r['peak_memory'] / 2 ** 20 for r in rows])} | "
-                     f"{'-' if not ratio else f'{statistics.median(ratio):.2f}x'} |")
+                     f"{median([r['peak_memory'] / 2 ** 20 for r in rows])} | {ratio(by_seed, base)} |")
     short = [f"{name}, seed {seed}: {row['env_steps']:,} env steps" for name, by_seed in results.items()
              for seed, row in by_seed.items() if row["wall_time_to_target"] is None]
     loads = [row["load"] for by_seed in results.values() for row in by_seed.values() if "load" in row]

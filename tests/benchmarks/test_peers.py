@@ -62,3 +62,17 @@ def test_each_peer_is_timed_against_the_jaxdist_run_it_stands_beside() -> None:
     assert rows == {"jaxdist SAC (processes launcher)": "1.00x", "jaxdist TD3 (processes launcher)": "1.00x",
                     "Stable-Baselines3 SAC (PyTorch, CPU)": "3.00x", "Stable-Baselines3 TD3 (PyTorch, CPU)": "1.50x"}
     assert "| run | reached -200 |" in table(results, comparison, [0], "peers.py")
+
+
+def test_a_peer_stopped_short_of_the_target_is_slower_by_at_least_its_time_to_the_stop() -> None:
+    """With ``--peer-timeout`` at five times jaxdist's time, a peer stopped there has shown the
+    five times: its ratio is a lower bound, never a blank."""
+    from peers import COMPARISONS, ratio
+
+    assert "HalfCheetah-v5" in COMPARISONS and COMPARISONS["HalfCheetah-v5"].target == 5_000.0
+    jaxdist = {0: 250.0, 1: 300.0}
+    stopped = {"wall_time_to_target": None, "wall_time": 1_500.0}
+    assert ratio({0: stopped, 1: dict(stopped)}, jaxdist) == ">5.50x"  # 6.0 and 5.0
+    assert ratio({0: stopped, 1: {"wall_time_to_target": 600.0}}, jaxdist) == ">4.00x"  # 6.0 and 2.0
+    assert ratio({0: {"wall_time_to_target": 500.0}, 1: {"wall_time_to_target": 600.0}}, jaxdist) == "2.00x"
+    assert ratio({0: {"wall_time_to_target": None}}, {0: None}) == "-"
