@@ -2,9 +2,11 @@
 as ``learner.py`` measures Ape-X's.
 
     python experiments/benchmarks/sac_learner.py [--steps 1000] [--rounds 5] [--steps-per-call 1 8]
+    python experiments/benchmarks/sac_learner.py --env-id HalfCheetah-v5 --steps-per-call 8
 
-Both run SAC's update (Pendulum-v1's preset: batch 256, 2x64 MLPs) on transitions of a uniform
-table of 20,000 Pendulum-shaped transitions:
+Both run SAC's update with the env's preset (Pendulum-v1: batch 256, 2x64 MLPs; HalfCheetah-v5:
+batch 256, 2x256 MLPs) on transitions of a uniform table of 20,000 transitions of the env's
+shapes:
 * baseline: ``jax.jit(update, donate_argnums=0)`` in a plain Python loop over 16 samples drawn
   once (cycled): the loop no learner can beat, with no replay in it;
 * jaxdist: ``Learner.run()`` whose source is a ``ReplayNode`` serving the ``Uniform`` table as a
@@ -29,12 +31,12 @@ from learner import replay_fed_updates_per_second  # this directory's: Ape-X's r
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def transitions(size: int, seed: int = 0) -> dict[str, np.ndarray]:
+def transitions(size: int, obs_shape: tuple[int, ...], actions: int, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {"obs": rng.normal(size=(size, 3)).astype(np.float32),
-            "action": rng.uniform(-2, 2, size=(size, 1)).astype(np.float32),
+    return {"obs": rng.normal(size=(size, *obs_shape)).astype(np.float32),
+            "action": rng.uniform(-1, 1, size=(size, actions)).astype(np.float32),
             "reward": rng.normal(size=size).astype(np.float32), "discount": np.full(size, 0.99, np.float32),
-            "next_obs": rng.normal(size=(size, 3)).astype(np.float32)}
+            "next_obs": rng.normal(size=(size, *obs_shape)).astype(np.float32)}
 
 
 def measure(args: argparse.Namespace) -> list[tuple[str, float, float]]:
@@ -44,16 +46,17 @@ def measure(args: argparse.Namespace) -> list[tuple[str, float, float]]:
     from jaxdist.agents.sac import learning
     from jaxdist.envs.spaces import env_info
 
-    config = with_preset(sac.SACConfig, "Pendulum-v1", sac.PRESETS, update_batch=args.batch)
-    size = 20_000
-    rows = replay_fed_updates_per_second(learning.logic(config, env_info("Pendulum-v1")),
-                                         jd.replay.Uniform(size, seed=0), transitions(size), config,
+    config = with_preset(sac.SACConfig, args.env_id, sac.PRESETS, update_batch=args.batch)
+    info, size = env_info(args.env_id), 20_000
+    rows = replay_fed_updates_per_second(learning.logic(config, info), jd.replay.Uniform(size, seed=0),
+                                         transitions(size, info.obs_shape, info.action.shape[-1]), config,
                                          args.steps_per_call, args.steps, args.rounds)
     return [(f"SAC updates/s, replay node, steps_per_call {k}", bare, ours) for k, bare, ours in rows]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--env-id", default="Pendulum-v1", help="the env whose preset and shapes the update has")
     ap.add_argument("--steps", type=int, default=1_000, help="updates per timed round")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--batch", type=int, default=256)
@@ -62,7 +65,7 @@ def main() -> None:
     rows = measure(args)
     commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or "unknown"
-    print(f"`python experiments/benchmarks/sac_learner.py --steps {args.steps} --rounds {args.rounds} --batch "
+    print(f"`python experiments/benchmarks/sac_learner.py --env-id {args.env_id} --steps {args.steps} --rounds {args.rounds} --batch "
           f"{args.batch}` at commit `{commit}` on {datetime.date.today()} ({platform.machine()}, {os.cpu_count()} "
           f"cores); baseline = SAC's jitted update in a Python loop on pre-drawn samples")
     print(f"{'metric':44} {'baseline':>10} {'jaxdist':>10} {'ratio':>6}  target")
