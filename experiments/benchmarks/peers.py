@@ -233,14 +233,17 @@ def table(results: dict[str, dict[int, dict]], comparison: Comparison, seeds: li
     return "\n".join(lines)
 
 
-def write(path: str, env_id: str, text: str) -> None:
-    """Replace the block between ``<!-- peers: ENV -->`` and ``<!-- /peers -->``, if the page has one."""
+def write(path: str, env_id: str, text: str) -> bool:
+    """Replace the block between ``<!-- peers: ENV -->`` and ``<!-- /peers -->``, if the page has
+    one: whether it had."""
     with open(path) as f:
         content = f.read()
     start, end = f"<!-- peers: {env_id} -->", "<!-- /peers -->"
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
+    content, found = pattern.subn(lambda _: f"{start}\n{text}\n{end}", content)
     with open(path, "w") as f:
-        f.write(pattern.sub(lambda _: f"{start}\n{text}\n{end}", content))
+        f.write(content)
+    return bool(found)
 
 
 def main() -> None:
@@ -292,8 +295,10 @@ def main() -> None:
     text = table(results, comparison, args.seeds, "python experiments/benchmarks/peers.py " + " ".join(sys.argv[1:]))
     print(text)
     if args.write:
-        for path in (PAGE, README):
-            write(path, args.env_id, text)
+        if not write(PAGE, args.env_id, text):
+            print(f"{PAGE} has no <!-- peers: {args.env_id} --> ... <!-- /peers --> block: add one under a heading "
+                  f"of its own in 'Against the peers' and write again with --no-run", flush=True)
+        write(README, args.env_id, text)  # the front page has the blocks it shows, if any
 
 
 if __name__ == "__main__":
