@@ -358,10 +358,11 @@ def _echo_memory_growth(path: str) -> dict:
 def test_256mb_array_round_trip_keeps_memory_near_payload_size():
     """Each side holds about one copy of the payload beyond what it already had, not four."""
     growth = _echo_memory_growth("socket")
-    # About one copy a side, where a second copy would be 2x the payload; the margin absorbs
-    # chunks gRPC buffers ahead when the machine is busy.
-    assert growth["client_mb"] < 1.5 * 256, growth  # the result: one payload, plus chunks
-    assert growth["server_mb"] < 1.5 * 256, growth  # the request it holds, plus chunks
+    # About one copy a side (1.06-1.09x of the payload on an idle machine), where a second copy
+    # would be 2x; the margin absorbs the chunks gRPC buffers ahead while the handler waits for a
+    # core (1.55x on the server in a full parallel suite on two cores).
+    assert growth["client_mb"] < 1.75 * 256, growth  # the result: one payload, plus chunks
+    assert growth["server_mb"] < 1.75 * 256, growth  # the request it holds, plus chunks
 
 
 def test_a_peer_that_stops_reading_a_large_answer_is_cut_off():
