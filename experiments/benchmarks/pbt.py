@@ -19,12 +19,11 @@ import argparse
 import dataclasses
 import datetime
 import os
-import subprocess
 import tempfile
 
 import numpy as np
+from results import commit  # this directory's: the commit measured, +changes where the code differs
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RANGES = ("learning_rate=1e-4:3e-3:log", "gae_lambda=0.8:0.99", "clip_eps=0.1:0.3")
 
 
@@ -51,11 +50,9 @@ def main() -> None:
     from jaxdist.agents.experiment import with_preset
 
     root = tempfile.mkdtemp(prefix="jaxdist-bench-pbt-")
-    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
     print(f"Measured by `experiments/benchmarks/pbt.py --population {args.population} --total-steps "
           f"{args.total_steps} --interval {args.interval} --repetitions {args.repetitions} --eval-every "
-          f"{args.eval_every}` at commit `{commit}` on {datetime.date.today()} ({os.cpu_count()} cores)\n")
+          f"{args.eval_every}` at commit `{commit()}` on {datetime.date.today()} ({os.cpu_count()} cores)\n")
     print(f"| seed | PBT: env steps per member to {args.target:g} | no exploitation: the median member's | ratio | "
           f"PBT's median member | no exploitation's best member |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |", flush=True)

@@ -23,12 +23,10 @@ import argparse
 import datetime
 import os
 import platform
-import subprocess
 
 import numpy as np
 from learner import replay_fed_updates_per_second  # this directory's: Ape-X's rows are measured the same way
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from results import commit  # this directory's: the commit measured, +changes where the code differs
 
 
 def transitions(size: int, obs_shape: tuple[int, ...], actions: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -63,10 +61,8 @@ def main() -> None:
     ap.add_argument("--steps-per-call", type=int, nargs="+", default=[1, 8])
     args = ap.parse_args()
     rows = measure(args)
-    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "unknown"
     print(f"`python experiments/benchmarks/sac_learner.py --env-id {args.env_id} --steps {args.steps} --rounds {args.rounds} --batch "
-          f"{args.batch}` at commit `{commit}` on {datetime.date.today()} ({platform.machine()}, {os.cpu_count()} "
+          f"{args.batch}` at commit `{commit()}` on {datetime.date.today()} ({platform.machine()}, {os.cpu_count()} "
           f"cores); baseline = SAC's jitted update in a Python loop on pre-drawn samples")
     print(f"{'metric':44} {'baseline':>10} {'jaxdist':>10} {'ratio':>6}  target")
     for name, base, ours in rows:

@@ -21,11 +21,11 @@ import datetime
 import itertools
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from results import commit  # this directory's: the commit measured, +changes where the code differs
+
 GRID = {"learning_rate": (3e-4, 1e-3, 3e-3, 1e-2), "clip_eps": (0.1, 0.2), "gae_lambda": (0.8, 0.95)}
 SEEDS = 2
 
@@ -45,6 +45,7 @@ def main() -> None:
     parser.add_argument("--measured", type=int, default=32, help="runs of the 32 timed one after another")
     parser.add_argument("--picture", help="copy the sweep's picture (sweep.png: each configuration's mean curve) here")
     args = parser.parse_args()
+    measured_at = commit()  # before the runs: the tree they measure, and a copy without git fails now
 
     import dataclasses
 
@@ -67,10 +68,8 @@ def main() -> None:
         seconds, _ = timed(dataclasses.replace(base, seed=seed, **values), os.path.join(root, f"alone-{index}"))
         alone.append(seconds)
     one_after_another = sum(alone) / len(alone) * runs
-    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
     print(f"Measured by `experiments/benchmarks/sweep.py --total-steps {args.total_steps} --measured {args.measured}` "
-          f"at commit `{commit}` on {datetime.date.today()} ({os.cpu_count()} cores, processes launcher)\n")
+          f"at commit `{measured_at}` on {datetime.date.today()} ({os.cpu_count()} cores, processes launcher)\n")
     scaled = "" if len(alone) == runs else f"; their mean x {runs}"
     print(f"| {runs} runs of PPO CartPole-v1 ({args.total_steps:,} env steps each) | wall time (s) | runs/min |")
     print("| --- | ---: | ---: |")
