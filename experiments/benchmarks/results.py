@@ -22,7 +22,9 @@ With ``--write`` the table and its picture replace the block between
 the end of its agents' section when there is none), the picture under ``docs/images/results/``;
 several of these processes may write the page at once. Extra arguments after ``--`` go to the
 agent's script (for example ``-- --total-steps 200000``); a table measured with them is a block
-of its own, ``<!-- results: AGENT ENV ARGS -->``. ``--commit`` names the commit measured where
+of its own, ``<!-- results: AGENT ENV ARGS -->``. ``--whole-budget`` runs each launch to its total
+env steps instead of stopping at the target (a 1M-step run's final return); its table still says
+when the target was first reached, and is a block of its own too. ``--commit`` names the commit measured where
 the tree is a copy without its git directory.
 """
 
@@ -107,13 +109,15 @@ def _stop(signum: int, frame: Any) -> None:
 terminated = False  # SIGTERM came: no further launch
 
 
-def launch(agent: str, env_id: str, name: str, run_root: str, args: list[str], time_limit: float | None) -> dict:
+def launch(agent: str, env_id: str, name: str, run_root: str, args: list[str], time_limit: float | None,
+           whole_budget: bool = False) -> dict:
     """One launch of the agent's script from a fresh run directory; its summary, with ``run_dir``
     added, and ``stopped``: the seconds after which the time limit (or SIGTERM to this process)
     stopped it, None where it ended by itself. Its output goes to ``<run_dir>.log``."""
     run_dir = os.path.join(run_root, name)
+    stop = [] if whole_budget else ["--stop-at-target"]
     command = [sys.executable, os.path.join(REPO, "experiments", SCRIPTS[agent]), "--env-id", env_id,
-               "--run-dir", run_dir, "--fresh", "--quiet", "--stop-at-target", *args]
+               "--run-dir", run_dir, "--fresh", "--quiet", *stop, *args]
     os.makedirs(run_root, exist_ok=True)
     started, stopped = time.monotonic(), None
     previous = signal.signal(signal.SIGTERM, _stop)
@@ -147,7 +151,7 @@ def launch(agent: str, env_id: str, name: str, run_root: str, args: list[str], t
 
 
 def measure(agent: str, env_id: str, seeds: list[int] | None, run_root: str, extra: list[str],
-            time_limit: float | None) -> list[dict]:
+            time_limit: float | None, whole_budget: bool = False) -> list[dict]:
     """The table's rows: one launch per seed, each its row; or, where ``extra`` asks for
     ``--num-seeds N``, one launch and a row for each of its N seeds and one for their mean.
     A row's ``curve`` names its series in the run's ``learning_curves``."""
@@ -158,12 +162,12 @@ def measure(agent: str, env_id: str, seeds: list[int] | None, run_root: str, ext
         for seed in seeds or DEFAULT_SEEDS:
             if not terminated:
                 rows.append(dict(launch(agent, env_id, f"{slug}-seed{seed}", run_root, ["--seed", str(seed), *extra],
-                                        time_limit), curve="evaluation return"))
+                                        time_limit, whole_budget), curve="evaluation return"))
         return rows
     if seeds:
         raise SystemExit(f"error: --seeds launches once per seed, and the script's --num-seeds {num_seeds} trains "
                          f"{num_seeds} seeds in one launch: drop one of them")
-    return vmapped_rows(launch(agent, env_id, f"{slug}-{num_seeds}seeds", run_root, extra, time_limit))
+    return vmapped_rows(launch(agent, env_id, f"{slug}-{num_seeds}seeds", run_root, extra, time_limit, whole_budget))
 
 
 def vmapped_rows(summary: dict) -> list[dict]:
@@ -184,14 +188,16 @@ def vmapped_seeds(extra: list[str]) -> int:
 
 
 def table(agent: str, env_id: str, extra: list[str], rows: list[dict], measured: str, time_limit: float | None = None,
-          picture: str | None = None) -> str:
+          picture: str | None = None, whole_budget: bool = False) -> str:
     """The page's table of ``rows`` (``measure``'s), under the sentence that says how, where and
     when they were measured."""
     seeds = [row for row in rows if not row.get("mean")]
     count = rows[-1]["num_seeds"] if rows[-1].get("mean") else len(seeds)  # also where no seed was evaluated yet
     target = rows[0].get("target_return")
     reached = sum(row.get("steps_to_target") is not None for row in seeds)
-    flags = (f" --time-limit {time_limit:g}" if time_limit else "") + (" -- " + " ".join(extra) if extra else "")
+    flags = ((f" --time-limit {time_limit:g}" if time_limit else "") + (" --whole-budget" if whole_budget else "")
+             + (" -- " + " ".join(extra) if extra else ""))
+    ending = "each launch run to its total env steps" if whole_budget else "`--stop-at-target`"
     vmapped = len(rows) > len(seeds)
     how = (f"one Anakin launch of {count} vmapped seeds, env steps and env steps/s per seed" if vmapped
            else "one launch per seed")
@@ -201,7 +207,7 @@ def table(agent: str, env_id: str, extra: list[str], rows: list[dict], measured:
                                                                          for row in stopped) + ".")
     lines = [f"Measured by `experiments/benchmarks/results.py --agent {agent} --env-id {env_id}{flags}` at commit "
              f"`{measured}` on {datetime.date.today()} ({machine()}; processes launcher, the env's preset, "
-             f"`--stop-at-target`, {how}; wall time includes start-up). {reached} of {count} seeds reached the "
+             f"{ending}, {how}; wall time includes start-up). {reached} of {count} seeds reached the "
              f"evaluation return {target:g}.{stops}", "",
              "| seed | env steps to target | wall time to target (s) | env steps/s | last evaluation return | env steps |",
              "| --- | --- | --- | --- | --- | --- |"]
@@ -267,22 +273,22 @@ def curves(path: str, title: str, rows: list[dict]) -> None:
     figure.savefig(path)
 
 
-def block_key(agent: str, env_id: str, extra: list[str]) -> str:
-    return " ".join([agent, env_id, *extra])
+def block_key(agent: str, env_id: str, extra: list[str], whole_budget: bool = False) -> str:
+    return " ".join([agent, env_id, *(["whole-budget"] if whole_budget else []), *extra])
 
 
-def picture_name(agent: str, env_id: str, extra: list[str]) -> str:
-    return re.sub(r"[^A-Za-z0-9.]+", "-", block_key(agent, env_id, extra)).strip("-").lower() + ".png"
+def picture_name(agent: str, env_id: str, extra: list[str], whole_budget: bool = False) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", block_key(agent, env_id, extra, whole_budget)).strip("-").lower() + ".png"
 
 
-def write_page(agent: str, env_id: str, extra: list[str], text: str, page: str = PAGE) -> None:
+def write_page(agent: str, env_id: str, extra: list[str], text: str, page: str = PAGE, whole_budget: bool = False) -> None:
     """Replace the block of this agent, env and script arguments (each its own table), under a
     lock on the page: several of these processes (one an env, say) may end at once, and each
     must change the page as the one before left it."""
     with open(page, "r+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)  # released as the file closes
         content = f.read()
-        key = block_key(agent, env_id, extra)
+        key = block_key(agent, env_id, extra, whole_budget)
         start, end = f"<!-- results: {key} -->", "<!-- /results -->"
         block = f"{start}\n{text}\n{end}"
         pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
@@ -290,7 +296,8 @@ def write_page(agent: str, env_id: str, extra: list[str], text: str, page: str =
             content = pattern.sub(lambda _: block, content)
         else:
             anchor = content.index("## Micro-benchmarks")
-            title = f"### {agent.upper()} on {env_id}" + (f" ({' '.join(extra)})" if extra else "")
+            details = ["to the end of its env steps"] * whole_budget + [" ".join(extra)] * bool(extra)
+            title = f"### {agent.upper()} on {env_id}" + (f" ({', '.join(details)})" if details else "")
             content = content[:anchor] + f"{title}\n\n{block}\n\n" + content[anchor:]
         f.seek(0)
         f.write(content)
@@ -308,18 +315,21 @@ def main() -> None:
                         "(in order: it saves and reports) and its table row shows what it had reached")
     parser.add_argument("--commit", help="the commit measured, where this tree is a copy without its git directory "
                         "(default: the checkout's HEAD, +changes where its code differs)")
+    parser.add_argument("--whole-budget", action="store_true", help="run each launch to its total env steps, "
+                        "not stopping at the target; the table still says when the target was first reached")
     parser.add_argument("--write", action="store_true", help="write the table and its curves into docs/benchmarks.md")
     parser.add_argument("extra", nargs="*", help="after --: arguments for the agent's script")
     args = parser.parse_args()
     measured = commit(args.commit)  # before the runs: a tree without its commit fails now, not after them
-    rows = measure(args.agent, args.env_id, args.seeds, args.run_root, args.extra, args.time_limit)
-    picture = os.path.join(PICTURES, picture_name(args.agent, args.env_id, args.extra))
+    rows = measure(args.agent, args.env_id, args.seeds, args.run_root, args.extra, args.time_limit, args.whole_budget)
+    picture = os.path.join(PICTURES, picture_name(args.agent, args.env_id, args.extra, args.whole_budget))
     curves(os.path.join(os.path.dirname(PAGE), picture) if args.write else os.path.join(args.run_root, os.path.basename(picture)),
            f"{args.agent} on {args.env_id} {' '.join(args.extra)}".strip(), rows)
-    text = table(args.agent, args.env_id, args.extra, rows, measured, args.time_limit, picture if args.write else None)
+    text = table(args.agent, args.env_id, args.extra, rows, measured, args.time_limit, picture if args.write else None,
+                 args.whole_budget)
     print(text, flush=True)
     if args.write:
-        write_page(args.agent, args.env_id, args.extra, text)
+        write_page(args.agent, args.env_id, args.extra, text, whole_budget=args.whole_budget)
 
 
 if __name__ == "__main__":
