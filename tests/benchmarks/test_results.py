@@ -155,3 +155,24 @@ def test_sigterm_stops_a_launch_of_vmapped_seeds_in_order_and_its_table_shows_wh
     assert "The launch was stopped after " in lines[0]
     assert [line.split(" | ")[0] for line in lines[4:]] == ["| 0", "| 1", "| mean of 2"]
     assert all(int(line.split(" | ")[-1].strip(" |").replace(",", "")) > 0 for line in lines[4:])  # env steps made
+
+
+def test_a_whole_budget_table_is_a_block_of_its_own_beside_the_one_stopped_at_the_target(tmp_path) -> None:
+    """A 1M-step run's table sits beside the 5-seed table of the same agent, env and arguments
+    (stopped at the target), and says it ran to the end."""
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# Benchmarks\n\n## Agents to their target\n\n## Micro-benchmarks\n")
+    extra = ["--total-steps", "1000000"]
+    results.write_page("sac", "HalfCheetah-v5", extra, "stopped at the target", page=str(page))
+    results.write_page("sac", "HalfCheetah-v5", extra, "run to the end", page=str(page), whole_budget=True)
+    content = page.read_text()
+    assert ("### SAC on HalfCheetah-v5 (--total-steps 1000000)\n\n<!-- results: sac HalfCheetah-v5 --total-steps 1000000 "
+            "-->\nstopped at the target\n<!-- /results -->") in content
+    assert ("### SAC on HalfCheetah-v5 (to the end of its env steps, --total-steps 1000000)\n\n<!-- results: sac "
+            "HalfCheetah-v5 whole-budget --total-steps 1000000 -->\nrun to the end\n<!-- /results -->") in content
+    assert results.picture_name("sac", "HalfCheetah-v5", [], whole_budget=True) == "sac-halfcheetah-v5-whole-budget.png"
+    row = {"seed": 0, "target_return": 5000.0, "steps_to_target": 130208, "wall_time_to_target": 393.0,
+           "steps_per_second": 330, "final_return": 9612.5, "env_steps": 1000000}
+    first = results.table("sac", "HalfCheetah-v5", [], [row], "abc1234", whole_budget=True).splitlines()[0]
+    assert "--env-id HalfCheetah-v5 --whole-budget`" in first and "each launch run to its total env steps" in first
+    assert "--stop-at-target" not in first and "1 of 1 seeds reached the evaluation return 5000" in first
