@@ -20,7 +20,7 @@ target, its time until the stop, a lower bound (">").
     python experiments/benchmarks/peers.py --seeds 0 1 2 --write
     python experiments/benchmarks/peers.py --env-id CartPoleNoVel-v1 --seeds 0 1 --write
     python experiments/benchmarks/peers.py --env-id Pendulum-v1 --seeds 0 1 --write
-    python experiments/benchmarks/peers.py --env-id HalfCheetah-v5 --seeds 0 --peer-timeout 1500 --write
+    python experiments/benchmarks/peers.py --env-id HalfCheetah-v5 --seeds 0 --only SAC --peer-timeout 2000 --write
 """
 
 from __future__ import annotations
@@ -246,6 +246,11 @@ def write(path: str, env_id: str, text: str) -> bool:
     return bool(found)
 
 
+def chosen(name: str, only: list[str] | None) -> bool:
+    """Whether run ``name`` is one ``--only`` asks for (every run, without it)."""
+    return only is None or any(word.lower() in name.lower().split() for word in only)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env-id", choices=sorted(COMPARISONS), default="CartPole-v1")
@@ -258,6 +263,8 @@ def main() -> None:
     parser.add_argument("--skip", nargs="*", default=[],
                         choices=["jaxdist", *sorted({peer.home for c in COMPARISONS.values() for peer in c.peers.values()})],
                         help="kinds not to run this time (by their venv's name)")
+    parser.add_argument("--only", nargs="+", metavar="WORD",
+                        help="run only the runs whose names hold one of these words (SAC: jaxdist's and SB3's SAC)")
     parser.add_argument("--peer-timeout", type=float, default=None,
                         help="stop a peer's run after this many seconds (it counts as not reaching the target, "
                              "with its env steps and rate so far)")
@@ -280,7 +287,7 @@ def main() -> None:
     for seed in [] if args.no_run else args.seeds:
         for name in names:
             kind = comparison.peers[name].home if name in comparison.peers else "jaxdist"
-            if (name, seed) in done or kind in args.skip:
+            if (name, seed) in done or kind in args.skip or not chosen(name, args.only):
                 continue
             load = os.getloadavg()[0]  # the machine is shared: how busy it was, for the table
             if name in comparison.jaxdist:

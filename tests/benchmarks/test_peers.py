@@ -76,3 +76,16 @@ def test_a_peer_stopped_short_of_the_target_is_slower_by_at_least_its_time_to_th
     assert ratio({0: stopped, 1: {"wall_time_to_target": 600.0}}, jaxdist) == ">4.00x"  # 6.0 and 2.0
     assert ratio({0: {"wall_time_to_target": 500.0}, 1: {"wall_time_to_target": 600.0}}, jaxdist) == "2.00x"
     assert ratio({0: {"wall_time_to_target": None}}, {0: None}) == "-"
+
+
+def test_only_picks_the_runs_whose_names_hold_the_word() -> None:
+    """``--only SAC`` runs jaxdist's and SB3's SAC on HalfCheetah, not their TD3 (a word, not
+    any substring: "SAC" is not in "Stable-Baselines3 TD3")."""
+    from peers import COMPARISONS, chosen
+
+    names = [*COMPARISONS["HalfCheetah-v5"].jaxdist, *COMPARISONS["HalfCheetah-v5"].peers]
+    assert [name for name in names if chosen(name, ["SAC"])] == ["jaxdist SAC (processes launcher)",
+                                                                 "Stable-Baselines3 SAC (PyTorch, CPU)"]
+    assert [name for name in names if chosen(name, ["td3", "jaxdist"])] == [
+        "jaxdist SAC (processes launcher)", "jaxdist TD3 (processes launcher)", "Stable-Baselines3 TD3 (PyTorch, CPU)"]
+    assert all(chosen(name, None) for name in names)
