@@ -24,8 +24,8 @@ several of these processes may write the page at once. Extra arguments after ``-
 agent's script (for example ``-- --total-steps 200000``); a table measured with them is a block
 of its own, ``<!-- results: AGENT ENV ARGS -->``. ``--whole-budget`` runs each launch to its total
 env steps instead of stopping at the target (a 1M-step run's final return); its table still says
-when the target was first reached, and is a block of its own too. ``--commit`` names the commit measured where
-the tree is a copy without its git directory.
+when the target was first reached, and is a block of its own too. ``--commit`` names the commit
+measured where the tree is a copy without its git directory.
 """
 
 from __future__ import annotations
@@ -281,7 +281,8 @@ def picture_name(agent: str, env_id: str, extra: list[str], whole_budget: bool =
     return re.sub(r"[^A-Za-z0-9.]+", "-", block_key(agent, env_id, extra, whole_budget)).strip("-").lower() + ".png"
 
 
-def write_page(agent: str, env_id: str, extra: list[str], text: str, page: str = PAGE, whole_budget: bool = False) -> None:
+def write_page(agent: str, env_id: str, extra: list[str], text: str, page: str = PAGE,
+               whole_budget: bool = False) -> None:
     """Replace the block of this agent, env and script arguments (each its own table), under a
     lock on the page: several of these processes (one an env, say) may end at once, and each
     must change the page as the one before left it."""
