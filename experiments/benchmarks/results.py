@@ -42,7 +42,10 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = {"ppo": "ppo.py", "impala": "impala.py", "apex": "apex_dqn.py", "es": "es.py", "sac": "sac.py", "td3": "td3.py",
@@ -232,10 +235,10 @@ def latest(grid, xs, ys):
     return values
 
 
-def curves(path: str, title: str, rows: list[dict]) -> None:
+def curves(path: str, title: str, rows: list[dict]) -> Figure:
     """Each seed's evaluation return against env steps (thin; the run's ``learning_curves``, the
     row's ``curve`` of them), their mean and min-max spread on a common grid over the seeds still
-    running there, and the target."""
+    running there, and the target; a single seed's curve alone. The figure, once saved."""
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -250,7 +253,10 @@ def curves(path: str, title: str, rows: list[dict]) -> None:
     figure = Figure(figsize=(7.2, 4.0), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    if runs:
+    if len(runs) == 1:
+        xs, ys = runs[0]
+        axes.plot(xs, ys, color="C0", linewidth=2, drawstyle="steps-post", label=f"seed {rows[0]['seed']}")
+    elif runs:
         import warnings
 
         warnings.simplefilter("ignore", RuntimeWarning)  # a point of the grid where no seed still ran
@@ -271,6 +277,7 @@ def curves(path: str, title: str, rows: list[dict]) -> None:
     axes.legend(loc="lower right")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     figure.savefig(path)
+    return figure
 
 
 def block_key(agent: str, env_id: str, extra: list[str], whole_budget: bool = False) -> str:

@@ -176,3 +176,22 @@ def test_a_whole_budget_table_is_a_block_of_its_own_beside_the_one_stopped_at_th
     first = results.table("sac", "HalfCheetah-v5", [], [row], "abc1234", whole_budget=True).splitlines()[0]
     assert "--env-id HalfCheetah-v5 --whole-budget`" in first and "each launch run to its total env steps" in first
     assert "--stop-at-target" not in first and "1 of 1 seeds reached the evaluation return 5000" in first
+
+
+def test_one_seeds_picture_is_its_curve_alone_not_a_spread_over_one_seed(tmp_path) -> None:
+    """A 1M-step run is one seed: its picture says "seed 0", not "min-max over 1 seeds" and a
+    mean of one."""
+    run_dir = str(tmp_path / "sac-HalfCheetah-v5-seed0")
+    progress = MetricsWriter(metrics_path(run_dir, "progress"))
+    evaluations = MetricsWriter(metrics_path(run_dir, EVALUATIONS))
+    for version in range(1, 5):
+        progress.write(version * 10_000, {"run_seconds": float(version)})
+        record(evaluations, version, np.array([version * 2000.0] * 5), 5000.0, stop_at_target=False,
+               env_steps=version * 10_000)
+    progress.close()
+    evaluations.close()
+    row = {"seed": 0, "target_return": 5000.0, "run_dir": run_dir, "curve": "evaluation return"}
+    figure = results.curves(str(tmp_path / "curves.png"), "sac on HalfCheetah-v5", [row])
+    labels = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+    assert labels == ["seed 0", "target 5000"]
+    assert (tmp_path / "curves.png").exists()
