@@ -79,8 +79,8 @@ def test_a_peer_stopped_short_of_the_target_is_slower_by_at_least_its_time_to_th
 
 
 def test_only_picks_the_runs_whose_names_hold_the_word() -> None:
-    """``--only SAC`` runs jaxdist's and SB3's SAC on HalfCheetah, not their TD3 (a word, not
-    any substring: "SAC" is not in "Stable-Baselines3 TD3")."""
+    """``--only SAC`` runs jaxdist's and SB3's SAC on HalfCheetah, not their TD3; words match
+    whole words of the name, case aside."""
     from peers import COMPARISONS, chosen
 
     names = [*COMPARISONS["HalfCheetah-v5"].jaxdist, *COMPARISONS["HalfCheetah-v5"].peers]
