@@ -57,7 +57,7 @@ class Peer:
 @dataclasses.dataclass(frozen=True)
 class Comparison:
     target: float  # the evaluation return every run stops at
-    jaxdist: dict[str, str]  # name: the agent whose script in experiments/ runs
+    jaxdist: dict[str, list[str]]  # name: the agent whose script in experiments/ runs, and flags beyond its preset
     peers: dict[str, Peer]
     eval_every: int = 2048  # a peer's env steps (off-policy: updates) between evaluations, as jaxdist's preset
 
@@ -68,23 +68,38 @@ class Comparison:
             return name
         return peer.beside or next(iter(self.jaxdist))
 
+    def variants(self, name: str) -> list[str]:
+        """The jaxdist runs of the same agent as the one peer ``name`` stands beside, other flags
+        set (a replay ratio of the distributed design's choosing), that its wall time is also
+        divided by."""
+        beside = self.baseline(name)
+        return [other for other, command in self.jaxdist.items()
+                if other != beside and command[0] == self.jaxdist[beside][0]]
+
 
 COMPARISONS = {
-    "CartPole-v1": Comparison(475.0, {"jaxdist PPO (processes launcher)": "ppo"}, {
+    "CartPole-v1": Comparison(475.0, {"jaxdist PPO (processes launcher)": ["ppo"]}, {
         "Stable-Baselines3 PPO (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_ppo.py"]),
         # gymnax imports six without asking for it
         "PureJaxRL-style loop on gymnax": Peer("gymnax", ["jax", "optax", "gymnax", "six"], ["gymnax_ppo.py"]),
         "JAX + gymnasium loop": Peer("jax-gymnasium", ["jax", "optax", "gymnasium"], ["gymnasium_ppo.py"])}),
-    "CartPoleNoVel-v1": Comparison(475.0, {"jaxdist recurrent PPO (processes launcher)": "ppo"}, {
+    "CartPoleNoVel-v1": Comparison(475.0, {"jaxdist recurrent PPO (processes launcher)": ["ppo"]}, {
         "SB3-contrib RecurrentPPO (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_recurrent_ppo.py"])}),
-    "Pendulum-v1": Comparison(-200.0, {"jaxdist SAC (processes launcher)": "sac",
-                                       "jaxdist TD3 (processes launcher)": "td3"}, {
+    "Pendulum-v1": Comparison(-200.0, {"jaxdist SAC (processes launcher)": ["sac"],
+                                       "jaxdist TD3 (processes launcher)": ["td3"]}, {
         "Stable-Baselines3 SAC (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_off_policy.py", "sac", "Pendulum-v1"],
                                                      "jaxdist SAC (processes launcher)"),
         "Stable-Baselines3 TD3 (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_off_policy.py", "td3", "Pendulum-v1"],
                                                      "jaxdist TD3 (processes launcher)")}, eval_every=500),
-    "HalfCheetah-v5": Comparison(5_000.0, {"jaxdist SAC (processes launcher)": "sac",
-                                           "jaxdist TD3 (processes launcher)": "td3"}, {
+    # The distributed design's own lever beside them: half an update per env step, actors playing
+    # ahead (evaluated every 10k env steps, as the others).
+    "HalfCheetah-v5": Comparison(5_000.0, {
+        "jaxdist SAC (processes launcher)": ["sac"],
+        "jaxdist SAC, replay ratio 0.5 (processes launcher)": ["sac", "--replay-ratio", "0.5",
+                                                               "--eval-every-updates", "5000"],
+        "jaxdist TD3 (processes launcher)": ["td3"],
+        "jaxdist TD3, replay ratio 0.5 (processes launcher)": ["td3", "--replay-ratio", "0.5",
+                                                               "--eval-every-updates", "5000"]}, {
         "Stable-Baselines3 SAC (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_off_policy.py", "sac", "HalfCheetah-v5"],
                                                      "jaxdist SAC (processes launcher)"),
         "Stable-Baselines3 TD3 (PyTorch, CPU)": Peer("sb3", SB3, ["sb3_off_policy.py", "td3", "HalfCheetah-v5"],
@@ -173,10 +188,11 @@ def run_peer(python: str, peer: Peer, comparison: Comparison, seed: int, timeout
     return dict(json.loads(line.split(" ", 1)[1]), peak_memory=peak, wall_time=wall_time)
 
 
-def run_jaxdist(agent: str, env_id: str, seed: int, run_root: str) -> dict:
-    run_dir = os.path.join(run_root, f"jaxdist-{agent}-seed{seed}")
+def run_jaxdist(agent_and_flags: list[str], env_id: str, seed: int, run_root: str) -> dict:
+    agent, *flags = agent_and_flags
+    run_dir = os.path.join(run_root, "-".join(["jaxdist", *(word.strip("-") for word in agent_and_flags), f"seed{seed}"]))
     command = [sys.executable, os.path.join(REPO, "experiments", f"{agent}.py"), "--env-id", env_id, "--seed", str(seed),
-               "--run-dir", run_dir, "--fresh", "--quiet", "--stop-at-target"]
+               "--run-dir", run_dir, "--fresh", "--quiet", "--stop-at-target", *flags]
     _, peak, _ = measure(command, REPO, dict(os.environ))
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
@@ -224,6 +240,10 @@ def table(results: dict[str, dict[int, dict]], comparison: Comparison, seeds: li
                      f"{median([r['peak_memory'] / 2 ** 20 for r in rows])} | {ratio(by_seed, base)} |")
     short = [f"{name}, seed {seed}: {row['env_steps']:,} env steps" for name, by_seed in results.items()
              for seed, row in by_seed.items() if row["wall_time_to_target"] is None]
+    for name, by_seed in results.items():
+        for other in comparison.variants(name) if name in comparison.peers else []:
+            if results.get(other):
+                lines += ["", f"{name}'s wall time over {other}'s: {ratio(by_seed, walls[other])} (median over the seeds)."]
     loads = [row["load"] for by_seed in results.values() for row in by_seed.values() if "load" in row]
     if loads:
         lines += ["", f"The machine's 1-minute load average at the runs' launches: {min(loads):.1f} to {max(loads):.1f}."]
@@ -248,7 +268,7 @@ def write(path: str, env_id: str, text: str) -> bool:
 
 def chosen(name: str, only: list[str] | None) -> bool:
     """Whether run ``name`` is one ``--only`` asks for (every run, without it)."""
-    return only is None or any(word.lower() in name.lower().split() for word in only)
+    return only is None or any(word.lower() in re.findall(r"[\w.]+", name.lower()) for word in only)
 
 
 def main() -> None:

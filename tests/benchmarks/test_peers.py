@@ -84,8 +84,29 @@ def test_only_picks_the_runs_whose_names_hold_the_word() -> None:
     from peers import COMPARISONS, chosen
 
     names = [*COMPARISONS["HalfCheetah-v5"].jaxdist, *COMPARISONS["HalfCheetah-v5"].peers]
-    assert [name for name in names if chosen(name, ["SAC"])] == ["jaxdist SAC (processes launcher)",
-                                                                 "Stable-Baselines3 SAC (PyTorch, CPU)"]
+    assert [name for name in names if chosen(name, ["SAC"])] == [
+        "jaxdist SAC (processes launcher)", "jaxdist SAC, replay ratio 0.5 (processes launcher)",
+        "Stable-Baselines3 SAC (PyTorch, CPU)"]
     assert [name for name in names if chosen(name, ["td3", "jaxdist"])] == [
-        "jaxdist SAC (processes launcher)", "jaxdist TD3 (processes launcher)", "Stable-Baselines3 TD3 (PyTorch, CPU)"]
+        "jaxdist SAC (processes launcher)", "jaxdist SAC, replay ratio 0.5 (processes launcher)",
+        "jaxdist TD3 (processes launcher)", "jaxdist TD3, replay ratio 0.5 (processes launcher)",
+        "Stable-Baselines3 TD3 (PyTorch, CPU)"]
     assert all(chosen(name, None) for name in names)
+
+
+def test_a_peer_is_also_timed_against_its_agents_runs_with_other_flags() -> None:
+    """On HalfCheetah jaxdist's SAC also runs at a replay ratio of 0.5: SB3's SAC stays divided by
+    the run with its own hyperparameters in its row, and the table says its ratio over the other
+    SAC run too (never over a TD3 run)."""
+    from peers import COMPARISONS, table
+
+    comparison = COMPARISONS["HalfCheetah-v5"]
+    wall = {"jaxdist SAC (processes launcher)": 400.0, "jaxdist SAC, replay ratio 0.5 (processes launcher)": 250.0,
+            "Stable-Baselines3 SAC (PyTorch, CPU)": 800.0}
+    results = {name: {0: {"wall_time_to_target": seconds, "steps_to_target": 100_000, "env_steps": 100_000,
+                          "steps_per_second": 300, "peak_memory": 2 ** 30}} for name, seconds in wall.items()}
+    text = table(results, comparison, [0], "peers.py")
+    assert "| Stable-Baselines3 SAC (PyTorch, CPU) | 1 of 1 | 800 | 100,000 | 300 | 1,024 | 2.00x |" in text
+    assert ("Stable-Baselines3 SAC (PyTorch, CPU)'s wall time over jaxdist SAC, replay ratio 0.5 (processes "
+            "launcher)'s: 3.20x (median over the seeds).") in text
+    assert "TD3" not in text
