@@ -190,7 +190,8 @@ def run_peer(python: str, peer: Peer, comparison: Comparison, seed: int, timeout
 
 def run_jaxdist(agent_and_flags: list[str], env_id: str, seed: int, run_root: str) -> dict:
     agent, *flags = agent_and_flags
-    run_dir = os.path.join(run_root, "-".join(["jaxdist", *(word.strip("-") for word in agent_and_flags), f"seed{seed}"]))
+    run_name = "-".join(["jaxdist", *(word.strip("-") for word in agent_and_flags), f"seed{seed}"])
+    run_dir = os.path.join(run_root, run_name)
     command = [sys.executable, os.path.join(REPO, "experiments", f"{agent}.py"), "--env-id", env_id, "--seed", str(seed),
                "--run-dir", run_dir, "--fresh", "--quiet", "--stop-at-target", *flags]
     _, peak, _ = measure(command, REPO, dict(os.environ))

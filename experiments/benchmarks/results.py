@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import datetime
 import fcntl
 import json
@@ -112,15 +113,42 @@ def _stop(signum: int, frame: Any) -> None:
 terminated = False  # SIGTERM came: no further launch
 
 
-def launch(agent: str, env_id: str, name: str, run_root: str, args: list[str], time_limit: float | None,
-           whole_budget: bool = False) -> dict:
-    """One launch of the agent's script from a fresh run directory; its summary, with ``run_dir``
-    added, and ``stopped``: the seconds after which the time limit (or SIGTERM to this process)
-    stopped it, None where it ended by itself. Its output goes to ``<run_dir>.log``."""
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """What one table measures: an agent's script on an env, with ``extra`` arguments for the
+    script, each launch stopped at the target or, with ``whole_budget``, run to its total env
+    steps. Each measurement is a block of the page and a picture of its own."""
+
+    agent: str
+    env_id: str
+    extra: tuple[str, ...] = ()
+    whole_budget: bool = False
+
+    @property
+    def key(self) -> str:
+        """What its block on the page is marked with."""
+        return " ".join([self.agent, self.env_id, *(["whole-budget"] if self.whole_budget else []), *self.extra])
+
+    @property
+    def picture_name(self) -> str:
+        return re.sub(r"[^A-Za-z0-9.]+", "-", self.key).strip("-").lower() + ".png"
+
+    @property
+    def heading(self) -> str:
+        """The page's heading over a new block."""
+        details = ["to the end of its env steps"] * self.whole_budget + [" ".join(self.extra)] * bool(self.extra)
+        return f"### {self.agent.upper()} on {self.env_id}" + (f" ({', '.join(details)})" if details else "")
+
+
+def launch(measurement: Measurement, name: str, run_root: str, args: list[str], time_limit: float | None) -> dict:
+    """One launch of the agent's script from a fresh run directory, with ``args`` (the
+    measurement's own after them); its summary, with ``run_dir`` added, and ``stopped``: the
+    seconds after which the time limit (or SIGTERM to this process) stopped it, None where it
+    ended by itself. Its output goes to ``<run_dir>.log``."""
     run_dir = os.path.join(run_root, name)
-    stop = [] if whole_budget else ["--stop-at-target"]
-    command = [sys.executable, os.path.join(REPO, "experiments", SCRIPTS[agent]), "--env-id", env_id,
-               "--run-dir", run_dir, "--fresh", "--quiet", *stop, *args]
+    stop = [] if measurement.whole_budget else ["--stop-at-target"]
+    command = [sys.executable, os.path.join(REPO, "experiments", SCRIPTS[measurement.agent]), "--env-id",
+               measurement.env_id, "--run-dir", run_dir, "--fresh", "--quiet", *stop, *args, *measurement.extra]
     os.makedirs(run_root, exist_ok=True)
     started, stopped = time.monotonic(), None
     previous = signal.signal(signal.SIGTERM, _stop)
@@ -153,24 +181,23 @@ def launch(agent: str, env_id: str, name: str, run_root: str, args: list[str], t
     return dict(summary, run_dir=run_dir, stopped=stopped)
 
 
-def measure(agent: str, env_id: str, seeds: list[int] | None, run_root: str, extra: list[str],
-            time_limit: float | None, whole_budget: bool = False) -> list[dict]:
-    """The table's rows: one launch per seed, each its row; or, where ``extra`` asks for
-    ``--num-seeds N``, one launch and a row for each of its N seeds and one for their mean.
+def measure(measurement: Measurement, seeds: list[int] | None, run_root: str, time_limit: float | None) -> list[dict]:
+    """The table's rows: one launch per seed, each its row; or, where the script's arguments ask
+    for ``--num-seeds N``, one launch and a row for each of its N seeds and one for their mean.
     A row's ``curve`` names its series in the run's ``learning_curves``."""
-    num_seeds = vmapped_seeds(extra)
-    slug = f"{agent}-{env_id.replace(':', '_')}"
+    num_seeds = vmapped_seeds(list(measurement.extra))
+    slug = f"{measurement.agent}-{measurement.env_id.replace(':', '_')}"
     if num_seeds == 1:
         rows = []
         for seed in seeds or DEFAULT_SEEDS:
             if not terminated:
-                rows.append(dict(launch(agent, env_id, f"{slug}-seed{seed}", run_root, ["--seed", str(seed), *extra],
-                                        time_limit, whole_budget), curve="evaluation return"))
+                rows.append(dict(launch(measurement, f"{slug}-seed{seed}", run_root, ["--seed", str(seed)], time_limit),
+                                 curve="evaluation return"))
         return rows
     if seeds:
         raise SystemExit(f"error: --seeds launches once per seed, and the script's --num-seeds {num_seeds} trains "
                          f"{num_seeds} seeds in one launch: drop one of them")
-    return vmapped_rows(launch(agent, env_id, f"{slug}-{num_seeds}seeds", run_root, extra, time_limit, whole_budget))
+    return vmapped_rows(launch(measurement, f"{slug}-{num_seeds}seeds", run_root, [], time_limit))
 
 
 def vmapped_rows(summary: dict) -> list[dict]:
@@ -190,17 +217,19 @@ def vmapped_seeds(extra: list[str]) -> int:
     return parser.parse_known_args(extra)[0].num_seeds
 
 
-def table(agent: str, env_id: str, extra: list[str], rows: list[dict], measured: str, time_limit: float | None = None,
-          picture: str | None = None, whole_budget: bool = False) -> str:
+def table(measurement: Measurement, rows: list[dict], measured: str, time_limit: float | None = None,
+          picture: str | None = None) -> str:
     """The page's table of ``rows`` (``measure``'s), under the sentence that says how, where and
     when they were measured."""
     seeds = [row for row in rows if not row.get("mean")]
     count = rows[-1]["num_seeds"] if rows[-1].get("mean") else len(seeds)  # also where no seed was evaluated yet
     target = rows[0].get("target_return")
     reached = sum(row.get("steps_to_target") is not None for row in seeds)
-    flags = ((f" --time-limit {time_limit:g}" if time_limit else "") + (" --whole-budget" if whole_budget else "")
+    agent, env_id, extra = measurement.agent, measurement.env_id, measurement.extra
+    flags = ((f" --time-limit {time_limit:g}" if time_limit else "")
+             + (" --whole-budget" if measurement.whole_budget else "")
              + (" -- " + " ".join(extra) if extra else ""))
-    ending = "each launch run to its total env steps" if whole_budget else "`--stop-at-target`"
+    ending = "each launch run to its total env steps" if measurement.whole_budget else "`--stop-at-target`"
     vmapped = len(rows) > len(seeds)
     how = (f"one Anakin launch of {count} vmapped seeds, env steps and env steps/s per seed" if vmapped
            else "one launch per seed")
@@ -280,33 +309,21 @@ def curves(path: str, title: str, rows: list[dict]) -> Figure:
     return figure
 
 
-def block_key(agent: str, env_id: str, extra: list[str], whole_budget: bool = False) -> str:
-    return " ".join([agent, env_id, *(["whole-budget"] if whole_budget else []), *extra])
-
-
-def picture_name(agent: str, env_id: str, extra: list[str], whole_budget: bool = False) -> str:
-    return re.sub(r"[^A-Za-z0-9.]+", "-", block_key(agent, env_id, extra, whole_budget)).strip("-").lower() + ".png"
-
-
-def write_page(agent: str, env_id: str, extra: list[str], text: str, page: str = PAGE,
-               whole_budget: bool = False) -> None:
-    """Replace the block of this agent, env and script arguments (each its own table), under a
-    lock on the page: several of these processes (one an env, say) may end at once, and each
+def write_page(measurement: Measurement, text: str, page: str = PAGE) -> None:
+    """Replace the measurement's block (a new one goes at the end of the agents' section), under
+    a lock on the page: several of these processes (one an env, say) may end at once, and each
     must change the page as the one before left it."""
     with open(page, "r+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)  # released as the file closes
         content = f.read()
-        key = block_key(agent, env_id, extra, whole_budget)
-        start, end = f"<!-- results: {key} -->", "<!-- /results -->"
+        start, end = f"<!-- results: {measurement.key} -->", "<!-- /results -->"
         block = f"{start}\n{text}\n{end}"
         pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
         if pattern.search(content):
             content = pattern.sub(lambda _: block, content)
         else:
             anchor = content.index("## Micro-benchmarks")
-            details = ["to the end of its env steps"] * whole_budget + [" ".join(extra)] * bool(extra)
-            title = f"### {agent.upper()} on {env_id}" + (f" ({', '.join(details)})" if details else "")
-            content = content[:anchor] + f"{title}\n\n{block}\n\n" + content[anchor:]
+            content = content[:anchor] + f"{measurement.heading}\n\n{block}\n\n" + content[anchor:]
         f.seek(0)
         f.write(content)
         f.truncate()
@@ -329,15 +346,15 @@ def main() -> None:
     parser.add_argument("extra", nargs="*", help="after --: arguments for the agent's script")
     args = parser.parse_args()
     measured = commit(args.commit)  # before the runs: a tree without its commit fails now, not after them
-    rows = measure(args.agent, args.env_id, args.seeds, args.run_root, args.extra, args.time_limit, args.whole_budget)
-    picture = os.path.join(PICTURES, picture_name(args.agent, args.env_id, args.extra, args.whole_budget))
+    measurement = Measurement(args.agent, args.env_id, tuple(args.extra), args.whole_budget)
+    rows = measure(measurement, args.seeds, args.run_root, args.time_limit)
+    picture = os.path.join(PICTURES, measurement.picture_name)
     curves(os.path.join(os.path.dirname(PAGE), picture) if args.write else os.path.join(args.run_root, os.path.basename(picture)),
            f"{args.agent} on {args.env_id} {' '.join(args.extra)}".strip(), rows)
-    text = table(args.agent, args.env_id, args.extra, rows, measured, args.time_limit, picture if args.write else None,
-                 args.whole_budget)
+    text = table(measurement, rows, measured, args.time_limit, picture if args.write else None)
     print(text, flush=True)
     if args.write:
-        write_page(args.agent, args.env_id, args.extra, text, whole_budget=args.whole_budget)
+        write_page(measurement, text)
 
 
 if __name__ == "__main__":

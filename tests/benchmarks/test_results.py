@@ -24,7 +24,7 @@ SCRIPT = os.path.join(ROOT, "experiments", "benchmarks", "results.py")
 
 def load(path: str = SCRIPT):
     spec = importlib.util.spec_from_file_location(f"results_{abs(hash(path))}", path)
-    module = importlib.util.module_from_spec(spec)
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # its dataclasses look themselves up there
     spec.loader.exec_module(module)
     return module
 
@@ -34,13 +34,13 @@ results = load()
 WRITER = """
 import importlib.util, os, sys, time
 spec = importlib.util.spec_from_file_location("results", sys.argv[1])
-results = importlib.util.module_from_spec(spec)
+results = sys.modules["results"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(results)
 open(sys.argv[5] + "." + sys.argv[3], "w").close()  # ready
 while not os.path.exists(sys.argv[5]):  # all start writing together
     time.sleep(0.001)
 for i in range(int(sys.argv[4])):
-    results.write_page("ppo", sys.argv[3], [], f"written {i}", page=sys.argv[2])
+    results.write_page(results.Measurement("ppo", sys.argv[3]), f"written {i}", page=sys.argv[2])
 """
 
 
@@ -111,8 +111,8 @@ def test_a_launch_of_vmapped_seeds_is_a_row_per_seed_with_its_curve(tmp_path) ->
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
         json.dump(summary, f)
     rows = results.vmapped_rows(dict(summary, run_dir=run_dir))
-    text = results.table("ppo", "Breakout-MinAtar", ["--architecture", "anakin", "--num-seeds", "3"], rows, "abc1234",
-                         time_limit=300)
+    measurement = results.Measurement("ppo", "Breakout-MinAtar", ("--architecture", "anakin", "--num-seeds", "3"))
+    text = results.table(measurement, rows, "abc1234", time_limit=300)
     lines = text.splitlines()
     assert "one Anakin launch of 3 vmapped seeds" in lines[0] and "1 of 3 seeds reached the evaluation return 28" in lines[0]
     assert "--time-limit 300 -- --architecture anakin --num-seeds 3" in lines[0] and "`abc1234`" in lines[0]
@@ -128,8 +128,8 @@ def test_a_launch_of_vmapped_seeds_is_a_row_per_seed_with_its_curve(tmp_path) ->
 
 def test_seeds_and_vmapped_seeds_are_not_both_asked_for(tmp_path) -> None:
     with pytest.raises(SystemExit, match="--seeds launches once per seed.*--num-seeds 4"):
-        results.measure("ppo", "Breakout-MinAtar", [0, 1], str(tmp_path), ["--architecture", "anakin", "--num-seeds", "4"],
-                        None)
+        results.measure(results.Measurement("ppo", "Breakout-MinAtar", ("--architecture", "anakin", "--num-seeds", "4")),
+                        [0, 1], str(tmp_path), None)
     assert results.vmapped_seeds(["--architecture", "anakin", "--num-seeds=4"]) == 4
     assert results.vmapped_seeds(["--total-steps", "1000"]) == 1
 
@@ -162,18 +162,20 @@ def test_a_whole_budget_table_is_a_block_of_its_own_beside_the_one_stopped_at_th
     (stopped at the target), and says it ran to the end."""
     page = tmp_path / "benchmarks.md"
     page.write_text("# Benchmarks\n\n## Agents to their target\n\n## Micro-benchmarks\n")
-    extra = ["--total-steps", "1000000"]
-    results.write_page("sac", "HalfCheetah-v5", extra, "stopped at the target", page=str(page))
-    results.write_page("sac", "HalfCheetah-v5", extra, "run to the end", page=str(page), whole_budget=True)
+    extra = ("--total-steps", "1000000")
+    results.write_page(results.Measurement("sac", "HalfCheetah-v5", extra), "stopped at the target", page=str(page))
+    results.write_page(results.Measurement("sac", "HalfCheetah-v5", extra, whole_budget=True), "run to the end",
+                       page=str(page))
     content = page.read_text()
     assert ("### SAC on HalfCheetah-v5 (--total-steps 1000000)\n\n<!-- results: sac HalfCheetah-v5 --total-steps 1000000 "
             "-->\nstopped at the target\n<!-- /results -->") in content
     assert ("### SAC on HalfCheetah-v5 (to the end of its env steps, --total-steps 1000000)\n\n<!-- results: sac "
             "HalfCheetah-v5 whole-budget --total-steps 1000000 -->\nrun to the end\n<!-- /results -->") in content
-    assert results.picture_name("sac", "HalfCheetah-v5", [], whole_budget=True) == "sac-halfcheetah-v5-whole-budget.png"
+    whole_budget = results.Measurement("sac", "HalfCheetah-v5", whole_budget=True)
+    assert whole_budget.picture_name == "sac-halfcheetah-v5-whole-budget.png"
     row = {"seed": 0, "target_return": 5000.0, "steps_to_target": 130208, "wall_time_to_target": 393.0,
            "steps_per_second": 330, "final_return": 9612.5, "env_steps": 1000000}
-    first = results.table("sac", "HalfCheetah-v5", [], [row], "abc1234", whole_budget=True).splitlines()[0]
+    first = results.table(whole_budget, [row], "abc1234").splitlines()[0]
     assert "--env-id HalfCheetah-v5 --whole-budget`" in first and "each launch run to its total env steps" in first
     assert "--stop-at-target" not in first and "1 of 1 seeds reached the evaluation return 5000" in first
 
