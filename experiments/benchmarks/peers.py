@@ -6,7 +6,9 @@ and HalfCheetah-v5 jaxdist's SAC and TD3 beside SB3's, with the same hyperparame
 have them (``peer_loops/``). Each peer runs in a venv of its own under ``--cache`` (made from the package
 registry on first use; peers of one library share one), each seed as a process of its own;
 jaxdist runs its agent's script (``experiments/ppo.py --env-id ENV --stop-at-target``, ...) as a
-user would (the env's preset).
+user would (the env's preset, and flags beyond it where a run's name says so: HalfCheetah's SAC
+and TD3 also run at a replay ratio of 0.5, and each SB3 row's ratio over those is a line under
+the table).
 
 Every run stops at the first evaluation of the deterministic policy over 10 episodes at the
 env's target mean return (jaxdist's evaluator runs beside training; the peers evaluate in their
@@ -20,7 +22,7 @@ target, its time until the stop, a lower bound (">").
     python experiments/benchmarks/peers.py --seeds 0 1 2 --write
     python experiments/benchmarks/peers.py --env-id CartPoleNoVel-v1 --seeds 0 1 --write
     python experiments/benchmarks/peers.py --env-id Pendulum-v1 --seeds 0 1 --write
-    python experiments/benchmarks/peers.py --env-id HalfCheetah-v5 --seeds 0 --only SAC --peer-timeout 2000 --write
+    python experiments/benchmarks/peers.py --env-id HalfCheetah-v5 --seeds 0 1 2 3 --only SAC --peer-timeout 2000 --write
 """
 
 from __future__ import annotations
