@@ -22,7 +22,7 @@ target, its time until the stop, a lower bound (">").
     python experiments/benchmarks/peers.py --seeds 0 1 2 --write
     python experiments/benchmarks/peers.py --env-id CartPoleNoVel-v1 --seeds 0 1 --write
     python experiments/benchmarks/peers.py --env-id Pendulum-v1 --seeds 0 1 --write
-    python experiments/benchmarks/peers.py --env-id HalfCheetah-v5 --seeds 0 1 2 3 --only SAC --peer-timeout 2000 --write
+    python experiments/benchmarks/peers.py --env-id HalfCheetah-v5 --seeds 0 1 2 3 4 --peer-timeout 2000 --write
 """
 
 from __future__ import annotations
@@ -73,7 +73,9 @@ class Comparison:
     def variants(self, name: str) -> list[str]:
         """The jaxdist runs of the same agent as the one peer ``name`` stands beside, other flags
         set (a replay ratio of the distributed design's choosing), that its wall time is also
-        divided by."""
+        divided by (none for a jaxdist run)."""
+        if name not in self.peers:
+            return []
         beside = self.baseline(name)
         return [other for other, command in self.jaxdist.items()
                 if other != beside and command[0] == self.jaxdist[beside][0]]
@@ -244,7 +246,7 @@ def table(results: dict[str, dict[int, dict]], comparison: Comparison, seeds: li
     short = [f"{name}, seed {seed}: {row['env_steps']:,} env steps" for name, by_seed in results.items()
              for seed, row in by_seed.items() if row["wall_time_to_target"] is None]
     for name, by_seed in results.items():
-        for other in comparison.variants(name) if name in comparison.peers else []:
+        for other in comparison.variants(name):
             if results.get(other):
                 lines += ["", f"{name}'s wall time over {other}'s: {ratio(by_seed, walls[other])} (median over the seeds)."]
     loads = [row["load"] for by_seed in results.values() for row in by_seed.values() if "load" in row]
