@@ -4,11 +4,12 @@ normalisation, the actor-critic network, the policy actors act with, and the lea
 
 **Torsos.** A torso maps observations to features. ``network`` names it: ``"mlp"`` (vector
 observations, widths ``hidden``), ``"cnn"`` (images: the Nature-DQN torso, or MinAtar's for
-grids too small for it) or
+grids too small for it; images channels-last, or channels-first where the env's
+``EnvInfo.channels_first`` says so, as EnvPool's Atari frames come) or
 ``"package.module:function"``; in Python any callable. A named function is imported and called
 with no arguments wherever the network is built (learner, actors, evaluator), so it must return a
 fresh flax module each time. Custom torsos get observations as they come (uint8 images stay
-uint8) and must accept any number of leading batch axes: learners apply networks to
+uint8, in the env's layout) and must accept any number of leading batch axes: learners apply networks to
 ``(B, T, ...)`` observations. Ape-X's Q-network puts its heads on the same torsos.
 
 **Distributions** are chosen by the action space, as pure jittable functions, so the losses read
@@ -87,13 +88,18 @@ class CNN(nn.Module):
     """The image torso, sized by the image. From ``CNN_MIN_SIZE`` pixels a side, the Nature-DQN
     torso (Mnih et al., 2015): conv 32 8x8 stride 4, 64 4x4 stride 2, 64 3x3 stride 1 (VALID,
     ReLU), flatten, Dense 512 ReLU. Below, MinAtar's (Young and Tian, 2019), for its 10x10 grids:
-    conv 16 3x3 stride 1 (SAME, ReLU), flatten, Dense 128 ReLU. Images ``(..., H, W, C)``; uint8
-    is scaled by 1/255 here, so actors can send frames as bytes; floats are taken as scaled."""
+    conv 16 3x3 stride 1 (SAME, ReLU), flatten, Dense 128 ReLU. Images ``(..., H, W, C)``, or
+    ``(..., C, H, W)`` with ``channels_first`` (moved here, inside the jitted call, so that actors
+    send frames as their envs make them); uint8 is scaled by 1/255 here, so actors can send frames
+    as bytes; floats are taken as scaled."""
 
     kernel_init: Initializer = nn.initializers.orthogonal(np.sqrt(2))
+    channels_first: bool = False
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
+        if self.channels_first:
+            obs = jnp.moveaxis(obs, -3, -1)
         x = obs.astype(jnp.float32)
         if obs.dtype == jnp.uint8:
             x = x / 255.0
@@ -109,15 +115,16 @@ class CNN(nn.Module):
         return nn.relu(nn.Dense(128 if small else 512, kernel_init=self.kernel_init)(x))
 
 
-def torso(network: Network, hidden: Sequence[int], *,
+def torso(network: Network, hidden: Sequence[int], *, channels_first: bool = False,
           activation: Callable[[jax.Array], jax.Array] = nn.tanh,
           kernel_init: Initializer = nn.initializers.orthogonal(np.sqrt(2))) -> nn.Module:
     """The feature extractor ``network`` names (see the module docstring). ``hidden`` sizes the
-    MLP; ``activation`` is the MLP's, ``kernel_init`` that of the built-in torsos' layers."""
+    MLP; ``channels_first`` (``EnvInfo.channels_first``) lays out the CNN's images; ``activation``
+    is the MLP's, ``kernel_init`` that of the built-in torsos' layers."""
     if network == "mlp":
         return MLP(tuple(hidden), activation, kernel_init)
     if network == "cnn":
-        return CNN(kernel_init)
+        return CNN(kernel_init, channels_first)
     if isinstance(network, str):
         factory = import_factory(network)
     elif callable(network):
@@ -149,10 +156,11 @@ class ActorCritic(nn.Module):
     hidden: tuple[int, ...] = (64, 64)
     core: str = "none"
     core_size: int = 128
+    channels_first: bool = False
 
     def setup(self) -> None:
         recurrent = self.core != "none"
-        self.torso = torso(self.network, self.hidden)
+        self.torso = torso(self.network, self.hidden, channels_first=self.channels_first)
         self.value_torso = torso(self.network, self.hidden) if self.network == "mlp" and not recurrent else None
         self.memory = Unroll(self.core, self.core_size) if recurrent else None
         self.head = nn.Dense(self.action.size, kernel_init=nn.initializers.orthogonal(0.01))
@@ -313,7 +321,8 @@ class ActorCriticPolicy:
     deterministic: bool = False
 
     def __call__(self, params: Any, obs: Any, key: Any) -> tuple[Any, dict[str, Any]]:
-        net = ActorCritic(action=self.env.action, network=self.network, hidden=tuple(self.hidden))
+        net = ActorCritic(action=self.env.action, network=self.network, hidden=tuple(self.hidden),
+                          channels_first=self.env.channels_first)
         if "obs_norm" in params:
             obs = normalize(RunningStats(**params["obs_norm"]), obs)
         dist = net.apply(params["network"], obs, method="policy")
@@ -338,7 +347,7 @@ class RecurrentActorCriticPolicy(ActorCriticPolicy):
     def __call__(self, params: Any, obs: Any, key: Any, state: Any = None,  # type: ignore[override]
                  first: Any = None) -> tuple[Any, dict[str, Any], Any]:
         net = ActorCritic(action=self.env.action, network=self.network, hidden=tuple(self.hidden), core=self.core,
-                          core_size=self.core_size)
+                          core_size=self.core_size, channels_first=self.env.channels_first)
         if "obs_norm" in params:
             obs = normalize(RunningStats(**params["obs_norm"]), obs)
         one_step = lambda x: x[:, None]  # noqa: E731  (B, ...) -> (B, 1, ...)
@@ -369,7 +378,7 @@ def recurrent(config: Any) -> bool:
 
 def network(config: Any, env: EnvInfo) -> ActorCritic:
     return ActorCritic(action=env.action, network=config.network, hidden=tuple(config.hidden),
-                       core=config.core, core_size=config.core_size)
+                       core=config.core, core_size=config.core_size, channels_first=env.channels_first)
 
 
 def apply(config: Any, env: EnvInfo, params: PyTree, obs: jax.Array,

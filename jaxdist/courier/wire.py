@@ -37,7 +37,7 @@ SHARED = b"\x03"  # a reference to a payload in a shared-memory segment: generat
 CHUNK_BYTES = 1 << 20
 DEFAULT_INLINE_LIMIT = 8 << 20
 DEFAULT_MAX_MESSAGE_BYTES = 4 << 30
-SHARED_MEMORY_THRESHOLD = 1 << 20  # larger messages between processes of one host skip the socket
+SHARED_MEMORY_THRESHOLD = 128 << 10  # larger messages between processes of one host skip the socket
 DEFAULT_SHARED_MEMORY_BYTES = 1 << 30  # per client and per server: segments kept for reuse
 
 _STAGED_FORMAT = struct.Struct("<16sQ")

@@ -72,11 +72,14 @@ class ActionSpace:
 
 @dataclasses.dataclass(frozen=True)
 class EnvInfo:
-    """One (unvectorized) env's observation shape and dtype (e.g. ``"uint8"``) and action space."""
+    """One (unvectorized) env's observation shape and dtype (e.g. ``"uint8"``) and action space;
+    ``channels_first``: its images are ``(channels, height, width)``, as EnvPool's Atari frames
+    (``jaxdist.envs.atari``), not ``(height, width, channels)``."""
 
     obs_shape: tuple[int, ...]
     obs_dtype: str
     action: ActionSpace
+    channels_first: bool = False
 
 
 @functools.lru_cache(maxsize=None)
@@ -86,7 +89,8 @@ def env_info(env_id: str) -> EnvInfo:
     ``"module:EnvId"`` ids work as in ``gymnasium.make``: the module is imported first, so it can
     register the env; that is how an env of your own reaches actors in other processes.
     """
-    if atari.is_atari(env_id):
+    channels_first = atari.is_atari(env_id)
+    if channels_first:
         obs, action = atari.spaces(env_id)
     else:
         env = _make(env_id)
@@ -98,7 +102,7 @@ def env_info(env_id: str) -> EnvInfo:
         raise ValueError(f"{env_id}: observation space {obs} is not supported; observations must "
                          "be one array (a Box); flatten others with gymnasium's wrappers")
     return EnvInfo(tuple(int(d) for d in obs.shape), np.dtype(obs.dtype).name,
-                   ActionSpace.from_gym(action))
+                   ActionSpace.from_gym(action), channels_first)
 
 
 def _make(env_id: str) -> Any:

@@ -126,7 +126,7 @@ def test_the_command_plays_an_atari_run_on_its_evaluators_env_and_records_it(tmp
     env = evaluate.make_env(load_policy(run), evaluate.Arguments(run))
     try:  # EnvPool's: whole games (each life begun as in training), the game's scores, the run's sticky actions
         options = env.env.env.config
-        assert env.single_observation_space.shape == (84, 84, 4)
+        assert env.single_observation_space.shape == (4, 84, 84)
         assert (options["episodic_life"], options["reward_clip"], options["repeat_action_probability"]) == \
             (True, False, 0.25)
     finally:

@@ -1,4 +1,4 @@
-"""Atari through EnvPool: its games' spaces channels-last, EnvPool's preprocessing for training
+"""Atari through EnvPool: its games' spaces channels-first, as EnvPool makes them, EnvPool's preprocessing for training
 and whole games for evaluation, and real Atari envs stepped through an actor."""
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from jaxdist.nodes.actor import Actor
 from jaxdist.nodes.parameter_server import ParameterServer
 
 
-def test_a_game_is_known_by_envpools_id_with_stacked_grayscale_frames_channels_last():
+def test_a_game_is_known_by_envpools_id_with_stacked_grayscale_frames_channels_first():
     assert atari.is_atari("Pong-v5") and not atari.is_atari("CartPole-v1") and not atari.is_atari("HalfCheetah-v5")
     info = env_info("Breakout-v5")
-    assert info.obs_shape == (84, 84, 4) and info.obs_dtype == "uint8" and info.action.num_actions == 4
+    assert info.obs_shape == (4, 84, 84) and info.channels_first
+    assert info.obs_dtype == "uint8" and info.action.num_actions == 4
     assert resolve_backend("Pong-v5") == "envpool"
     with pytest.raises(ValueError, match="Pong-v5 is EnvPool's Atari game: use env backend 'envpool'"):
         resolve_backend("Pong-v5", "sync")
@@ -113,7 +114,7 @@ def test_an_actor_steps_real_atari_envs_into_trajectories_of_frames():
         actor.close()
     assert len(sent) == 2 and len(sent[0]) == 2  # two trajectories of two envs
     item = sent[0][0]
-    assert item["obs"].shape == (17, 84, 84, 4) and item["obs"].dtype == np.uint8
+    assert item["obs"].shape == (17, 4, 84, 84) and item["obs"].dtype == np.uint8
     assert item["obs"].max() > 0 and set(np.unique(item["reward"])) <= {-1.0, 0.0, 1.0}
     assert item["action"].shape == (17,) and 0 <= item["action"].min() and item["action"].max() < 6
 
@@ -129,8 +130,8 @@ def test_apexs_actor_steps_real_atari_envs_and_inserts_their_n_step_transitions_
     played = act_into_replay(apex.agent(config), str(tmp_path), max_steps=2 * 33, learn=False)
     assert 2 * 2 * 16 - 2 * 4 <= played["stored"] <= 2 * 2 * 16  # 2 trajectories of 2 envs, but not across lost lives
     sample = played["sample"]
-    assert sample["obs"].shape == sample["next_obs"].shape == (8, 84, 84, 4) and sample["obs"].dtype == np.uint8
+    assert sample["obs"].shape == sample["next_obs"].shape == (8, 4, 84, 84) and sample["obs"].dtype == np.uint8
     assert sum(leaf[0].nbytes for leaf in sample.values()) == 56_460  # a transition's bytes, as the preset says
     assert ((0 <= sample["action"]) & (sample["action"] < 6)).all() and (np.abs(sample["reward"]) <= 3).all()
     full = sample["discount"] == np.float32(config.gamma ** 3)  # 3 steps ahead: the stack moved 3 frames on
-    np.testing.assert_array_equal(sample["next_obs"][full][..., 0], sample["obs"][full][..., 3])
+    np.testing.assert_array_equal(sample["next_obs"][full][:, 0], sample["obs"][full][:, 3])

@@ -144,10 +144,11 @@ class QNetwork(nn.Module):
     network: Network = "mlp"
     hidden: tuple[int, ...] = (128, 128)
     dueling: bool = True
+    channels_first: bool = False
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        x = torso(self.network, self.hidden, activation=nn.relu,
+        x = torso(self.network, self.hidden, channels_first=self.channels_first, activation=nn.relu,
                   kernel_init=nn.initializers.lecun_normal())(obs)
         if not self.dueling:
             return nn.Dense(self.num_actions)(x)
@@ -158,7 +159,7 @@ class QNetwork(nn.Module):
 
 def q_network(config: ApexConfig, env: EnvInfo) -> QNetwork:
     return QNetwork(num_actions=env.action.size, network=config.network, hidden=tuple(config.hidden),
-                    dueling=config.dueling)
+                    dueling=config.dueling, channels_first=env.channels_first)
 
 
 def optimizer(config: ApexConfig) -> optax.GradientTransformation:
@@ -230,7 +231,8 @@ class EpsilonGreedy:
 
     def __call__(self, params: Any, obs: Any, key: Any) -> tuple[Any, dict[str, Any]]:
         num_actions = self.env.action.size
-        q = QNetwork(num_actions, self.network, tuple(self.hidden), self.dueling).apply(params["network"], obs)
+        q = QNetwork(num_actions, self.network, tuple(self.hidden), self.dueling,
+                     self.env.channels_first).apply(params["network"], obs)
         if self.epsilon is None:
             return jnp.argmax(q, axis=-1).astype(jnp.int32), {}
         explore_key, action_key = jax.random.split(key)

@@ -103,10 +103,12 @@ class RecurrentQNetwork(nn.Module):
     hidden: tuple[int, ...] = (64,)
     core: str = "lstm"
     core_size: int = 64
+    channels_first: bool = False
 
     @nn.compact
     def __call__(self, carry: Any, obs: jax.Array, first: jax.Array) -> tuple[Any, jax.Array]:
-        x = torso(self.network, self.hidden, activation=nn.relu, kernel_init=nn.initializers.lecun_normal())(obs)
+        x = torso(self.network, self.hidden, channels_first=self.channels_first, activation=nn.relu,
+                  kernel_init=nn.initializers.lecun_normal())(obs)
         carry, x = Unroll(self.core, self.core_size)(carry, x, first)
         advantage = nn.Dense(self.num_actions)(x)
         value = nn.Dense(1)(x)
@@ -114,7 +116,8 @@ class RecurrentQNetwork(nn.Module):
 
 
 def q_network(config: R2D2Config, env: EnvInfo) -> RecurrentQNetwork:
-    return RecurrentQNetwork(env.action.size, config.network, tuple(config.hidden), config.core, config.core_size)
+    return RecurrentQNetwork(env.action.size, config.network, tuple(config.hidden), config.core, config.core_size,
+                             env.channels_first)
 
 
 # The learner -----------------------------------------------------------------------------------
@@ -198,7 +201,8 @@ class RecurrentEpsilonGreedy:
 
     def __call__(self, params: Any, obs: Any, key: Any, state: Any, first: Any) -> tuple[Any, dict[str, Any], Any]:
         num_actions = self.env.action.size
-        net = RecurrentQNetwork(num_actions, self.network, tuple(self.hidden), self.core, self.core_size)
+        net = RecurrentQNetwork(num_actions, self.network, tuple(self.hidden), self.core, self.core_size,
+                                self.env.channels_first)
         state, q = net.apply(params["network"], state, obs[:, None], first[:, None])
         q = q[:, 0]
         greedy = jnp.argmax(q, axis=-1).astype(jnp.int32)
