@@ -147,13 +147,15 @@ def main() -> None:
             raw_mbs, jd_mbs = (2 * array.nbytes / statistics.median(t) / 1e6 for t in (raw_times, jd_times))
             rows.append((f"{prefix}echo {megabytes} MB float32 (MB/s)", raw_mbs, jd_mbs, jd_mbs / raw_mbs, ">= 0.8x"))
     shared_client.echo(np.ones(1 << 18, np.float32))  # over the threshold: the client probes its server
-    for megabytes, trials, target in ((1, 100, ""), (16, 40, ">= 5x"), (256, 4, ">= 5x")):
-        array = np.ones(megabytes << 18, np.float32)
+    # From the threshold (wire.SHARED_MEMORY_THRESHOLD, 128 KiB) up: where shared memory begins to pay, and how much.
+    for kilobytes, trials, target in ((128, 200, ""), (1 << 10, 100, ""), (16 << 10, 40, ">= 5x"), (256 << 10, 4, ">= 5x")):
+        array = np.ones(kilobytes << 8, np.float32)
         payload = array.tobytes()
         raw_times, jd_times = alternating(lambda: raw_echo(payload), lambda: shared_client.echo(array),
                                           max(2, trials // repeats_divisor))
         raw_mbs, jd_mbs = (2 * array.nbytes / statistics.median(t) / 1e6 for t in (raw_times, jd_times))
-        rows.append((f"shared memory echo {megabytes} MB (MB/s)", raw_mbs, jd_mbs, jd_mbs / raw_mbs, target))
+        size = f"{kilobytes} KB" if kilobytes < 1 << 10 else f"{kilobytes >> 10} MB"
+        rows.append((f"shared memory echo {size} (MB/s)", raw_mbs, jd_mbs, jd_mbs / raw_mbs, target))
 
     print(f"{'metric':36} {'raw grpcio':>12} {'jaxdist':>12} {'ratio':>7}  target")
     for name, raw_value, jd_value, ratio, target in rows:
