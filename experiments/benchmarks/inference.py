@@ -10,7 +10,7 @@ fixed parameters, measured in the same run.
   a step with one policy call, and each actor waits a round trip per step.
 
 Vector observations with a small MLP (CartPole-v1, gymnasium's ``sync`` envs), small images with
-MinAtar's CNN (Breakout-MinAtar's 10x10 grids) and Atari's 84x84x4 frames with the Nature CNN
+MinAtar's CNN (Breakout-MinAtar's 10x10 grids) and Atari's 4 stacked 84x84 frames with the Nature CNN
 (Pong-v5 through EnvPool, when it is installed), at each ``--actors`` count: the table shows where
 central inference starts to pay on this machine (the ratio > 1).
 """
@@ -41,7 +41,7 @@ TASKS = {"CartPole-v1": ("mlp", "sync"), "Breakout-MinAtar": ("cnn", "sync"), "P
 
 def policy_and_params(env_id: str, network: str) -> tuple[ActorCriticPolicy, dict]:
     info = env_info(env_id)
-    net = ActorCritic(action=info.action, network=network, hidden=(64, 64))
+    net = ActorCritic(action=info.action, network=network, hidden=(64, 64), channels_first=info.channels_first)
     params = net.init(jax.random.key(0), np.zeros((1, *info.obs_shape), info.obs_dtype))
     return ActorCriticPolicy(info, network, (64, 64)), {"network": jax.tree.map(np.asarray, params)}
 
