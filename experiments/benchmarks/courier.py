@@ -139,13 +139,15 @@ def main() -> None:
                                                 FUTURES_TRIALS)
             raw_futures, jd_futures = burst / statistics.median(raw_bursts), burst / statistics.median(jd_bursts)
             rows.append(("futures calls/s", raw_futures, jd_futures, jd_futures / raw_futures, ">= 0.9x"))
-        for megabytes, trials in ((1, 100), (16, 12), (256, 3)) if not prefix else ((16, 12),):
-            array = np.ones(megabytes << 18, np.float32)
+        for kilobytes, trials in ((128, 200), (1 << 10, 100), (16 << 10, 12), (256 << 10, 3)) if not prefix else \
+                ((16 << 10, 12),):
+            array = np.ones(kilobytes << 8, np.float32)
             payload = array.tobytes()
             raw_times, jd_times = alternating(lambda: raw_call(payload), lambda: jd_client.echo(array),
                                               trials // repeats_divisor)
             raw_mbs, jd_mbs = (2 * array.nbytes / statistics.median(t) / 1e6 for t in (raw_times, jd_times))
-            rows.append((f"{prefix}echo {megabytes} MB float32 (MB/s)", raw_mbs, jd_mbs, jd_mbs / raw_mbs, ">= 0.8x"))
+            rows.append((f"{prefix}echo {size_name(kilobytes)} float32 (MB/s)", raw_mbs, jd_mbs, jd_mbs / raw_mbs,
+                         ">= 0.8x"))
     shared_client.echo(np.ones(1 << 18, np.float32))  # over the threshold: the client probes its server
     # From the threshold (wire.SHARED_MEMORY_THRESHOLD, 128 KiB) up: where shared memory begins to pay, and how much.
     for kilobytes, trials, target in ((128, 200, ""), (1 << 10, 100, ""), (16 << 10, 40, ">= 5x"), (256 << 10, 4, ">= 5x")):
@@ -154,8 +156,7 @@ def main() -> None:
         raw_times, jd_times = alternating(lambda: raw_echo(payload), lambda: shared_client.echo(array),
                                           max(2, trials // repeats_divisor))
         raw_mbs, jd_mbs = (2 * array.nbytes / statistics.median(t) / 1e6 for t in (raw_times, jd_times))
-        size = f"{kilobytes} KB" if kilobytes < 1 << 10 else f"{kilobytes >> 10} MB"
-        rows.append((f"shared memory echo {size} (MB/s)", raw_mbs, jd_mbs, jd_mbs / raw_mbs, target))
+        rows.append((f"shared memory echo {size_name(kilobytes)} (MB/s)", raw_mbs, jd_mbs, jd_mbs / raw_mbs, target))
 
     print(f"{'metric':36} {'raw grpcio':>12} {'jaxdist':>12} {'ratio':>7}  target")
     for name, raw_value, jd_value, ratio, target in rows:
@@ -169,6 +170,10 @@ def main() -> None:
     child.join()
     print()
     colocated(token, calls)
+
+
+def size_name(kilobytes: int) -> str:
+    return f"{kilobytes} KB" if kilobytes < 1 << 10 else f"{kilobytes >> 10} MB"
 
 
 def unix_socket(tcp: courier.Client, unix: courier.Client, calls: int) -> None:
