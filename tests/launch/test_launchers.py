@@ -255,6 +255,18 @@ def test_a_stop_waits_past_its_grace_for_a_checkpoint_save_under_way(tmp_path, l
     assert [status["exitcode"] for status in running.status().values()] == [0 if launcher == "processes" else None]
 
 
+def test_a_node_whose_save_ended_past_its_grace_gets_its_grace_again_to_exit(tmp_path):
+    """Killed as its save ended, a node that had saved its checkpoint died by SIGKILL on its way
+    out (a loaded machine's teardown outlasts no deadline that has passed)."""
+    program = jd.Program("saves-then-exits")
+    marker = tmp_path / "save"
+    program.add_node(jd.CourierNode(nodes.SavesAtStop, str(marker), 3.0, 0.5), label="learner")
+    running = jd.launch(program, launcher="processes", run_dir=str(tmp_path / "run"), echo=False, grace=1.5)
+    running.stop()
+    assert marker.read_text() == "saved"
+    assert [status["exitcode"] for status in running.status().values()] == [0]
+
+
 def test_processes_stop_kills_a_save_past_its_save_grace_and_says_so(tmp_path, capfd):
     program = jd.Program("endless-save")
     marker = tmp_path / "save"

@@ -78,10 +78,11 @@ class Stubborn:
 
 class SavesAtStop:
     """Saves for `seconds` once stopped (as a learner's checkpoint at the stop), then writes
-    "saved" to `path`; it takes no other notice of the stop's SIGTERM or interrupt."""
+    "saved" to `path`, and takes `exit_seconds` more to end (a loaded machine's teardown); it
+    takes no other notice of the stop's SIGTERM or interrupt."""
 
-    def __init__(self, path: str, seconds: float) -> None:
-        self._path, self._seconds = path, seconds
+    def __init__(self, path: str, seconds: float, exit_seconds: float = 0.0) -> None:
+        self._path, self._seconds, self._exit_seconds = path, seconds, exit_seconds
 
     def run(self) -> None:
         jd.wait_for_stop()
@@ -91,6 +92,7 @@ class SavesAtStop:
             time.sleep(self._seconds)
             with open(self._path, "w") as marker:
                 marker.write("saved")
+        time.sleep(self._exit_seconds)
 
 
 class WithGrandchild:

@@ -9,7 +9,8 @@ SIGTERM, a grace period, then SIGKILL of every process below it. Nodes that stop
 saving at a step agreed across hosts still has its actors and queues feeding it.
 A node saving the checkpoint its next life restores (`context.saving_checkpoint`, over the same
 pipe) is not killed when its grace is over but given up to `save_grace` from the save's start:
-cut, the save leaves no checkpoint of the step the run stopped at.
+cut, the save leaves no checkpoint of the step the run stopped at. A save that ends past the
+grace leaves its node the grace again to exit.
 
 Nodes serve on Unix sockets in a private directory (0700, made for the launch and removed after
 it), not on ports of 127.0.0.1: a port is free for any local user to take while its node
@@ -121,6 +122,7 @@ class _Child:
         self.failure: str | None = None  # the traceback a child reported before dying
         self.leaving = False  # removed by `scale`: its exit is neither a finish nor a crash
         self.saving_since: float | None = None  # when the checkpoint save under way began
+        self.saved_at: float | None = None  # when its last save ended
 
 
 class _ProcessesRunning(Running):
@@ -210,7 +212,7 @@ class _ProcessesRunning(Running):
         process.start()
         child_end.close()
         child.process, child.conn, child.stage, child.failure = process, parent_end, "spawned", None
-        child.saving_since = None
+        child.saving_since = child.saved_at = None
 
     # The monitor ----------------------------------------------------------------------------
 
@@ -255,7 +257,10 @@ class _ProcessesRunning(Running):
             if self._started.is_set():
                 self._run_child(child)
         elif kind == "saving":
-            child.saving_since = time.monotonic() if body[0] else None
+            if body[0]:
+                child.saving_since = time.monotonic()
+            else:
+                child.saving_since, child.saved_at = None, time.monotonic()
         elif child.leaving:  # its end, however it comes, is the removal's
             return True
         elif kind == "finished":
@@ -452,8 +457,11 @@ class _ProcessesRunning(Running):
                 del pending[sentinel]
 
     def _stop_deadline(self, child: _Child, deadline: float) -> float:
-        saving_since = child.saving_since
-        return deadline if saving_since is None else max(deadline, saving_since + self._save_grace)
+        """`deadline`, or later for a save: `save_grace` from its start while it runs, then the
+        grace again from its end, to exit."""
+        if child.saving_since is not None:
+            return max(deadline, child.saving_since + self._save_grace)
+        return deadline if child.saved_at is None else max(deadline, child.saved_at + self._grace)
 
 
 def _exited(process: multiprocessing.Process) -> bool:
