@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from jaxdist.envs.spaces import env_info
-from jaxdist.envs.vector import envpool_installed
 
 sys.path[:0] = [os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "experiments",
                              "benchmarks")]
@@ -19,9 +18,7 @@ sys.path[:0] = [os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.
 from inference import TASKS, policy_and_params  # noqa: E402
 
 
-@pytest.mark.parametrize("env_id", [pytest.param(env_id, marks=pytest.mark.skipif(
-    backend == "envpool" and not envpool_installed(), reason="EnvPool (the atari extra) is not installed"))
-    for env_id, (_, backend) in TASKS.items()])
+@pytest.mark.parametrize("env_id", list(TASKS))
 def test_each_tasks_parameters_fit_the_policy_that_acts_with_them(env_id):
     """Pong's frames come channels-first: parameters made for channels-last images (MinAtar's
     torso, for a 4-pixel-high image) once fed the Nature CNN and killed every actor at its start."""
