@@ -88,9 +88,7 @@ def main() -> None:
           "inference node's frames per CPU second |")
     print("| ---: | --- | ---: | ---: | ---: | ---: |")
     for envs, rows in tables.items():
-        frames = args.steps * envs * FRAME_SKIP
-        base_wall, base_cpu = rows.pop("envpool bare")
-        rows = {"envpool bare": (base_wall, base_cpu), **rows}
+        frames, base_cpu = args.steps * envs * FRAME_SKIP, rows["envpool bare"][1]
         for name, (wall, cpu, *node_cpu) in rows.items():
             node = f"{frames / node_cpu[0]:,.0f}" if node_cpu else "-"
             print(f"| {envs} | {name} | {frames / wall:,.0f} | {frames / cpu:,.0f} | {base_cpu / cpu:.2f}x | {node} |")
