@@ -24,6 +24,7 @@ import argparse
 import datetime
 import tempfile
 import time
+from typing import Callable
 
 import jax
 import numpy as np
@@ -42,7 +43,7 @@ from jaxdist.nodes.parameter_server import ParameterServer
 from results import commit, machine
 
 
-def timed(loop) -> tuple[float, float]:
+def timed(loop: Callable[[], None]) -> tuple[float, float]:
     wall, cpu = time.perf_counter(), time.process_time()
     loop()
     return time.perf_counter() - wall, time.process_time() - cpu
@@ -94,8 +95,8 @@ def main() -> None:
             print(f"| {envs} | {name} | {frames / wall:,.0f} | {frames / cpu:,.0f} | {base_cpu / cpu:.2f}x | {node} |")
 
 
-def measure(env_id: str, num_envs: int, steps: int, config, policy, params,
-            inference: courier.Client) -> dict[str, tuple[float, ...]]:
+def measure(env_id: str, num_envs: int, steps: int, config: impala.IMPALAConfig, policy: ActorCriticPolicy,
+            params: dict, inference: courier.Client) -> dict[str, tuple[float, ...]]:
     """(wall s, CPU s[, the inference node's CPU s]) of each loop on ``num_envs`` envs; EnvPool's
     bare loop is timed before and after the others and counted at the mean of the two."""
     env = EnvSpec(env_id, num_envs, "envpool").make(seed=0)

@@ -106,6 +106,7 @@ def test_cnn_scales_uint8_frames_and_takes_unbatched_ones():
     one = net.apply(params, frames[0])
     chex.assert_trees_all_close(one, jax.tree.map(lambda x: x[0], as_bytes), rtol=1e-5, atol=1e-6)
 
+
 @pytest.mark.parametrize("make", [lambda channels_first: ActorCritic(DISCRETE, "cnn", channels_first=channels_first),
                                   lambda channels_first: QNetwork(3, "cnn", channels_first=channels_first)],
                          ids=["actor_critic", "q_network"])
@@ -118,7 +119,6 @@ def test_channels_first_frames_meet_the_same_network_as_channels_last_ones(make)
     chex.assert_trees_all_equal_shapes(params, init(first, (4, 36, 36), np.uint8))
     chex.assert_trees_all_close(first.apply(params, np.moveaxis(stacked, -1, -3)), last.apply(params, stacked),
                                 rtol=1e-6, atol=1e-6)
-
 
 
 def test_nature_torso_has_the_papers_layers():
