@@ -15,7 +15,8 @@ count of envs per actor is one measurement: the central actor's round trip costs
 the same per step however many envs it carries, so more envs per actor spread it thinner. Per core:
 frames per second of this process's CPU time (EnvPool's threads included), the figure that
 decides how many actor cores a run needs; for the central row, the inference node's CPU per
-frame is its own column (on an accelerator it is the device's).
+frame is its own column (on a GPU it runs there, as ``--inference central`` places it; the
+policy of the other rows runs on this process's CPU, as an actor's does).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import psutil
 
 import jaxdist as jd
 from jaxdist import courier
-from jaxdist.agents import impala
+from jaxdist.agents import experiment, impala
 from jaxdist.agents.actor_critic import ActorCriticPolicy
 from jaxdist.agents.experiment import with_preset
 from jaxdist.envs.atari import FRAME_SKIP
@@ -40,7 +41,7 @@ from jaxdist.envs.vector import EnvSpec
 from jaxdist.nodes.actor import Actor, jitted_step
 from jaxdist.nodes.inference import InferenceServer
 from jaxdist.nodes.parameter_server import ParameterServer
-from results import commit, machine
+from results import add_commit_argument, commit, machine
 
 
 def timed(loop: Callable[[], None]) -> tuple[float, float]:
@@ -66,7 +67,9 @@ def main() -> None:
     ap.add_argument("--env-id", default="Pong-v5")
     ap.add_argument("--envs", type=int, nargs="+", default=[8, 16, 32], help="envs per actor, one measurement each")
     ap.add_argument("--steps", type=int, default=400, help="steps of every env per measurement")
+    add_commit_argument(ap)
     args = ap.parse_args()
+    jax.config.update("jax_platforms", "cpu")
     config = with_preset(impala.IMPALAConfig, args.env_id, impala.PRESETS)
     agent = impala.agent(config)
     logic = agent.part("learner_logic", config, agent.env)
@@ -76,7 +79,8 @@ def main() -> None:
     source = program.add_node(jd.CourierNode(ParameterServer, params, version=0), label="params")
     program.add_node(jd.CourierNode(InferenceServer, policy, source, max_callers=1), label="inference")
     with tempfile.TemporaryDirectory() as run_dir:
-        running = jd.launch(program, launcher="processes", run_dir=run_dir, echo=False)
+        running = jd.launch(program, launcher="processes", run_dir=run_dir, echo=False,
+                            resources=experiment.resources(program))
         try:
             with courier.Client(running.addresses["inference/0"], token=running.token) as inference:
                 tables = {envs: measure(args.env_id, envs, args.steps, config, policy, params, inference)
@@ -84,7 +88,7 @@ def main() -> None:
         finally:
             running.stop()
     print(f"experiments/benchmarks/atari.py --env-id {args.env_id} --envs {' '.join(map(str, args.envs))} --steps "
-          f"{args.steps} at commit `{commit()}` on {datetime.date.today()} ({machine()})\n")
+          f"{args.steps} at commit `{commit(args.commit)}` on {datetime.date.today()} ({machine()})\n")
     print("| envs | loop | frames/s | frames per actor CPU second | ratio to envpool bare (per CPU second) | "
           "inference node's frames per CPU second |")
     print("| ---: | --- | ---: | ---: | ---: | ---: |")

@@ -9,6 +9,9 @@ fixed parameters, measured in the same run.
 * central: one inference node (``jaxdist.nodes.inference``) answers all actors' observations of
   a step with one policy call, and each actor waits a round trip per step.
 
+Every process is placed as ``--inference central`` places it (``experiment.resources``): actors
+on the CPU, the inference node on the GPU where the host has one.
+
 Vector observations with a small MLP (CartPole-v1, gymnasium's ``sync`` envs), small images with
 MinAtar's CNN (Breakout-MinAtar's 10x10 grids) and Atari's 4 stacked 84x84 frames with the Nature CNN
 (Pong-v5 through EnvPool, when it is installed), at each ``--actors`` count: the table shows where
@@ -27,13 +30,14 @@ import numpy as np
 
 import jaxdist as jd
 from jaxdist import courier
+from jaxdist.agents import experiment
 from jaxdist.agents.actor_critic import ActorCritic, ActorCriticPolicy
 from jaxdist.envs.spaces import env_info
 from jaxdist.envs.vector import EnvSpec, envpool_installed
 from jaxdist.nodes.actor import Actor
 from jaxdist.nodes.inference import InferenceServer
 from jaxdist.nodes.parameter_server import ParameterServer
-from results import commit, machine
+from results import add_commit_argument, commit, machine
 
 TASKS = {"CartPole-v1": ("mlp", "sync"), "Breakout-MinAtar": ("cnn", "sync"), "Pong-v5": ("cnn", "envpool")}
 """env id -> (torso, env backend)"""
@@ -59,7 +63,8 @@ def steps_per_second(env_id: str, actors: int, envs: int, central: bool, seconds
             program.add_node(jd.CourierNode(Actor, None if central else policy, EnvSpec(env_id, envs, backend),
                                             None if central else source, None, seed=index, inference=inference))
     with tempfile.TemporaryDirectory() as run_dir:
-        running = jd.launch(program, launcher="processes", run_dir=run_dir, echo=False)
+        running = jd.launch(program, launcher="processes", run_dir=run_dir, echo=False,
+                            resources=experiment.resources(program))
         try:
             clients = [courier.Client(running.addresses[f"actor/{i}"], token=running.token) for i in range(actors)]
             total = lambda: sum(client.stats()["env_steps"] for client in clients)  # noqa: E731
@@ -79,9 +84,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0, help="measured seconds per setting")
     ap.add_argument("--tasks", nargs="+", choices=list(TASKS),
                     default=[env_id for env_id, (_, backend) in TASKS.items() if backend != "envpool" or envpool_installed()])
+    add_commit_argument(ap)
     args = ap.parse_args()
     print(f"experiments/benchmarks/inference.py --actors {' '.join(map(str, args.actors))} --envs {args.envs} "
-          f"--seconds {args.seconds:g} at commit `{commit()}` on {datetime.date.today()} ({machine()})\n")
+          f"--seconds {args.seconds:g} at commit `{commit(args.commit)}` on {datetime.date.today()} ({machine()})\n")
     print("| env (torso) | actors x envs | per-actor env steps/s | central env steps/s | central / per-actor |")
     print("| --- | --- | ---: | ---: | ---: |")
     for env_id in args.tasks:

@@ -100,6 +100,13 @@ def commit(given: str | None = None) -> str:
     return head + ("+changes" if dirty else "")
 
 
+def add_commit_argument(parser: argparse.ArgumentParser) -> None:
+    """``--commit``, for ``commit(args.commit)``: a benchmark run on a copy of the tree (a lent
+    machine's) names the commit it measures."""
+    parser.add_argument("--commit", help="the commit measured, where this tree is a copy without its git directory "
+                        "(default: the checkout's HEAD, +changes where its code differs)")
+
+
 class Stop(Exception):
     """SIGTERM to this process: stop the launch now, as at the time limit."""
 
@@ -338,8 +345,7 @@ def main() -> None:
     parser.add_argument("--run-root", default=os.path.join("runs", "results"))
     parser.add_argument("--time-limit", type=float, help="seconds a launch may run before it is stopped "
                         "(in order: it saves and reports) and its table row shows what it had reached")
-    parser.add_argument("--commit", help="the commit measured, where this tree is a copy without its git directory "
-                        "(default: the checkout's HEAD, +changes where its code differs)")
+    add_commit_argument(parser)
     parser.add_argument("--whole-budget", action="store_true", help="run each launch to its total env steps, "
                         "not stopping at the target; the table still says when the target was first reached")
     parser.add_argument("--write", action="store_true", help="write the table and its curves into docs/benchmarks.md")

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import glob
 import importlib
 import importlib.machinery
 import json
@@ -710,17 +711,31 @@ hand-offs. (XLA stops reading its flags at the first word without ``--``.)"""
 
 def resources(program: jd.Program, compilation_cache: str | None = None) -> dict[str, dict[str, Any]]:
     """Per-group environment for the processes launcher: the learners on ``JAX_PLATFORMS`` (unset:
-    JAX's own choice, a GPU or TPU where there is one), every other node on CPU (an accelerator is
-    one process's: a TPU opens in one process only, and every process on a GPU would take most of
-    its memory); single-threaded XLA (the caller's own ``XLA_FLAGS`` after it: theirs win), and
-    optionally a persistent compilation cache shared by every process."""
+    JAX's own choice, a GPU or TPU where there is one), the inference node with them where the host
+    has a GPU (taking its memory as it needs it: the learner preallocates), every other node on CPU
+    (a TPU opens in one process only, and every process on a GPU would take most of its memory);
+    single-threaded XLA (the caller's own ``XLA_FLAGS`` after it: theirs win), and optionally a
+    persistent compilation cache shared by every process."""
     env = {"XLA_FLAGS": f"{SINGLE_THREAD_XLA} {os.environ.get('XLA_FLAGS', '')}".strip()}
     if compilation_cache:
         env.update(JAX_COMPILATION_CACHE_DIR=compilation_cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     learner_platforms = os.environ.get("JAX_PLATFORMS", "")
-    return {group: {"env": {**env, "JAX_PLATFORMS": learner_platforms if group == "learner" else "cpu"}}
-            for group in program.groups}
+    beside_learner = {"JAX_PLATFORMS": learner_platforms, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    on_cpu = {"JAX_PLATFORMS": "cpu"}
+
+    def platform(group: str) -> dict[str, str]:
+        if group == "learner":
+            return {"JAX_PLATFORMS": learner_platforms}
+        return beside_learner if group == "inference" and gpu_present() else on_cpu
+
+    return {group: {"env": {**env, **platform(group)}} for group in program.groups}
+
+
+def gpu_present() -> bool:
+    """Whether this host has an NVIDIA or AMD GPU, read from its device files: a JAX started in
+    the launching process to ask would hold most of the GPU's memory."""
+    return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/dev/kfd")
 
 
 def env_slug(env_id: str) -> str:

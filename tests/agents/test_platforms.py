@@ -1,5 +1,5 @@
-"""Which JAX platform each of an agent's processes gets: the learners the accelerator, the rest
-the CPU. Before, every process got ``JAX_PLATFORMS``: with ``tpu`` the actors could not open the
+"""Which JAX platform each of an agent's processes gets: the learners the accelerator (and the
+inference node, on a GPU), the rest the CPU. Before, every process got ``JAX_PLATFORMS``: with ``tpu`` the actors could not open the
 TPU the learner held, and on a GPU each process took most of its memory."""
 
 from __future__ import annotations
@@ -34,6 +34,21 @@ def test_jax_platforms_puts_the_learners_on_the_accelerator_and_every_other_proc
 
 def test_without_jax_platforms_the_learners_take_what_jax_finds_and_the_actors_stay_on_cpu(monkeypatch):
     assert platforms(monkeypatch, None) == {"learner": "", "actor": "cpu"}  # empty: JAX picks, as unset
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_the_inference_node_shares_the_learners_gpu_and_stays_on_cpu_without_one(monkeypatch, gpu):
+    """Central inference on the accelerator is the point of it; on a GPU it takes memory as it
+    needs it (the learner preallocates), and without one (a TPU opens in one process) the CPU."""
+    monkeypatch.setattr(experiment, "gpu_present", lambda: gpu)
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda" if gpu else "tpu")
+    program = ppo.agent(ppo.PPOConfig(inference="central", num_actors=2)).topology().program
+    inference = experiment.resources(program)["inference"]["env"]
+    if gpu:
+        assert inference["JAX_PLATFORMS"] == "cuda" and inference["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    else:
+        assert inference["JAX_PLATFORMS"] == "cpu" and "XLA_PYTHON_CLIENT_PREALLOCATE" not in inference
+    assert experiment.resources(program)["actor"]["env"]["JAX_PLATFORMS"] == "cpu"
 
 
 def test_an_anakin_learner_acts_on_the_accelerator_it_learns_on(monkeypatch):
