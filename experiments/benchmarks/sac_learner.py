@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
-import platform
 
 import numpy as np
 from learner import replay_fed_updates_per_second  # this directory's: Ape-X's rows are measured the same way
-from results import commit  # this directory's: the commit measured, +changes where the code differs
+from results import add_commit_argument, commit, machine  # this directory's: the commit and machine measured
 
 
 def transitions(size: int, obs_shape: tuple[int, ...], actions: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -59,11 +57,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--steps-per-call", type=int, nargs="+", default=[1, 8])
+    add_commit_argument(ap)
     args = ap.parse_args()
+    measured_at = commit(args.commit)  # before the runs: a copy of the tree without git fails now
     rows = measure(args)
     print(f"`python experiments/benchmarks/sac_learner.py --env-id {args.env_id} --steps {args.steps} --rounds {args.rounds} --batch "
-          f"{args.batch}` at commit `{commit()}` on {datetime.date.today()} ({platform.machine()}, {os.cpu_count()} "
-          f"cores); baseline = SAC's jitted update in a Python loop on pre-drawn samples")
+          f"{args.batch}` at commit `{measured_at}` on {datetime.date.today()} ({machine()}); baseline = SAC's jitted update in a Python loop on pre-drawn samples")
     print(f"{'metric':44} {'baseline':>10} {'jaxdist':>10} {'ratio':>6}  target")
     for name, base, ours in rows:
         print(f"{name:44} {base:10.1f} {ours:10.1f} {ours / base:6.2f}  >= 0.80")

@@ -24,7 +24,7 @@ import shutil
 import tempfile
 import time
 
-from results import commit  # this directory's: the commit measured, +changes where the code differs
+from results import add_commit_argument, commit, machine  # this directory's: the commit and machine measured
 
 GRID = {"learning_rate": (3e-4, 1e-3, 3e-3, 1e-2), "clip_eps": (0.1, 0.2), "gae_lambda": (0.8, 0.95)}
 SEEDS = 2
@@ -44,8 +44,9 @@ def main() -> None:
     parser.add_argument("--total-steps", type=int, default=20_480, help="env steps per run")
     parser.add_argument("--measured", type=int, default=32, help="runs of the 32 timed one after another")
     parser.add_argument("--picture", help="copy the sweep's picture (sweep.png: each configuration's mean curve) here")
+    add_commit_argument(parser)
     args = parser.parse_args()
-    measured_at = commit()  # before the runs: the tree they measure, and a copy without git fails now
+    measured_at = commit(args.commit)  # before the runs: the tree they measure, and a copy without git fails now
 
     import dataclasses
 
@@ -69,7 +70,7 @@ def main() -> None:
         alone.append(seconds)
     one_after_another = sum(alone) / len(alone) * runs
     print(f"Measured by `experiments/benchmarks/sweep.py --total-steps {args.total_steps} --measured {args.measured}` "
-          f"at commit `{measured_at}` on {datetime.date.today()} ({os.cpu_count()} cores, processes launcher)\n")
+          f"at commit `{measured_at}` on {datetime.date.today()} ({machine()}, processes launcher)\n")
     scaled = "" if len(alone) == runs else f"; their mean x {runs}"
     print(f"| {runs} runs of PPO CartPole-v1 ({args.total_steps:,} env steps each) | wall time (s) | runs/min |")
     print("| --- | ---: | ---: |")
