@@ -62,7 +62,8 @@ def main() -> None:
     measured_at = commit(args.commit)  # before the runs: a copy of the tree without git fails now
     rows = measure(args)
     print(f"`python experiments/benchmarks/sac_learner.py --env-id {args.env_id} --steps {args.steps} --rounds {args.rounds} --batch "
-          f"{args.batch}` at commit `{measured_at}` on {datetime.date.today()} ({machine()}); baseline = SAC's jitted update in a Python loop on pre-drawn samples")
+          f"{args.batch}` at commit `{measured_at}` on {datetime.date.today()} ({machine()}); "
+          f"baseline = SAC's jitted update in a Python loop on pre-drawn samples")
     print(f"{'metric':44} {'baseline':>10} {'jaxdist':>10} {'ratio':>6}  target")
     for name, base, ours in rows:
         print(f"{name:44} {base:10.1f} {ours:10.1f} {ours / base:6.2f}  >= 0.80")

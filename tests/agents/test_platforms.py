@@ -1,6 +1,7 @@
 """Which JAX platform each of an agent's processes gets: the learners the accelerator (and the
-inference node, on a GPU), the rest the CPU. Before, every process got ``JAX_PLATFORMS``: with ``tpu`` the actors could not open the
-TPU the learner held, and on a GPU each process took most of its memory."""
+inference node, on a GPU), the rest the CPU. Before, every process got ``JAX_PLATFORMS``: with
+``tpu`` the actors could not open the TPU the learner held, and on a GPU each process took most of
+its memory."""
 
 from __future__ import annotations
 
