@@ -49,6 +49,7 @@ class InferenceServer:
         self._variables = VariableClient(params, refresh_every_seconds=refresh_every_seconds,
                                          first_fetch_timeout=first_fetch_timeout)
         self._batches = 0
+        print(f"inference: up to {max_callers} actors' calls batched on {jax.devices()[0].platform}", flush=True)
         # One batch at a time: each draws the next key (a batch runs in well under a step's time).
         self.act = batched_handler(max_callers, timeout=batch_timeout, pad_batch=True)(self._act)
 
