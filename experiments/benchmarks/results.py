@@ -233,11 +233,13 @@ def table(measurement: Measurement, rows: list[dict], measured: str, time_limit:
     target = rows[0].get("target_return")
     reached = sum(row.get("steps_to_target") is not None for row in seeds)
     agent, env_id, extra = measurement.agent, measurement.env_id, measurement.extra
-    flags = ((f" --time-limit {time_limit:g}" if time_limit else "")
+    vmapped = len(rows) > len(seeds)
+    launched = [row["seed"] for row in seeds]
+    flags = ((f" --seeds {' '.join(map(str, launched))}" if not vmapped and launched != DEFAULT_SEEDS else "")
+             + (f" --time-limit {time_limit:g}" if time_limit else "")
              + (" --whole-budget" if measurement.whole_budget else "")
              + (" -- " + " ".join(extra) if extra else ""))
     ending = "each launch run to its total env steps" if measurement.whole_budget else "`--stop-at-target`"
-    vmapped = len(rows) > len(seeds)
     how = (f"one Anakin launch of {count} vmapped seeds, env steps and env steps/s per seed" if vmapped
            else "one launch per seed")
     stopped = [row for row in seeds if row.get("stopped") is not None]

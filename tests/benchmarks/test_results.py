@@ -126,6 +126,16 @@ def test_a_launch_of_vmapped_seeds_is_a_row_per_seed_with_its_curve(tmp_path) ->
     assert imread(str(picture)).shape[:2] == (400, 720)
 
 
+def test_the_command_under_a_table_names_the_seeds_it_launched_where_they_are_not_the_default() -> None:
+    """Its command is how to measure the table again: without ``--seeds`` it would run five."""
+    row = {"seed": 3, "target_return": 18.0, "steps_per_second": 850, "final_return": -16.5, "env_steps": 2_500_160}
+    measurement = results.Measurement("impala", "Pong-v5", ("--total-steps", "2500000"))
+    command = results.table(measurement, [row], "abc1234").splitlines()[0]
+    assert "results.py --agent impala --env-id Pong-v5 --seeds 3 -- --total-steps 2500000`" in command
+    default = [dict(row, seed=seed) for seed in results.DEFAULT_SEEDS]
+    assert "--seeds" not in results.table(measurement, default, "abc1234").splitlines()[0]
+
+
 def test_seeds_and_vmapped_seeds_are_not_both_asked_for(tmp_path) -> None:
     with pytest.raises(SystemExit, match="--seeds launches once per seed.*--num-seeds 4"):
         results.measure(results.Measurement("ppo", "Breakout-MinAtar", ("--architecture", "anakin", "--num-seeds", "4")),
@@ -176,7 +186,7 @@ def test_a_whole_budget_table_is_a_block_of_its_own_beside_the_one_stopped_at_th
     row = {"seed": 0, "target_return": 5000.0, "steps_to_target": 130208, "wall_time_to_target": 393.0,
            "steps_per_second": 330, "final_return": 9612.5, "env_steps": 1000000}
     first = results.table(whole_budget, [row], "abc1234").splitlines()[0]
-    assert "--env-id HalfCheetah-v5 --whole-budget`" in first and "each launch run to its total env steps" in first
+    assert "--env-id HalfCheetah-v5 --seeds 0 --whole-budget`" in first and "each launch run to its total env steps" in first
     assert "--stop-at-target" not in first and "1 of 1 seeds reached the evaluation return 5000" in first
 
 
