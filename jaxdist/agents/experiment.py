@@ -515,6 +515,26 @@ def fifo(config: AgentConfig) -> Any:
     return jd.replay.Fifo(max_size=config.queue_size // config.learner_hosts)
 
 
+def fifo_size(config: AgentConfig, queue_trajectories: int | None, default: int) -> int:
+    """An on-policy agent's ``queue_size``: ``queue_trajectories``, else the agent's ``default``
+    raised until each learner host's share takes an actor's send (its envs' trajectories, one
+    insert)."""
+    return queue_trajectories or max(default, config.envs_per_actor * config.learner_hosts)
+
+
+def check_fifo(config: AgentConfig, size: int, batch: int) -> None:
+    """Refuses a FIFO that could never hold a batch, or take an actor's send: every send would
+    be refused and the run would act without ever learning."""
+    if size < batch:
+        raise ValueError(f"queue_trajectories ({size}) must hold one batch ({batch})")
+    share = size // config.learner_hosts
+    if config.architecture == "sebulba" and share < config.envs_per_actor:
+        raise ValueError(f"queue_trajectories ({size}) holds {share} trajectories per learner host, fewer than an "
+                         f"actor sends at once (one per env, --envs-per-actor {config.envs_per_actor}): raise "
+                         f"--queue-trajectories to at least {config.envs_per_actor * config.learner_hosts}, or "
+                         f"lower --envs-per-actor")
+
+
 # The topologies ----------------------------------------------------------------------------------
 
 

@@ -62,6 +62,16 @@ def test_a_value_out_of_range_is_refused_by_name(config_type, name, value, messa
         config_type(**{name: value})
 
 
+@pytest.mark.parametrize("config_type", [ppo.PPOConfig, impala.IMPALAConfig])
+def test_a_queue_that_cannot_take_an_actors_send_is_refused_with_what_to_change(config_type):
+    with pytest.raises(ValueError, match=r"queue_trajectories \(8\) holds 8 trajectories per learner host, fewer than "
+                                         r"an actor sends at once .*--envs-per-actor 16.*at least 16"):
+        config_type(batch_trajectories=4, queue_trajectories=8, envs_per_actor=16)
+    with pytest.raises(ValueError, match=r"holds 8 trajectories per learner host.*at least 32"):
+        config_type(batch_trajectories=4, queue_trajectories=16, envs_per_actor=16, learner_hosts=2)
+    assert config_type(batch_trajectories=4, envs_per_actor=16, learner_hosts=2).queue_size == 32  # the default fits
+
+
 @pytest.mark.parametrize("agent", [ppo, impala, apex, es], ids=lambda module: module.__name__.rsplit(".", 1)[1])
 def test_every_preset_is_in_range(agent):
     config_type = {ppo: ppo.PPOConfig, impala: impala.IMPALAConfig, apex: apex.ApexConfig, es: es.ESConfig}[agent]

@@ -54,3 +54,14 @@ def test_continuous_actions_run_through_v_trace_end_to_end(tmp_path):
     policy = load_policy(str(tmp_path))
     assert float(np.asarray(policy._params["obs_norm"]["count"])) > 1_000
     assert policy.act(np.zeros((4, 3), np.float32)).shape == (4, 1)
+
+
+@pytest.mark.timeout(300)
+def test_a_batch_smaller_than_an_actors_send_still_learns(tmp_path):
+    """An actor sends its 8 envs' trajectories in one insert; with batches of 2 the queue of
+    2 batches could never take one, so every send was refused and the run acted without ever
+    learning. The queue now holds an actor's send."""
+    config = impala.IMPALAConfig(batch_trajectories=2, envs_per_actor=8, num_actors=1, total_steps=2_000,
+                                 eval_every_updates=1_000)
+    summary = train(impala.agent(config), launcher="threads", run_dir=str(tmp_path), echo=False, out=io.StringIO())
+    assert config.queue_size == 8 and summary["learner_version"] == config.total_updates

@@ -10,7 +10,7 @@ import dataclasses
 from typing import ClassVar
 
 from jaxdist.agents.experiment import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Agent, AgentConfig,
-                                       Presets, check_bounds)
+                                       Presets, check_bounds, check_fifo, fifo_size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,8 +20,8 @@ class IMPALAConfig(AgentConfig):
     Each update is one SGD step on ``batch_trajectories`` (B) trajectories of
     ``trajectory_length`` (T) transitions, whatever policy version acted them: V-trace corrects
     for the lag instead of dropping stale data. ``queue_trajectories`` bounds the FIFO between
-    actors and learner (default 2 B); a full queue makes actors wait (back-pressure), which
-    bounds the policy lag. ``rho_bar`` / ``c_bar`` / ``pg_rho_bar`` truncate the importance
+    actors and learner (default 2 B, or more where an actor sends more at once); a full queue
+    makes actors wait (back-pressure), which bounds the policy lag. ``rho_bar`` / ``c_bar`` / ``pg_rho_bar`` truncate the importance
     weights of the value targets, the traces and the policy gradient; ``trace_lambda`` is the
     paper's lambda in ``c_i = lambda min(c_bar, pi/mu)``.
 
@@ -68,9 +68,7 @@ class IMPALAConfig(AgentConfig):
             **dict.fromkeys(("learning_rate", "rho_bar", "c_bar", "pg_rho_bar", "max_grad_norm"), POSITIVE),
             **dict.fromkeys(("gamma", "trace_lambda"), UNIT_INTERVAL),
             **dict.fromkeys(("baseline_cost", "ent_coef"), NON_NEGATIVE)})
-        if self.queue_size < self.batch_trajectories:
-            raise ValueError(f"queue_trajectories ({self.queue_size}) must hold one batch "
-                             f"({self.batch_trajectories})")
+        check_fifo(self, self.queue_size, self.batch_trajectories)
 
     @property
     def batch_size(self) -> int:
@@ -78,7 +76,7 @@ class IMPALAConfig(AgentConfig):
 
     @property
     def queue_size(self) -> int:
-        return self.queue_trajectories or 2 * self.batch_trajectories
+        return fifo_size(self, self.queue_trajectories, 2 * self.batch_trajectories)
 
     @property
     def steps_per_update(self) -> int:

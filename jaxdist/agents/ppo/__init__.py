@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import jaxdist as jd
 from jaxdist.agents.experiment import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Agent, AgentConfig,
-                                       Presets, check_bounds)
+                                       Presets, check_bounds, check_fifo, fifo_size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,9 +21,9 @@ class PPOConfig(AgentConfig):
 
     One update learns from ``batch_trajectories`` (B) env trajectories of ``trajectory_length``
     (T) steps: ``epochs`` passes over its ``B * T`` transitions in ``minibatches`` SGD steps
-    each. ``queue_trajectories`` bounds the FIFO between actors and learner (default B): with
-    each actor's ``max_in_flight`` sends it bounds how far actors run ahead, hence the policy
-    lag (about 2 updates with these defaults); transitions more than ``max_policy_lag``
+    each. ``queue_trajectories`` bounds the FIFO between actors and learner (default B, or more
+    where an actor sends more at once): with each actor's ``max_in_flight`` sends it bounds how
+    far actors run ahead, hence the policy lag (about 2 updates with these defaults); transitions more than ``max_policy_lag``
     versions old are not learned from. With ``learner_hosts`` > 1 each host's learner takes
     ``B / learner_hosts`` trajectories of every update from its own FIFO. With a recurrent
     ``core`` the minibatches split the trajectories, not the transitions: each is unrolled whole
@@ -68,8 +68,7 @@ class PPOConfig(AgentConfig):
         if (self.batch_size // self.learner_hosts * self.trajectory_length) % self.minibatches:
             raise ValueError(f"an update's {self.batch_size} x {self.trajectory_length} transitions do not split "
                              f"into {self.minibatches} minibatches")
-        if self.queue_size < self.batch_size:
-            raise ValueError(f"queue_trajectories ({self.queue_size}) must hold one batch ({self.batch_size})")
+        check_fifo(self, self.queue_size, self.batch_size)
 
     @property
     def batch_size(self) -> int:
@@ -77,7 +76,7 @@ class PPOConfig(AgentConfig):
 
     @property
     def queue_size(self) -> int:
-        return self.queue_trajectories or self.batch_size
+        return fifo_size(self, self.queue_trajectories, self.batch_size)
 
     @property
     def steps_per_update(self) -> int:
