@@ -21,9 +21,10 @@ class IMPALAConfig(AgentConfig):
     ``trajectory_length`` (T) transitions, whatever policy version acted them: V-trace corrects
     for the lag instead of dropping stale data. ``queue_trajectories`` bounds the FIFO between
     actors and learner (default 2 B, or more where an actor sends more at once); a full queue
-    makes actors wait (back-pressure), which bounds the policy lag. ``rho_bar`` / ``c_bar`` / ``pg_rho_bar`` truncate the importance
-    weights of the value targets, the traces and the policy gradient; ``trace_lambda`` is the
-    paper's lambda in ``c_i = lambda min(c_bar, pi/mu)``.
+    makes actors wait (back-pressure), which bounds the policy lag. ``rho_bar`` / ``c_bar`` /
+    ``pg_rho_bar`` truncate the importance weights of the value targets, the traces and the
+    policy gradient; ``trace_lambda`` is the paper's lambda in
+    ``c_i = lambda min(c_bar, pi/mu)``.
 
     Tuned here (2 seeds each): a learning rate of 2e-3 reached the CartPole and Acrobot targets
     in about a third of the env steps 1e-3 needed; clipping the gradient norm at 0.5 matters

@@ -23,11 +23,11 @@ class PPOConfig(AgentConfig):
     (T) steps: ``epochs`` passes over its ``B * T`` transitions in ``minibatches`` SGD steps
     each. ``queue_trajectories`` bounds the FIFO between actors and learner (default B, or more
     where an actor sends more at once): with each actor's ``max_in_flight`` sends it bounds how
-    far actors run ahead, hence the policy lag (about 2 updates with these defaults); transitions more than ``max_policy_lag``
-    versions old are not learned from. With ``learner_hosts`` > 1 each host's learner takes
-    ``B / learner_hosts`` trajectories of every update from its own FIFO. With a recurrent
-    ``core`` the minibatches split the trajectories, not the transitions: each is unrolled whole
-    from the state its actor started it with.
+    far actors run ahead, hence the policy lag (about 2 updates with these defaults);
+    transitions more than ``max_policy_lag`` versions old are not learned from. With
+    ``learner_hosts`` > 1 each host's learner takes ``B / learner_hosts`` trajectories of every
+    update from its own FIFO. With a recurrent ``core`` the minibatches split the trajectories,
+    not the transitions: each is unrolled whole from the state its actor started it with.
     """
 
     recurrent_cores: ClassVar[bool] = True
