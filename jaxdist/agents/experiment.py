@@ -741,15 +741,10 @@ def resources(program: jd.Program, compilation_cache: str | None = None) -> dict
         env.update(JAX_COMPILATION_CACHE_DIR=compilation_cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     learner_platforms = os.environ.get("JAX_PLATFORMS", "")
-    beside_learner = {"JAX_PLATFORMS": learner_platforms, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-    on_cpu = {"JAX_PLATFORMS": "cpu"}
-
-    def platform(group: str) -> dict[str, str]:
-        if group == "learner":
-            return {"JAX_PLATFORMS": learner_platforms}
-        return beside_learner if group == "inference" and gpu_present() else on_cpu
-
-    return {group: {"env": {**env, **platform(group)}} for group in program.groups}
+    platforms = {"learner": {"JAX_PLATFORMS": learner_platforms}}
+    if gpu_present():
+        platforms["inference"] = {"JAX_PLATFORMS": learner_platforms, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    return {group: {"env": {**env, **platforms.get(group, {"JAX_PLATFORMS": "cpu"})}} for group in program.groups}
 
 
 def gpu_present() -> bool:

@@ -186,7 +186,8 @@ def test_a_whole_budget_table_is_a_block_of_its_own_beside_the_one_stopped_at_th
     row = {"seed": 0, "target_return": 5000.0, "steps_to_target": 130208, "wall_time_to_target": 393.0,
            "steps_per_second": 330, "final_return": 9612.5, "env_steps": 1000000}
     first = results.table(whole_budget, [row], "abc1234").splitlines()[0]
-    assert "--env-id HalfCheetah-v5 --seeds 0 --whole-budget`" in first and "each launch run to its total env steps" in first
+    assert "--env-id HalfCheetah-v5 --seeds 0 --whole-budget`" in first
+    assert "each launch run to its total env steps" in first
     assert "--stop-at-target" not in first and "1 of 1 seeds reached the evaluation return 5000" in first
 
 
